@@ -1,0 +1,146 @@
+/* pcrfs — reading a store.
+ *
+ * A store is a directory: index.db (SQLite, the tree and every offset) and
+ * records/ *.pcr (the scan groups). See pcrfs(5). This module knows nothing of FUSE:
+ * the FUSE driver, the inspector and the tests all read through it.
+ *
+ * Levels. A store has L levels (pcr_store_levels(), 10 for libjpeg's default script).
+ * Level K (1 <= K < L) of a JPEG serves chunks 0..min(K, nchunks)-1 followed by
+ * FF D9; level L serves every chunk (also for CMYK images with 18 scans) + FF D9.
+ * A verbatim file serves its bytes unchanged at every level.
+ *
+ * Ids. Directories are numbered 1..ndirs (PCR_ROOT_DIR is the root), files
+ * 1..nfiles; the two ranges are independent. Every name and pointer returned stays
+ * valid until pcr_store_close(). All functions are thread-safe.
+ */
+#ifndef PCRFS_STORE_H
+#define PCRFS_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PCR_ROOT_DIR   1
+#define PCR_MAX_LEVELS 64
+
+enum pcr_kind {
+    PCR_KIND_JPEG = 1,     /* progressive JPEG split into scan chunks */
+    PCR_KIND_VERBATIM = 2, /* stored as is (one chunk), served identically everywhere */
+};
+
+struct pcr_store;
+struct pcr_file;
+struct pcr_handle;
+
+/* Open a store read-only and validate its index (format, version, directory table,
+ * record table). Files are loaded lazily, a directory at a time, so the cost of
+ * opening does not grow with the number of files.
+ *
+ * @return 0 and *out; on failure a one-line message in @err and
+ *         -ENOENT  no such directory or no index.db in it;
+ *         -EINVAL  not a pcrfs store, or its index is corrupt or inconsistent;
+ *         -ENOTSUP a format version this library does not read;
+ *         -ENOMEM, -EIO.
+ */
+int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t errlen);
+void pcr_store_close(struct pcr_store *s);
+
+unsigned pcr_store_levels(const struct pcr_store *s); /* L, 1..PCR_MAX_LEVELS */
+uint64_t pcr_store_nfiles(const struct pcr_store *s);
+uint64_t pcr_store_ndirs(const struct pcr_store *s);
+uint64_t pcr_store_nrecords(const struct pcr_store *s);
+int64_t pcr_store_mtime(const struct pcr_store *s); /* build time, seconds since epoch */
+
+/* A build option or fact recorded in the index ("script", "per_record", ...).
+ * @return the value's length (copied NUL-terminated, truncated to @len-1), or
+ *         -ENOENT if the key is absent. */
+ssize_t pcr_store_meta(struct pcr_store *s, const char *key, char *buf, size_t len);
+
+struct pcr_dirinfo {
+    uint64_t id, parent;  /* the root is its own parent */
+    uint64_t nsubdirs, nfiles;
+    const char *name;     /* "" for the root */
+};
+/* @return 0, -ENOENT (no such directory). */
+int pcr_store_dir(struct pcr_store *s, uint64_t dir, struct pcr_dirinfo *out);
+
+struct pcr_node {
+    bool is_dir;
+    uint64_t id; /* a directory id or a file id */
+};
+/* Find @name in directory @dir. Loads the directory on first use.
+ * @return 0; -ENOENT no such entry or directory; -EIO the index could not be read. */
+int pcr_store_lookup(struct pcr_store *s, uint64_t dir, const char *name, struct pcr_node *out);
+
+struct pcr_dirent {
+    const char *name;
+    struct pcr_node node;
+};
+/* Entry number @pos of @dir: subdirectories first, then files, each by name
+ * (byte order). O(1) once the directory is loaded.
+ * @return 0; -ENOENT past the end or no such directory; -EIO. */
+int pcr_store_readdir(struct pcr_store *s, uint64_t dir, uint64_t pos, struct pcr_dirent *out);
+
+/* @return 0 and *out; -ENOENT no such file; -EIO the index could not be read. */
+int pcr_store_file(struct pcr_store *s, uint64_t id, const struct pcr_file **out);
+
+/* Exact size of the file at @level (1..L; larger means L), from the index alone. */
+uint64_t pcr_file_size(const struct pcr_file *f, unsigned level);
+
+struct pcr_file_info {
+    uint64_t id, dir;
+    const char *name;
+    enum pcr_kind kind;
+    unsigned nchunks;
+    unsigned width, height, components; /* 0 for verbatim files */
+    uint64_t record;                    /* record id */
+    uint64_t src_size;                  /* size of the source file */
+    uint64_t checksum;                  /* XXH64 of the bytes served at level L */
+    const char *note;                   /* why it is verbatim, or "" */
+};
+void pcr_file_info(const struct pcr_file *f, struct pcr_file_info *out);
+/* Length of chunk @i (0-based, < nchunks). */
+uint64_t pcr_file_chunk_len(const struct pcr_file *f, unsigned i);
+
+/* "dir/sub/name" relative to the store root, into @buf.
+ * @return the length, or -ENAMETOOLONG (@buf too small), -ENOENT. */
+ssize_t pcr_store_path(struct pcr_store *s, uint64_t file, char *buf, size_t len);
+
+/* Open @f at @level for reading: opens and validates its record on first use
+ * (magic, version, size); no SQL, and no allocation beyond one small handle.
+ * @return 0; -EIO its record is missing or damaged (logged once per record);
+ *         -ENOMEM. */
+int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                    struct pcr_handle **out);
+uint64_t pcr_handle_size(const struct pcr_handle *h);
+/* Read up to @len bytes at @off: exactly min(len, size - off) bytes, 0 at or past
+ * the end. Reads from the record only the bytes of the chunks asked for.
+ * Thread-safe: one handle may be read from several threads at once.
+ * @return bytes read, or -EIO (the record is truncated or unreadable; logged). */
+ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off);
+void pcr_handle_close(struct pcr_handle *h);
+
+/* Open, read and close in one call (for tools; the driver keeps handles). */
+ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                       size_t len, uint64_t off);
+
+/* Counters since open, for /.pcrfs/stats. level[K] counts reads at level K
+ * (1..L); bytes are bytes read from record files. */
+struct pcr_stats {
+    uint64_t dirs_loaded, files_loaded;
+    uint64_t errors;          /* EIO returned to a caller */
+    struct {
+        uint64_t opens, reads, bytes;
+    } level[PCR_MAX_LEVELS + 1];
+};
+void pcr_store_stats(const struct pcr_store *s, struct pcr_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

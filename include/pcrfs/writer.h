@@ -1,0 +1,94 @@
+/* pcrfs — writing a store.
+ *
+ * The writer builds into a temporary directory beside the target
+ * (".NAME.tmp.PID") and renames it into place in pcr_writer_finish(), so an
+ * interrupted build never leaves a half-written store under the target's name.
+ * The caller decides the layout: it numbers directories and files (see below),
+ * transcodes, and hands over one record at a time. The same calls in the same
+ * order give the same bytes (timestamps aside).
+ *
+ * Numbering (checked: a violation is -EINVAL):
+ *   directories 1..D in breadth-first order, root = 1, the children of each
+ *   directory contiguous and sorted by name (byte order);
+ *   files 1..N grouped by directory in directory order, sorted by name within one;
+ *   so dir d holds files [first_file, first_file + nfiles) and subdirectories
+ *   [first_child, first_child + nsubdirs).
+ * Records are filled with files in id order.
+ */
+#ifndef PCRFS_WRITER_H
+#define PCRFS_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include "pcrfs/jpeg.h"
+#include "pcrfs/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct pcr_writer;
+
+struct pcr_writer_opts {
+    unsigned levels;       /* L (10 for libjpeg's default script) */
+    const char *script;    /* scan script name recorded in the store ("libjpeg-default") */
+    bool force;            /* replace an existing store at the target */
+};
+
+/* Start a store at @path. @path must not exist, unless opts->force and it is a
+ * pcrfs store (a directory holding index.db): then it is replaced at finish.
+ * A stale ".NAME.tmp.PID" left by a killed build whose PID is gone is removed.
+ * @return 0; -EEXIST (exists, no force); -ENOTDIR/-EINVAL (exists and is not a
+ *         store: never replaced); -errno of mkdir/open; message in @err. */
+int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,
+                      struct pcr_writer **out, char *err, size_t errlen);
+
+struct pcr_dir_row {
+    uint64_t id, parent;    /* the root has parent 1 */
+    const char *name;       /* "" for the root; no '/', never "." or ".." */
+    uint64_t first_child, nsubdirs;
+    uint64_t first_file, nfiles;
+};
+int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row);
+
+/* One file of a record. */
+struct pcr_item {
+    uint64_t id, dir;
+    const char *name;
+    enum pcr_kind kind;
+    const uint8_t *data;          /* JPEG: the progressive file, EOI included;
+                                   * VERBATIM: the source bytes */
+    size_t len;
+    const struct pcr_split *split; /* JPEG only: pcr_jpeg_split() of data */
+    struct pcr_jpeg_info info;    /* JPEG only */
+    uint64_t src_size;
+    const char *note;             /* VERBATIM: why (NULL for none) */
+};
+
+/* Write one record holding @items (1..n, ids continuing where the last ended):
+ * a header, then scan group g = chunk g of every item, in item order.
+ * @return 0; -EINVAL (numbering); -ENOSPC/-EIO/... from write(2), message in the
+ *         writer's error (pcr_writer_error()). */
+int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n);
+
+int pcr_writer_set_meta(struct pcr_writer *w, const char *key, const char *value);
+
+/* The last error message, "" if none. */
+const char *pcr_writer_error(const struct pcr_writer *w);
+
+/* Check the numbering is complete, commit the index, fsync, rename into place.
+ * Frees @w in every case; on failure nothing is left behind.
+ * @return 0 or a negative errno (message in @err). */
+int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen);
+
+/* Remove everything this writer created and free it. Safe from any point. */
+void pcr_writer_abort(struct pcr_writer *w);
+
+/* The temporary directory being written (to remove it from a signal path). */
+const char *pcr_writer_tmpdir(const struct pcr_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,35 @@
+/* pcrfs — helpers shared by the library's modules; not installed. */
+#ifndef PCRFS_INTERNAL_H
+#define PCRFS_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include "pcrfs/log.h"
+
+#define PCR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Format a message and hand it to the installed hook (see pcrfs/log.h). */
+void pcr_log(enum pcr_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Write a formatted message into @buf (if non-NULL); always NUL-terminates. */
+void pcr_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* XXH64 (seed 0), the checksum of each file's full bytes. Implemented from the
+ * published xxHash specification; streaming state for data that comes in pieces. */
+struct pcr_xxh64 {
+    uint64_t v[4];
+    uint64_t total;
+    uint8_t buf[32];
+    unsigned nbuf;
+};
+void pcr_xxh64_init(struct pcr_xxh64 *st);
+void pcr_xxh64_update(struct pcr_xxh64 *st, const void *data, size_t len);
+uint64_t pcr_xxh64_final(const struct pcr_xxh64 *st);
+uint64_t pcr_xxh64(const void *data, size_t len);
+
+/* LEB128 varints, as packed in the index's BLOB columns. */
+size_t pcr_varint_put(uint8_t *out, uint64_t v); /* writes at most 10 bytes */
+/* @return bytes consumed, or 0 if the varint is truncated or longer than 64 bits. */
+size_t pcr_varint_get(const uint8_t *p, size_t len, uint64_t *v);
+
+#endif

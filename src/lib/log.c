@@ -1,0 +1,39 @@
+/* pcrfs — the log hook (see pcrfs/log.h). */
+#include <stdio.h>
+#include <stdarg.h>
+#include "internal.h"
+
+static pcr_log_fn log_fn;
+static void *log_ctx;
+static enum pcr_log_level log_max = PCR_LOG_INFO;
+
+void pcr_log_set_hook(pcr_log_fn fn, void *ctx, enum pcr_log_level max_level)
+{
+    log_fn = fn;
+    log_ctx = ctx;
+    log_max = max_level;
+}
+
+void pcr_log(enum pcr_log_level level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    if (!log_fn || level > log_max)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_fn(level, msg, log_ctx);
+}
+
+void pcr_errf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
