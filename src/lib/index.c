@@ -1,1 +1,472 @@
-/* in progress */
+/* pcrfs — the index module (see index.h). The only file that includes <sqlite3.h>.
+ *
+ * The store is immutable once built, so the reader opens index.db with
+ * "immutable=1": SQLite takes no locks and looks for no journal, which also lets a
+ * store live on read-only media. The writer needs no journal either: it writes into
+ * a temporary directory that is renamed into place only after COMMIT and fsync, so
+ * a crash mid-build leaves no store at all rather than a half-written one.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sqlite3.h>
+#include "index.h"
+#include "internal.h"
+
+static const char schema[] =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
+    " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
+    " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
+    "CREATE TABLE records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
+    " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
+    "CREATE TABLE files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
+    " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
+    " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
+    " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
+    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT);";
+
+enum {
+    ST_META,
+    ST_DIRS,
+    ST_RECORDS,
+    ST_FILES,
+    ST_PUT_META,
+    ST_PUT_DIR,
+    ST_PUT_RECORD,
+    ST_PUT_FILE,
+    ST_COUNT
+};
+
+static const char *const reader_sql[] = {
+    [ST_META] = "SELECT value FROM meta WHERE key = ?1",
+    [ST_DIRS] = "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles"
+                " FROM dirs ORDER BY id",
+    [ST_RECORDS] = "SELECT id, name, size, nimages, groups FROM records ORDER BY id",
+    [ST_FILES] = "SELECT id, dir, name, kind, record, slot, nchunks, chunks, size, width,"
+                 " height, components, src_size, checksum, note FROM files"
+                 " WHERE id >= ?1 AND id < ?2 ORDER BY id",
+};
+
+static const char *const writer_sql[] = {
+    [ST_PUT_META] = "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
+    [ST_PUT_DIR] = "INSERT INTO dirs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    [ST_PUT_RECORD] = "INSERT INTO records VALUES (?1, ?2, ?3, ?4, ?5)",
+    [ST_PUT_FILE] = "INSERT INTO files VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+                    " ?12, ?13, ?14, ?15)",
+};
+
+struct pcr_index {
+    sqlite3 *db;
+    pthread_mutex_t lock;         /* one statement runs at a time on @db */
+    sqlite3_stmt *st[ST_COUNT];   /* prepared once; NULL when not used in this mode */
+};
+
+const char *pcr_index_errmsg(struct pcr_index *idx)
+{
+    return sqlite3_errmsg(idx->db);
+}
+
+/* SQLite result code -> negative errno, once, here. */
+static int sql_errno(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return 0;
+    case SQLITE_NOMEM:
+        return -ENOMEM;
+    case SQLITE_FULL:
+        return -ENOSPC;
+    case SQLITE_CANTOPEN:
+        return -ENOENT;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+    case SQLITE_FORMAT:
+    case SQLITE_SCHEMA:
+    case SQLITE_MISMATCH:
+    case SQLITE_CONSTRAINT:
+        return -EINVAL;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+        return -EACCES;
+    default:
+        return -EIO;
+    }
+}
+
+/* Build "file:<path>?immutable=1" with the characters URIs reserve escaped. */
+static char *uri_for(const char *path, const char *query)
+{
+    size_t n = strlen(path);
+    char *u = malloc(3 * n + strlen(query) + 8), *p;
+
+    if (!u)
+        return NULL;
+    p = u + sprintf(u, "file:");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)path[i];
+        if (c == '%' || c == '?' || c == '#' || c < 0x21 || c >= 0x7f)
+            p += sprintf(p, "%%%02X", c);
+        else
+            *p++ = (char)c;
+    }
+    strcpy(p, query);
+    return u;
+}
+
+static int64_t pragma_int(sqlite3 *db, const char *sql, int *rc)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+
+    *rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (*rc == SQLITE_OK) {
+        *rc = sqlite3_step(st);
+        if (*rc == SQLITE_ROW) {
+            v = sqlite3_column_int64(st, 0);
+            *rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(st);
+    return v;
+}
+
+static struct pcr_index *index_alloc(void)
+{
+    struct pcr_index *idx = calloc(1, sizeof(*idx));
+    if (idx)
+        pthread_mutex_init(&idx->lock, NULL);
+    return idx;
+}
+
+void pcr_index_close(struct pcr_index *idx)
+{
+    if (!idx)
+        return;
+    for (int i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(idx->st[i]);
+    sqlite3_close(idx->db);
+    pthread_mutex_destroy(&idx->lock);
+    free(idx);
+}
+
+int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t errlen)
+{
+    struct pcr_index *idx;
+    struct stat sb;
+    char *uri;
+    int rc, ret;
+    int64_t app, ver;
+
+    if (stat(path, &sb) != 0) {
+        ret = -errno;
+        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
+        return ret;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        pcr_errf(err, errlen, "%s: not a regular file", path);
+        return -EINVAL;
+    }
+    idx = index_alloc();
+    uri = uri_for(path, "?immutable=1");
+    if (!idx || !uri) {
+        free(uri);
+        pcr_index_close(idx);
+        return -ENOMEM;
+    }
+    rc = sqlite3_open_v2(uri, &idx->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+                                            SQLITE_OPEN_NOMUTEX, NULL);
+    free(uri);
+    if (rc != SQLITE_OK) {
+        pcr_errf(err, errlen, "%s: cannot open: %s", path,
+                 idx->db ? sqlite3_errmsg(idx->db) : sqlite3_errstr(rc));
+        ret = sql_errno(rc) ? sql_errno(rc) : -EIO;
+        goto fail;
+    }
+    app = pragma_int(idx->db, "PRAGMA application_id", &rc);
+    if (rc != SQLITE_OK) {
+        pcr_errf(err, errlen, "%s: not a pcrfs index (%s)", path, sqlite3_errmsg(idx->db));
+        ret = -EINVAL;
+        goto fail;
+    }
+    if (app != PCR_INDEX_APP_ID) {
+        pcr_errf(err, errlen, "%s: not a pcrfs index (an SQLite database of another kind)",
+                 path);
+        ret = -EINVAL;
+        goto fail;
+    }
+    ver = pragma_int(idx->db, "PRAGMA user_version", &rc);
+    if (rc != SQLITE_OK || ver != PCR_INDEX_VERSION) {
+        pcr_errf(err, errlen, "%s: store format version %lld; this pcrfs reads version %d",
+                 path, (long long)ver, PCR_INDEX_VERSION);
+        ret = -ENOTSUP;
+        goto fail;
+    }
+    for (int i = 0; i < (int)PCR_ARRAY_SIZE(reader_sql); i++) {
+        rc = sqlite3_prepare_v3(idx->db, reader_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                &idx->st[i], NULL);
+        if (rc != SQLITE_OK) {
+            pcr_errf(err, errlen, "%s: index is damaged: %s", path, sqlite3_errmsg(idx->db));
+            ret = -EINVAL;
+            goto fail;
+        }
+    }
+    *out = idx;
+    return 0;
+fail:
+    pcr_index_close(idx);
+    return ret;
+}
+
+int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t errlen)
+{
+    struct pcr_index *idx = index_alloc();
+    char sql[160];
+    int rc;
+
+    if (!idx)
+        return -ENOMEM;
+    rc = sqlite3_open_v2(path, &idx->db,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                         NULL);
+    if (rc != SQLITE_OK)
+        goto fail;
+    snprintf(sql, sizeof(sql),
+             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id=%d;"
+             " PRAGMA user_version=%d;",
+             PCR_INDEX_APP_ID, PCR_INDEX_VERSION);
+    rc = sqlite3_exec(idx->db, sql, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(idx->db, schema, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(idx->db, "BEGIN", NULL, NULL, NULL);
+    for (int i = ST_PUT_META; rc == SQLITE_OK && i < ST_COUNT; i++)
+        rc = sqlite3_prepare_v3(idx->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                &idx->st[i], NULL);
+    if (rc != SQLITE_OK)
+        goto fail;
+    *out = idx;
+    return 0;
+fail:
+    pcr_errf(err, errlen, "%s: %s", path, idx->db ? sqlite3_errmsg(idx->db) : sqlite3_errstr(rc));
+    rc = sql_errno(rc) ? sql_errno(rc) : -EIO;
+    pcr_index_close(idx);
+    return rc;
+}
+
+ssize_t pcr_index_meta(struct pcr_index *idx, const char *key, char *buf, size_t len)
+{
+    sqlite3_stmt *st = idx->st[ST_META];
+    ssize_t ret = -ENOENT;
+
+    pthread_mutex_lock(&idx->lock);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+        size_t n = v ? (size_t)sqlite3_column_bytes(st, 0) : 0;
+        if (len > 0) {
+            size_t c = n < len - 1 ? n : len - 1;
+            if (c)
+                memcpy(buf, v, c);
+            buf[c] = '\0';
+        }
+        ret = (ssize_t)n;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    pthread_mutex_unlock(&idx->lock);
+    return ret;
+}
+
+int64_t pcr_index_max_id(struct pcr_index *idx, const char *table)
+{
+    char sql[64];
+    int rc;
+    int64_t v;
+
+    if (strcmp(table, "files") != 0 && strcmp(table, "dirs") != 0 &&
+        strcmp(table, "records") != 0)
+        return -EINVAL;
+    snprintf(sql, sizeof(sql), "SELECT coalesce(max(id), 0) FROM %s", table);
+    pthread_mutex_lock(&idx->lock);
+    v = pragma_int(idx->db, sql, &rc);
+    pthread_mutex_unlock(&idx->lock);
+    return rc == SQLITE_OK ? v : sql_errno(rc) ? sql_errno(rc) : -EIO;
+}
+
+/* Finish a SELECT loop: reset the statement, map the last step's result. */
+static int end_select(sqlite3_stmt *st, int rc, int cbret)
+{
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (cbret)
+        return cbret;
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int pcr_index_load_dirs(struct pcr_index *idx, pcr_index_dir_cb cb, void *ctx)
+{
+    sqlite3_stmt *st = idx->st[ST_DIRS];
+    int rc, cbret = 0;
+
+    pthread_mutex_lock(&idx->lock);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct pcr_index_dir d = {
+            .id = sqlite3_column_int64(st, 0),
+            .parent = sqlite3_column_int64(st, 1),
+            .name = sqlite3_column_blob(st, 2),
+            .namelen = (size_t)sqlite3_column_bytes(st, 2),
+            .first_child = sqlite3_column_int64(st, 3),
+            .nsubdirs = sqlite3_column_int64(st, 4),
+            .first_file = sqlite3_column_int64(st, 5),
+            .nfiles = sqlite3_column_int64(st, 6),
+        };
+        if ((cbret = cb(ctx, &d)) != 0)
+            break;
+    }
+    rc = end_select(st, rc, cbret);
+    pthread_mutex_unlock(&idx->lock);
+    return rc;
+}
+
+int pcr_index_load_records(struct pcr_index *idx, pcr_index_record_cb cb, void *ctx)
+{
+    sqlite3_stmt *st = idx->st[ST_RECORDS];
+    int rc, cbret = 0;
+
+    pthread_mutex_lock(&idx->lock);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        struct pcr_index_record r = {
+            .id = sqlite3_column_int64(st, 0),
+            .name = name ? name : "",
+            .size = sqlite3_column_int64(st, 2),
+            .nimages = sqlite3_column_int64(st, 3),
+            .groups = sqlite3_column_blob(st, 4),
+            .groups_len = (size_t)sqlite3_column_bytes(st, 4),
+        };
+        if ((cbret = cb(ctx, &r)) != 0)
+            break;
+    }
+    rc = end_select(st, rc, cbret);
+    pthread_mutex_unlock(&idx->lock);
+    return rc;
+}
+
+int pcr_index_load_files(struct pcr_index *idx, int64_t first, int64_t count,
+                         pcr_index_file_cb cb, void *ctx)
+{
+    sqlite3_stmt *st = idx->st[ST_FILES];
+    int rc, cbret = 0;
+
+    pthread_mutex_lock(&idx->lock);
+    sqlite3_bind_int64(st, 1, first);
+    sqlite3_bind_int64(st, 2, first + count);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct pcr_index_file f = {
+            .id = sqlite3_column_int64(st, 0),
+            .dir = sqlite3_column_int64(st, 1),
+            .name = sqlite3_column_blob(st, 2),
+            .namelen = (size_t)sqlite3_column_bytes(st, 2),
+            .kind = sqlite3_column_int64(st, 3),
+            .record = sqlite3_column_int64(st, 4),
+            .slot = sqlite3_column_int64(st, 5),
+            .nchunks = sqlite3_column_int64(st, 6),
+            .chunks = sqlite3_column_blob(st, 7),
+            .chunks_len = (size_t)sqlite3_column_bytes(st, 7),
+            .size = sqlite3_column_int64(st, 8),
+            .width = sqlite3_column_int64(st, 9),
+            .height = sqlite3_column_int64(st, 10),
+            .components = sqlite3_column_int64(st, 11),
+            .src_size = sqlite3_column_int64(st, 12),
+            .checksum = (uint64_t)sqlite3_column_int64(st, 13),
+            .note = (const char *)sqlite3_column_text(st, 14),
+        };
+        if ((cbret = cb(ctx, &f)) != 0)
+            break;
+    }
+    rc = end_select(st, rc, cbret);
+    pthread_mutex_unlock(&idx->lock);
+    return rc;
+}
+
+/* Run one INSERT whose parameters are bound; map the result. */
+static int put_step(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE ? 0 : sql_errno(rc) ? sql_errno(rc) : -EIO;
+}
+
+int pcr_index_put_meta(struct pcr_index *idx, const char *key, const char *value)
+{
+    sqlite3_stmt *st = idx->st[ST_PUT_META];
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+    return put_step(st);
+}
+
+int pcr_index_put_dir(struct pcr_index *idx, const struct pcr_index_dir *d)
+{
+    sqlite3_stmt *st = idx->st[ST_PUT_DIR];
+    sqlite3_bind_int64(st, 1, d->id);
+    sqlite3_bind_int64(st, 2, d->parent);
+    sqlite3_bind_blob(st, 3, d->namelen ? (const void *)d->name : "", (int)d->namelen,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, d->first_child);
+    sqlite3_bind_int64(st, 5, d->nsubdirs);
+    sqlite3_bind_int64(st, 6, d->first_file);
+    sqlite3_bind_int64(st, 7, d->nfiles);
+    return put_step(st);
+}
+
+int pcr_index_put_record(struct pcr_index *idx, const struct pcr_index_record *r)
+{
+    sqlite3_stmt *st = idx->st[ST_PUT_RECORD];
+    sqlite3_bind_int64(st, 1, r->id);
+    sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, r->size);
+    sqlite3_bind_int64(st, 4, r->nimages);
+    sqlite3_bind_blob(st, 5, r->groups, (int)r->groups_len, SQLITE_STATIC);
+    return put_step(st);
+}
+
+int pcr_index_put_file(struct pcr_index *idx, const struct pcr_index_file *f)
+{
+    sqlite3_stmt *st = idx->st[ST_PUT_FILE];
+    sqlite3_bind_int64(st, 1, f->id);
+    sqlite3_bind_int64(st, 2, f->dir);
+    sqlite3_bind_blob(st, 3, f->name, (int)f->namelen, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, f->kind);
+    sqlite3_bind_int64(st, 5, f->record);
+    sqlite3_bind_int64(st, 6, f->slot);
+    sqlite3_bind_int64(st, 7, f->nchunks);
+    sqlite3_bind_blob(st, 8, f->chunks, (int)f->chunks_len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 9, f->size);
+    sqlite3_bind_int64(st, 10, f->width);
+    sqlite3_bind_int64(st, 11, f->height);
+    sqlite3_bind_int64(st, 12, f->components);
+    sqlite3_bind_int64(st, 13, f->src_size);
+    sqlite3_bind_int64(st, 14, (int64_t)f->checksum);
+    if (f->note)
+        sqlite3_bind_text(st, 15, f->note, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 15);
+    return put_step(st);
+}
+
+int pcr_index_commit(struct pcr_index *idx, char *err, size_t errlen)
+{
+    int rc = sqlite3_exec(idx->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        pcr_errf(err, errlen, "index: %s", sqlite3_errmsg(idx->db));
+        return sql_errno(rc) ? sql_errno(rc) : -EIO;
+    }
+    return 0;
+}

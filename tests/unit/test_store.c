@@ -1,0 +1,320 @@
+/* Unit test of the writer and the reader over synthetic data: numbering, record
+ * layout, sizes and bytes at every level and offset, lookup/readdir/path,
+ * checksums, replacing stores, and a damaged record failing alone. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "pcrfs/store.h"
+#include "pcrfs/writer.h"
+#include "internal.h"
+#include "check.h"
+
+#define LEVELS 10
+
+/* The synthetic tree: dirs 1 "" {a, b}, 2 "a", 3 "b" {c}, 4 "c". */
+struct tfile {
+    const char *path;
+    uint64_t dir;
+    const char *name;
+    int kind;
+    unsigned nchunks; /* JPEG */
+    size_t len;
+    uint8_t *data;
+    struct pcr_split split;
+};
+
+static struct tfile files[] = {
+    {"r1.JPEG", 1, "r1.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}},
+    {"r2.bin", 1, "r2.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
+    {"a/ x y.JPEG", 2, " x y.JPEG", PCR_KIND_JPEG, 6, 0, NULL, {0}},
+    {"a/cmyk.JPEG", 2, "cmyk.JPEG", PCR_KIND_JPEG, 18, 0, NULL, {0}},
+    {"a/empty", 2, "empty", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
+    {"a/one.JPEG", 2, "one.JPEG", PCR_KIND_JPEG, 1, 0, NULL, {0}},
+    {"b/c/z.txt", 4, "z.txt", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
+    {"b/c/\xff\xfe.JPEG", 4, "\xff\xfe.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}},
+};
+#define NFILES (sizeof(files) / sizeof(files[0]))
+
+static uint32_t rnd_state = 12345;
+static uint32_t rnd(void)
+{
+    rnd_state = rnd_state * 1103515245u + 12345u;
+    return rnd_state >> 8;
+}
+
+static void make_data(void)
+{
+    for (size_t i = 0; i < NFILES; i++) {
+        struct tfile *t = &files[i];
+        size_t n = 0;
+        if (t->kind == PCR_KIND_VERBATIM) {
+            t->len = !strcmp(t->name, "empty") ? 0 : 100 + rnd() % 3000;
+            t->data = malloc(t->len + 1);
+            for (size_t k = 0; k < t->len; k++)
+                t->data[k] = (uint8_t)rnd();
+            continue;
+        }
+        t->split.nchunks = t->nchunks;
+        t->data = malloc(64 * 4096 + 2);
+        for (unsigned c = 0; c < t->nchunks; c++) {
+            size_t l = 1 + rnd() % 4000;
+            for (size_t k = 0; k < l; k++)
+                t->data[n + k] = (uint8_t)(i * 32 + c);
+            n += l;
+            t->split.end[c] = n;
+        }
+        t->data[n++] = 0xFF;
+        t->data[n++] = 0xD9;
+        t->len = n;
+    }
+}
+
+/* Bytes at @level per the store's rule, into a new buffer. */
+static uint8_t *expected(const struct tfile *t, unsigned level, size_t *len)
+{
+    uint8_t *b = malloc(t->len + 2);
+    unsigned m;
+
+    if (t->kind == PCR_KIND_VERBATIM) {
+        memcpy(b, t->data, t->len);
+        *len = t->len;
+        return b;
+    }
+    m = level >= LEVELS || level >= t->nchunks ? t->nchunks : level;
+    *len = t->split.end[m - 1];
+    memcpy(b, t->data, *len);
+    b[(*len)++] = 0xFF;
+    b[(*len)++] = 0xD9;
+    return b;
+}
+
+static int build(const char *path, bool force, unsigned per_record, char *err, size_t errlen)
+{
+    struct pcr_writer *w;
+    struct pcr_writer_opts o = {.levels = LEVELS, .script = "test", .force = force};
+    struct pcr_dir_row dirs[] = {
+        {1, 1, "", 2, 2, 1, 2},
+        {2, 1, "a", 0, 0, 3, 4},
+        {3, 1, "b", 4, 1, 0, 0},
+        {4, 3, "c", 0, 0, 7, 2},
+    };
+    int ret = pcr_writer_create(path, &o, &w, err, errlen);
+
+    if (ret)
+        return ret;
+    for (size_t i = 0; i < 4; i++)
+        if ((ret = pcr_writer_add_dir(w, &dirs[i])))
+            goto fail;
+    for (size_t i = 0; i < NFILES; i += per_record) {
+        struct pcr_item items[8];
+        unsigned n = 0;
+        for (size_t k = i; k < NFILES && n < per_record; k++, n++) {
+            struct tfile *t = &files[k];
+            items[n] = (struct pcr_item){
+                .id = k + 1,
+                .dir = t->dir,
+                .name = t->name,
+                .kind = t->kind,
+                .data = t->data,
+                .len = t->len,
+                .split = t->kind == PCR_KIND_JPEG ? &t->split : NULL,
+                .info = {.width = 10, .height = 20, .components = 3},
+                .src_size = t->len,
+                .note = t->kind == PCR_KIND_VERBATIM ? "not a JPEG" : NULL,
+            };
+        }
+        if ((ret = pcr_writer_add_record(w, items, n)))
+            goto fail;
+    }
+    return pcr_writer_finish(w, err, errlen);
+fail:
+    snprintf(err, errlen, "%s", pcr_writer_error(w));
+    pcr_writer_abort(w);
+    return ret;
+}
+
+static int resolve(struct pcr_store *s, const char *path, struct pcr_node *node)
+{
+    char buf[512], *save, *part;
+    int ret = 0;
+
+    snprintf(buf, sizeof(buf), "%s", path);
+    node->is_dir = true;
+    node->id = PCR_ROOT_DIR;
+    for (part = strtok_r(buf, "/", &save); part && !ret; part = strtok_r(NULL, "/", &save))
+        ret = pcr_store_lookup(s, node->id, part, node);
+    return ret;
+}
+
+static void test_read(const char *path)
+{
+    struct pcr_store *s;
+    char err[512], pbuf[512];
+    uint8_t *buf = malloc(1 << 20);
+    int ret = pcr_store_open(path, &s, err, sizeof(err));
+
+    CHECK(ret == 0, "open: %s", err);
+    if (ret)
+        return;
+    CHECK(pcr_store_levels(s) == LEVELS, "levels %u", pcr_store_levels(s));
+    CHECK(pcr_store_nfiles(s) == NFILES, "nfiles");
+    CHECK(pcr_store_ndirs(s) == 4, "ndirs");
+    for (size_t i = 0; i < NFILES; i++) {
+        struct tfile *t = &files[i];
+        struct pcr_node node;
+        const struct pcr_file *f;
+        struct pcr_file_info info;
+
+        ret = resolve(s, t->path, &node);
+        CHECK(ret == 0 && !node.is_dir && node.id == i + 1, "lookup %s: %d", t->path, ret);
+        if (ret)
+            continue;
+        CHECK(pcr_store_file(s, node.id, &f) == 0, "file %zu", i);
+        pcr_file_info(f, &info);
+        CHECK(info.kind == (enum pcr_kind)t->kind, "kind of %s", t->path);
+        CHECK(info.checksum == pcr_xxh64(t->data, t->len), "checksum of %s", t->path);
+        CHECK(pcr_store_path(s, node.id, pbuf, sizeof(pbuf)) == (ssize_t)strlen(t->path) &&
+                  !strcmp(pbuf, t->path),
+              "path %s vs %s", pbuf, t->path);
+        for (unsigned level = 1; level <= LEVELS + 2; level++) {
+            size_t elen;
+            uint8_t *e = expected(t, level, &elen);
+            struct pcr_handle *h;
+            CHECK(pcr_file_size(f, level) == elen, "%s level %u size %llu want %zu", t->path,
+                  level, (unsigned long long)pcr_file_size(f, level), elen);
+            ret = pcr_handle_open(s, f, level, &h);
+            CHECK(ret == 0, "handle %s", t->path);
+            if (ret) {
+                free(e);
+                continue;
+            }
+            CHECK(pcr_handle_size(h) == elen, "handle size");
+            ssize_t n = pcr_handle_read(h, buf, 1 << 20, 0);
+            CHECK(n == (ssize_t)elen && !memcmp(buf, e, elen), "%s level %u bytes", t->path,
+                  level);
+            for (int k = 0; k < 200; k++) {
+                size_t off = elen ? rnd() % (elen + 3) : 0, len = rnd() % 5000;
+                size_t want = off >= elen ? 0 : (len < elen - off ? len : elen - off);
+                n = pcr_handle_read(h, buf, len, off);
+                CHECK(n == (ssize_t)want && (want == 0 || !memcmp(buf, e + off, want)),
+                      "%s level %u off %zu len %zu: %zd", t->path, level, off, len, n);
+            }
+            pcr_handle_close(h);
+            free(e);
+        }
+    }
+    /* readdir: subdirectories first, then files, by name */
+    struct pcr_dirent de;
+    CHECK(pcr_store_readdir(s, 1, 0, &de) == 0 && de.node.is_dir && !strcmp(de.name, "a"), "rd0");
+    CHECK(pcr_store_readdir(s, 1, 1, &de) == 0 && de.node.is_dir && !strcmp(de.name, "b"), "rd1");
+    CHECK(pcr_store_readdir(s, 1, 2, &de) == 0 && !de.node.is_dir && !strcmp(de.name, "r1.JPEG"),
+          "rd2");
+    CHECK(pcr_store_readdir(s, 1, 4, &de) == -ENOENT, "rd end");
+    struct pcr_node nn;
+    CHECK(pcr_store_lookup(s, 1, "nope", &nn) == -ENOENT, "missing");
+    CHECK(pcr_store_lookup(s, 99, "a", &nn) == -ENOENT, "bad dir");
+    const struct pcr_file *f;
+    CHECK(pcr_store_file(s, 0, &f) == -ENOENT && pcr_store_file(s, NFILES + 1, &f) == -ENOENT,
+          "bad file ids");
+    struct pcr_stats st;
+    pcr_store_stats(s, &st);
+    CHECK(st.level[1].bytes > 0 && st.level[LEVELS].bytes > st.level[1].bytes, "stats");
+    pcr_store_close(s);
+    free(buf);
+}
+
+/* Truncate the record holding file @idx: its files fail with EIO, others still read. */
+static void test_damaged(const char *path)
+{
+    struct pcr_store *s;
+    char err[512], rec[600];
+    uint8_t buf[100000];
+    const struct pcr_file *f;
+    struct pcr_file_info info;
+
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
+    CHECK(pcr_store_file(s, 1, &f) == 0, "file 1");
+    pcr_file_info(f, &info);
+    snprintf(rec, sizeof(rec), "%s/records/%06llu.pcr", path, (unsigned long long)info.record);
+    CHECK(truncate(rec, 100) == 0, "truncate %s", rec);
+    CHECK(pcr_store_read(s, f, LEVELS, buf, sizeof(buf), 0) == -EIO, "damaged record gives EIO");
+    for (uint64_t id = 1; id <= NFILES; id++) {
+        struct pcr_file_info i2;
+        CHECK(pcr_store_file(s, id, &f) == 0, "file %llu", (unsigned long long)id);
+        pcr_file_info(f, &i2);
+        if (i2.record == info.record)
+            continue;
+        CHECK(pcr_store_read(s, f, LEVELS, buf, sizeof(buf), 0) == (ssize_t)files[id - 1].len,
+              "other record still served (file %llu)", (unsigned long long)id);
+    }
+    pcr_store_close(s);
+}
+
+static void test_xxh64(void)
+{
+    uint8_t big[1000];
+    struct pcr_xxh64 st;
+
+    CHECK(pcr_xxh64("", 0) == 0xEF46DB3751D8E999ULL, "xxh64 empty");
+    CHECK(pcr_xxh64("abc", 3) == 0x44BC2CF5AD770999ULL, "xxh64 abc");
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (uint8_t)(i * 7);
+    pcr_xxh64_init(&st);
+    for (size_t i = 0; i < sizeof(big); i += 37)
+        pcr_xxh64_update(&st, big + i, i + 37 <= sizeof(big) ? 37 : sizeof(big) - i);
+    CHECK(pcr_xxh64_final(&st) == pcr_xxh64(big, sizeof(big)), "xxh64 streaming");
+}
+
+static void test_varint(void)
+{
+    uint8_t b[10];
+    uint64_t v, vals[] = {0, 1, 127, 128, 300, 1ULL << 32, UINT64_MAX};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        size_t n = pcr_varint_put(b, vals[i]);
+        CHECK(pcr_varint_get(b, n, &v) == n && v == vals[i], "varint %llu",
+              (unsigned long long)vals[i]);
+        CHECK(pcr_varint_get(b, n - 1, &v) == 0, "truncated varint %llu",
+              (unsigned long long)vals[i]);
+    }
+    memset(b, 0xff, sizeof(b));
+    CHECK(pcr_varint_get(b, sizeof(b), &v) == 0, "overlong varint");
+}
+
+int main(void)
+{
+    char tmpl[] = "/tmp/pcrfs-test-store-XXXXXX", path[600], err[512], cmd[700];
+    struct stat sb;
+
+    test_xxh64();
+    test_varint();
+    make_data();
+    if (!mkdtemp(tmpl))
+        return 2;
+    snprintf(path, sizeof(path), "%s/store", tmpl);
+
+    CHECK(build(path, false, 3, err, sizeof(err)) == 0, "build: %s", err);
+    test_read(path);
+    CHECK(build(path, false, 3, err, sizeof(err)) == -EEXIST, "exists without force");
+    CHECK(build(path, true, 8, err, sizeof(err)) == 0, "force replaces a store: %s", err);
+    test_read(path); /* one record this time */
+
+    /* --force never replaces something that is not a store */
+    char other[600];
+    snprintf(other, sizeof(other), "%s/userdir", tmpl);
+    mkdir(other, 0755);
+    snprintf(cmd, sizeof(cmd), "%s/precious", other);
+    close(open(cmd, O_CREAT | O_WRONLY, 0644));
+    CHECK(build(other, true, 3, err, sizeof(err)) < 0, "force on a non-store refused");
+    CHECK(stat(cmd, &sb) == 0, "non-store left intact");
+
+    test_damaged(path);
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmpl);
+    return check_done("store");
+}
