@@ -1,0 +1,353 @@
+/* pcrfs tools — the store summary (see summary.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "summary.h"
+#include "tool.h"
+
+/* Verbatim files listed one by one in the text summary (JSON lists them all). */
+#define LIST_MAX 20
+
+struct vfile {
+    char *path;       /* escaped for display */
+    const char *note; /* owned by the store */
+};
+
+struct reason {
+    const char *note;
+    uint64_t count;
+};
+
+struct summary {
+    char *path;
+    char script[128], per_record[32], format[32], skipped[32];
+    unsigned levels;
+    uint64_t nfiles, ndirs, nrecords, njpeg, nverbatim;
+    uint64_t src_bytes, index_bytes, record_bytes;
+    uint64_t level_sum[PCR_MAX_LEVELS + 1]; /* bytes of all JPEGs at level K */
+    struct vfile *vfiles;
+    struct reason *reasons;
+    size_t nreasons;
+};
+
+static void meta(struct pcr_store *s, const char *key, char *buf, size_t len)
+{
+    if (pcr_store_meta(s, key, buf, len) < 0)
+        buf[0] = '\0';
+}
+
+/* Bytes of index.db and of records/ *: what the store costs on disk. */
+static int store_sizes(struct summary *sm, char *err, size_t errlen)
+{
+    struct stat st;
+    struct dirent *de;
+    DIR *d = NULL;
+    int fd, rfd, e = 0;
+
+    fd = open(sm->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fstatat(fd, "index.db", &st, 0) < 0)
+        goto fail;
+    sm->index_bytes = (uint64_t)st.st_size;
+    rfd = openat(fd, "records", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        goto fail;
+    d = fdopendir(rfd);
+    if (!d) {
+        e = errno;
+        close(rfd);
+        errno = e;
+        goto fail;
+    }
+    while ((errno = 0, de = readdir(d)) != NULL) {
+        if (fstatat(rfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            sm->record_bytes += (uint64_t)st.st_size;
+    }
+    if (errno)
+        goto fail;
+    closedir(d);
+    close(fd);
+    return 0;
+fail:
+    e = errno;
+    if (d)
+        closedir(d);
+    if (fd >= 0)
+        close(fd);
+    snprintf(err, errlen, "%s: %s", sm->path, strerror(e));
+    return -e;
+}
+
+static int cmp_reason(const void *a, const void *b)
+{
+    const struct reason *x = a, *y = b;
+
+    if (x->count != y->count)
+        return x->count > y->count ? -1 : 1;
+    return strcmp(x->note, y->note);
+}
+
+static void add_reason(struct summary *sm, const char *note, size_t *cap)
+{
+    size_t i;
+
+    /* Few distinct reasons in practice: a linear search is enough. */
+    for (i = 0; i < sm->nreasons; i++) {
+        if (strcmp(sm->reasons[i].note, note) == 0) {
+            sm->reasons[i].count++;
+            return;
+        }
+    }
+    if (sm->nreasons == *cap) {
+        *cap = *cap ? *cap * 2 : 8;
+        sm->reasons = realloc(sm->reasons, *cap * sizeof(*sm->reasons));
+        if (!sm->reasons)
+            abort();
+    }
+    sm->reasons[sm->nreasons].note = note;
+    sm->reasons[sm->nreasons].count = 1;
+    sm->nreasons++;
+}
+
+int summary_compute(struct pcr_store *s, const char *path, struct summary **out, char *err,
+                    size_t errlen)
+{
+    struct summary *sm = calloc(1, sizeof(*sm));
+    struct tool_buf esc = {0};
+    size_t pathcap = 4096, rcap = 0, vcap = 0;
+    char *pbuf = malloc(pathcap);
+    uint64_t id;
+    unsigned k;
+    int rc;
+
+    if (!sm || !pbuf || !(sm->path = strdup(path))) {
+        free(pbuf);
+        summary_free(sm);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    sm->levels = pcr_store_levels(s);
+    sm->nfiles = pcr_store_nfiles(s);
+    sm->ndirs = pcr_store_ndirs(s);
+    sm->nrecords = pcr_store_nrecords(s);
+    meta(s, "script", sm->script, sizeof(sm->script));
+    meta(s, "per_record", sm->per_record, sizeof(sm->per_record));
+    meta(s, "format_version", sm->format, sizeof(sm->format));
+    meta(s, "skipped", sm->skipped, sizeof(sm->skipped));
+
+    for (id = 1; id <= sm->nfiles; id++) {
+        const struct pcr_file *f;
+        struct pcr_file_info fi;
+        ssize_t n;
+
+        rc = pcr_store_file(s, id, &f);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s: file %" PRIu64 ": %s", path, id, strerror(-rc));
+            goto fail;
+        }
+        pcr_file_info(f, &fi);
+        sm->src_bytes += fi.src_size;
+        if (fi.kind == PCR_KIND_JPEG) {
+            sm->njpeg++;
+            for (k = 1; k <= sm->levels; k++)
+                sm->level_sum[k] += pcr_file_size(f, k);
+            continue;
+        }
+        while ((n = pcr_store_path(s, id, pbuf, pathcap)) == -ENAMETOOLONG) {
+            char *p = realloc(pbuf, pathcap * 2);
+
+            if (!p) {
+                n = -ENOMEM;
+                break;
+            }
+            pbuf = p;
+            pathcap *= 2;
+        }
+        if (n < 0) {
+            rc = (int)n;
+            snprintf(err, errlen, "%s: path of file %" PRIu64 ": %s", path, id, strerror(-rc));
+            goto fail;
+        }
+        if (sm->nverbatim == vcap) {
+            vcap = vcap ? vcap * 2 : 16;
+            sm->vfiles = realloc(sm->vfiles, vcap * sizeof(*sm->vfiles));
+            if (!sm->vfiles)
+                abort();
+        }
+        tool_buf_reset(&esc);
+        tool_escape(&esc, pbuf, (size_t)n);
+        sm->vfiles[sm->nverbatim].path = strdup(esc.s);
+        sm->vfiles[sm->nverbatim].note = fi.note && fi.note[0] ? fi.note : "no reason recorded";
+        if (!sm->vfiles[sm->nverbatim].path)
+            abort();
+        add_reason(sm, sm->vfiles[sm->nverbatim].note, &rcap);
+        sm->nverbatim++;
+    }
+    if (sm->nreasons)
+        qsort(sm->reasons, sm->nreasons, sizeof(*sm->reasons), cmp_reason);
+    rc = store_sizes(sm, err, errlen);
+    if (rc < 0)
+        goto fail;
+    free(pbuf);
+    tool_buf_free(&esc);
+    *out = sm;
+    return 0;
+fail:
+    free(pbuf);
+    tool_buf_free(&esc);
+    summary_free(sm);
+    return rc;
+}
+
+uint64_t summary_njpeg(const struct summary *sm)
+{
+    return sm->njpeg;
+}
+
+void summary_free(struct summary *sm)
+{
+    uint64_t i;
+
+    if (!sm)
+        return;
+    for (i = 0; i < sm->nverbatim; i++)
+        free(sm->vfiles[i].path);
+    free(sm->vfiles);
+    free(sm->reasons);
+    free(sm->path);
+    free(sm);
+}
+
+static const char *plural(uint64_t n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
+
+void summary_print_text(const struct summary *sm, FILE *f)
+{
+    struct tool_buf esc = {0};
+    char h1[32], h2[32];
+    uint64_t store_bytes = sm->index_bytes + sm->record_bytes, i;
+    double full;
+    unsigned k;
+
+    fprintf(f, "store         %s\n", tool_escaped(&esc, sm->path));
+    fprintf(f, "format        version %s, %u levels, script %s, %s images per record\n",
+            sm->format[0] ? sm->format : "?", sm->levels, sm->script[0] ? sm->script : "?",
+            sm->per_record[0] ? sm->per_record : "?");
+    fprintf(f, "files         %" PRIu64 " in %" PRIu64 " %s, %" PRIu64 " %s\n", sm->nfiles,
+            sm->ndirs, plural(sm->ndirs, "directory", "directories"), sm->nrecords,
+            plural(sm->nrecords, "record", "records"));
+    fprintf(f, "JPEGs         %" PRIu64 " transcoded to progressive\n", sm->njpeg);
+    fprintf(f, "verbatim      %" PRIu64 " %s\n", sm->nverbatim,
+            plural(sm->nverbatim, "file", "files"));
+    for (i = 0; i < sm->nreasons; i++)
+        fprintf(f, "  %10" PRIu64 "  %s\n", sm->reasons[i].count, sm->reasons[i].note);
+    for (i = 0; i < sm->nverbatim && i < LIST_MAX; i++)
+        fprintf(f, "              %s: %s\n", sm->vfiles[i].path, sm->vfiles[i].note);
+    if (sm->nverbatim > LIST_MAX)
+        fprintf(f, "              ... and %" PRIu64 " more\n", sm->nverbatim - LIST_MAX);
+    if (sm->skipped[0])
+        fprintf(f, "skipped       %s %s\n", sm->skipped,
+                strcmp(sm->skipped, "1") == 0 ? "entry" : "entries");
+    else
+        fprintf(f, "skipped       not recorded\n");
+    fprintf(f, "source bytes  %" PRIu64 " (%s)\n", sm->src_bytes,
+            tool_human_bytes(sm->src_bytes, h1, sizeof(h1)));
+    fprintf(f, "store bytes   %" PRIu64 " (%s)", store_bytes,
+            tool_human_bytes(store_bytes, h2, sizeof(h2)));
+    if (sm->src_bytes)
+        fprintf(f, ", %.1f%% of source", 100.0 * (double)store_bytes / (double)sm->src_bytes);
+    fprintf(f, "; index %" PRIu64 ", records %" PRIu64 "\n", sm->index_bytes, sm->record_bytes);
+
+    fprintf(f, "\nlevel  mean bytes/JPEG  ratio to full\n");
+    if (!sm->njpeg) {
+        fprintf(f, "    -  no JPEG in this store\n");
+        tool_buf_free(&esc);
+        return;
+    }
+    full = (double)sm->level_sum[sm->levels] / (double)sm->njpeg;
+    for (k = 1; k <= sm->levels; k++) {
+        double mean = (double)sm->level_sum[k] / (double)sm->njpeg;
+        double r = full > 0 ? mean / full : 0;
+        char ratio[32];
+
+        snprintf(ratio, sizeof(ratio), "1/%.1fx", r > 0 ? 1 / r : 0.0);
+        fprintf(f, "%5u  %15.0f  %-8s (%.3f)\n", k, mean, ratio, r);
+    }
+    tool_buf_free(&esc);
+}
+
+/* A JSON string of the displayed (escaped) form of a name: valid UTF-8 always. */
+static void json_str(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+
+    fputc('"', f);
+    for (; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7F)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void json_escaped_str(FILE *f, const char *s)
+{
+    struct tool_buf esc = {0};
+
+    json_str(f, tool_escaped(&esc, s));
+    tool_buf_free(&esc);
+}
+
+/* A decimal number from the index as a JSON number, or null if absent or odd. */
+static const char *num_or_null(const char *s)
+{
+    return s[0] && strspn(s, "0123456789") == strlen(s) ? s : "null";
+}
+
+void summary_print_json(const struct summary *sm, FILE *f)
+{
+    double full = sm->njpeg ? (double)sm->level_sum[sm->levels] / (double)sm->njpeg : 0;
+    uint64_t i;
+    unsigned k;
+
+    fprintf(f, "{\"format_version\":%s,\"levels\":%u,\"script\":", num_or_null(sm->format),
+            sm->levels);
+    if (sm->script[0])
+        json_escaped_str(f, sm->script);
+    else
+        fputs("null", f);
+    fprintf(f,
+            ",\"files\":%" PRIu64 ",\"dirs\":%" PRIu64 ",\"records\":%" PRIu64 ",\"jpeg\":%" PRIu64
+            ",\"verbatim\":%" PRIu64 ",\"skipped\":%s"
+            ",\"source_bytes\":%" PRIu64 ",\"store_bytes\":%" PRIu64 ",\"table\":[",
+            sm->nfiles, sm->ndirs, sm->nrecords, sm->njpeg, sm->nverbatim, num_or_null(sm->skipped),
+            sm->src_bytes, sm->index_bytes + sm->record_bytes);
+    for (k = 1; sm->njpeg && k <= sm->levels; k++) {
+        double mean = (double)sm->level_sum[k] / (double)sm->njpeg;
+
+        fprintf(f, "%s{\"level\":%u,\"mean_bytes\":%.3f,\"ratio_to_full\":", k > 1 ? "," : "", k,
+                mean);
+        if (full > 0)
+            fprintf(f, "%.6f}", mean / full);
+        else
+            fputs("null}", f);
+    }
+    fputs("],\"verbatim_files\":[", f);
+    for (i = 0; i < sm->nverbatim; i++) {
+        fprintf(f, "%s{\"path\":", i ? "," : "");
+        json_str(f, sm->vfiles[i].path);
+        fputs(",\"reason\":", f);
+        json_escaped_str(f, sm->vfiles[i].note);
+        fputc('}', f);
+    }
+    fputs("]}\n", f);
+}

@@ -1,0 +1,25 @@
+/* pcrfs tools — the summary of a store and its PCR table.
+ *
+ * Computed from an open store alone (the index, plus the sizes of the store's
+ * files), so that mkpcrfs, which prints it for the store it has just written, and
+ * pcrinfo print the same text by construction.
+ */
+#ifndef PCRFS_SUMMARY_H
+#define PCRFS_SUMMARY_H
+
+#include <stdio.h>
+#include "pcrfs/store.h"
+
+struct summary;
+
+/* Read every file's row of @s (opened from @path) and the sizes of the store's
+ * files. @return 0, or a negative errno with a message in @err. */
+int summary_compute(struct pcr_store *s, const char *path, struct summary **out, char *err,
+                    size_t errlen);
+void summary_print_text(const struct summary *sm, FILE *f);
+void summary_print_json(const struct summary *sm, FILE *f);
+/* JPEG files in the store (for the build rate). */
+uint64_t summary_njpeg(const struct summary *sm);
+void summary_free(struct summary *sm);
+
+#endif

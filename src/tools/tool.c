@@ -1,0 +1,277 @@
+/* pcrfs tools — shared helpers (see tool.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "tool.h"
+#include "progress.h"
+
+const char *tool_prog = "pcrfs";
+
+void (*tool_oom_hook)(void);
+
+static pthread_mutex_t stderr_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void tool_stderr_lock(void)
+{
+    pthread_mutex_lock(&stderr_mutex);
+}
+
+void tool_stderr_unlock(void)
+{
+    pthread_mutex_unlock(&stderr_mutex);
+}
+
+static void vmsg(const char *kind, const char *fmt, va_list ap)
+{
+    /* Format first, print under the lock in one call: a line is never split. */
+    char line[4096];
+
+    vsnprintf(line, sizeof(line), fmt, ap);
+    tool_stderr_lock();
+    progress_erase_locked();
+    fprintf(stderr, "%s: %s%s\n", tool_prog, kind, line);
+    fflush(stderr);
+    tool_stderr_unlock();
+}
+
+void tool_oom(void)
+{
+    /* No formatting, no allocation: this runs when memory is gone. */
+    fprintf(stderr, "%s: out of memory\n", tool_prog);
+    if (tool_oom_hook)
+        tool_oom_hook();
+    exit(1);
+}
+
+void tool_err(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+}
+
+void tool_warn(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vmsg("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void tool_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try '%s --help' for more information.\n", tool_prog);
+    exit(2);
+}
+
+void tool_getopt_error(int c, char **argv)
+{
+    /* getopt_long() leaves the offending word at argv[optind - 1]; a short option
+     * inside a cluster ("-qx") is named by optopt. */
+    const char *word = optind > 0 ? argv[optind - 1] : "?";
+    bool is_short = optopt > 0 && optopt < 128 && word[0] == '-' && word[1] != '-';
+
+    if (c == ':') {
+        if (is_short)
+            tool_usage_error("option '-%c' requires an argument", optopt);
+        tool_usage_error("option '%s' requires an argument", word);
+    }
+    if (is_short)
+        tool_usage_error("invalid option '-%c'", optopt);
+    tool_usage_error("unrecognized option '%s'", word);
+}
+
+static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
+{
+    (void)ctx;
+    switch (level) {
+    case PCR_LOG_ERR:
+        tool_err("%s", msg);
+        break;
+    case PCR_LOG_WARN:
+        tool_warn("%s", msg);
+        break;
+    case PCR_LOG_INFO:
+        tool_err("%s", msg);
+        break;
+    default:
+        tool_err("debug: %s", msg);
+        break;
+    }
+}
+
+void tool_log_init(bool verbose)
+{
+    pcr_log_set_hook(log_hook, NULL, verbose ? PCR_LOG_DEBUG : PCR_LOG_WARN);
+}
+
+void tool_buf_reset(struct tool_buf *b)
+{
+    b->len = 0;
+    if (b->s)
+        b->s[0] = '\0';
+}
+
+void tool_buf_reserve(struct tool_buf *b, size_t len)
+{
+    if (len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        char *s;
+
+        while (cap < len + 1)
+            cap *= 2;
+        s = realloc(b->s, cap);
+        if (!s)
+            tool_oom();
+        if (!b->s)
+            s[0] = '\0';
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+void tool_buf_add(struct tool_buf *b, const void *data, size_t len)
+{
+    tool_buf_reserve(b, b->len + len);
+    memcpy(b->s + b->len, data, len);
+    b->len += len;
+    b->s[b->len] = '\0';
+}
+
+void tool_buf_free(struct tool_buf *b)
+{
+    free(b->s);
+    b->s = NULL;
+    b->len = b->cap = 0;
+}
+
+/* Length of the well-formed UTF-8 sequence at @p (at most @n bytes) encoding a
+ * printable code point, or 0. Overlong forms, surrogates, code points above
+ * U+10FFFF and the C1 controls are rejected: they would print misleadingly. */
+static size_t utf8_printable(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    size_t len, i;
+    uint32_t cp, min;
+
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2, cp = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3, cp = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp < 0xA0)
+        return 0;
+    return len;
+}
+
+void tool_escape(struct tool_buf *b, const char *name, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)name;
+    size_t i = 0;
+
+    while (i < len) {
+        size_t run = i;
+
+        /* Copy printable runs in one go. */
+        while (run < len) {
+            size_t u;
+
+            if (p[run] >= 0x20 && p[run] < 0x7F && p[run] != '\\') {
+                run++;
+                continue;
+            }
+            if (p[run] >= 0x80 && (u = utf8_printable(p + run, len - run)) > 0) {
+                run += u;
+                continue;
+            }
+            break;
+        }
+        if (run > i) {
+            tool_buf_add(b, p + i, run - i);
+            i = run;
+            continue;
+        }
+        if (p[i] == '\\') {
+            tool_buf_add(b, "\\\\", 2);
+        } else {
+            char hex[5];
+
+            snprintf(hex, sizeof(hex), "\\x%02x", p[i]);
+            tool_buf_add(b, hex, 4);
+        }
+        i++;
+    }
+    if (!b->s)
+        tool_buf_add(b, "", 0);
+}
+
+const char *tool_escaped(struct tool_buf *b, const char *name)
+{
+    tool_buf_reset(b);
+    tool_escape(b, name, strlen(name));
+    return b->s;
+}
+
+int tool_parse_uint(const char *s, unsigned long long min, unsigned long long max,
+                    unsigned long long *out)
+{
+    unsigned long long v;
+    char *end;
+
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+double tool_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+const char *tool_human_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)n;
+    unsigned u = 0;
+
+    while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, len, "%.1f %s", v, unit[u]);
+    return buf;
+}

@@ -1,0 +1,73 @@
+/* pcrfs tools — helpers shared by mkpcrfs and pcrinfo: messages, the library's log
+ * hook, escaping of arbitrary byte names for display, and option parsing.
+ *
+ * Every line on stderr goes through tool_msg() so that it can first erase the
+ * progress bar (see progress.h) and so that lines from several threads never mix.
+ */
+#ifndef PCRFS_TOOL_H
+#define PCRFS_TOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "pcrfs/log.h"
+
+/* The program name used as the prefix of every message ("mkpcrfs"). */
+extern const char *tool_prog;
+
+/* Called before the program exits on an allocation failure (from any thread), to
+ * remove what it was writing; NULL by default. */
+extern void (*tool_oom_hook)(void);
+/* Print "PROG: out of memory", run tool_oom_hook and exit 1. */
+void tool_oom(void) __attribute__((noreturn));
+
+/* "PROG: MESSAGE\n" on stderr. */
+void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "PROG: warning: MESSAGE\n" on stderr. */
+void tool_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The usage error: "PROG: MESSAGE" and a hint to --help on stderr; exits 2. */
+void tool_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+/* Report the getopt_long() error @c ('?' or ':', with opterr = 0 and an option
+ * string starting with ':') as a usage error; exits 2. */
+void tool_getopt_error(int c, char **argv) __attribute__((noreturn));
+
+/* Install the library's log hook: messages go to stderr prefixed with the program
+ * name; @verbose also shows PCR_LOG_INFO and PCR_LOG_DEBUG. */
+void tool_log_init(bool verbose);
+
+/* Serialise writers of stderr (the progress bar and messages from any thread). */
+void tool_stderr_lock(void);
+void tool_stderr_unlock(void);
+
+/* A growable string, for escaped names and paths. */
+struct tool_buf {
+    char *s;
+    size_t len, cap;
+};
+void tool_buf_reset(struct tool_buf *b);
+void tool_buf_add(struct tool_buf *b, const void *data, size_t len);
+/* Make room for a string of @len bytes (plus its NUL). */
+void tool_buf_reserve(struct tool_buf *b, size_t len);
+void tool_buf_free(struct tool_buf *b);
+
+/* Append @len bytes of @name to @b in displayable form: well-formed UTF-8 other
+ * than control characters is kept, every other byte becomes "\xNN" and a
+ * backslash becomes "\\", so a name that is not text (or holds a newline or a tab)
+ * still prints on one line and different names never print the same. */
+void tool_escape(struct tool_buf *b, const char *name, size_t len);
+/* Reset @b, escape the NUL-terminated @name into it and return b->s. */
+const char *tool_escaped(struct tool_buf *b, const char *name);
+
+/* Parse a decimal integer in [min, max]. @return 0 or -1. */
+int tool_parse_uint(const char *s, unsigned long long min, unsigned long long max,
+                    unsigned long long *out);
+
+/* Monotonic seconds. */
+double tool_now(void);
+
+/* "12.3 MiB" style size into @buf. */
+const char *tool_human_bytes(uint64_t n, char *buf, size_t len);
+
+#endif
