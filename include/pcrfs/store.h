@@ -129,6 +129,12 @@ void pcr_handle_close(struct pcr_handle *h);
 ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
                        size_t len, uint64_t off);
 
+/* Limit the bytes read from record files, all threads together, to @bytes_per_sec
+ * (0 lifts the limit): a token bucket with a burst of 1/8 s of traffic. It emulates
+ * slow storage the way PCR's own experiments throttled reads, so that the effect
+ * of reading fewer bytes per image can be measured on a fast local disk. */
+void pcr_store_set_bwlimit(struct pcr_store *s, uint64_t bytes_per_sec);
+
 /* Counters since open, for /.pcrfs/stats. level[K] counts reads at level K
  * (1..L); bytes are bytes read from record files. */
 struct pcr_stats {

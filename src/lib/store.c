@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "pcrfs/store.h"
 #include "pcrfs/jpeg.h"
@@ -104,6 +105,9 @@ struct pcr_store {
     pthread_mutex_t lock;     /* serialises loading and record opening */
     struct arena_block *arena;
     struct pcr_stats stats;   /* updated with relaxed atomics */
+    uint64_t bw_rate;         /* bytes/s, 0 = unlimited (see pcr_store_set_bwlimit) */
+    uint64_t bw_next;         /* token bucket: when the debt is paid, CLOCK_MONOTONIC ns */
+    pthread_mutex_t bw_lock;
 };
 
 static const struct dirfiles empty_dir = {0};
@@ -343,6 +347,7 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
         return -ENOMEM;
     s->recdir = -1;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->bw_lock, NULL);
     if (asprintf(&ipath, "%s/index.db", path) < 0) {
         ipath = NULL;
         ret = -ENOMEM;
@@ -458,6 +463,7 @@ void pcr_store_close(struct pcr_store *s)
     free(s->fdirs);
     free(s->recs);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->bw_lock);
     free(s);
 }
 
@@ -968,10 +974,50 @@ uint64_t pcr_handle_size(const struct pcr_handle *h)
     return h->size;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void pcr_store_set_bwlimit(struct pcr_store *s, uint64_t bytes_per_sec)
+{
+    pthread_mutex_lock(&s->bw_lock);
+    s->bw_next = 0;
+    __atomic_store_n(&s->bw_rate, bytes_per_sec, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&s->bw_lock);
+}
+
+/* Token bucket: charge @n bytes and sleep until the bucket has paid for them.
+ * The debt may start up to 1/8 s in the past, which is the burst allowance. */
+static void throttle(struct pcr_store *s, uint64_t n)
+{
+    uint64_t rate = __atomic_load_n(&s->bw_rate, __ATOMIC_RELAXED), now, wake, burst;
+
+    if (!rate)
+        return;
+    burst = 125000000u;
+    now = now_ns();
+    pthread_mutex_lock(&s->bw_lock);
+    if (s->bw_next + burst < now)
+        s->bw_next = now - burst;
+    s->bw_next += (uint64_t)((double)n * 1e9 / (double)rate);
+    wake = s->bw_next;
+    pthread_mutex_unlock(&s->bw_lock);
+    if (wake > now) {
+        struct timespec ts = {.tv_sec = (time_t)((wake - now) / 1000000000u),
+                              .tv_nsec = (long)((wake - now) % 1000000000u)};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+}
+
 static int read_full(struct pcr_handle *h, uint8_t *buf, size_t len, uint64_t off)
 {
     int fd = __atomic_load_n(&h->r->fd, __ATOMIC_ACQUIRE);
 
+    throttle(h->s, len);
     while (len > 0) {
         ssize_t n = pread(fd, buf, len, (off_t)off);
         if (n < 0 && errno == EINTR)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "pcrfs/store.h"
 #include "pcrfs/writer.h"
@@ -254,6 +255,35 @@ static void test_damaged(const char *path)
     pcr_store_close(s);
 }
 
+/* The token bucket may never let bytes through faster than its rate (beyond the
+ * 1/8 s burst). Only a lower bound on time is asserted: a slow machine cannot
+ * make this fail. */
+static void test_bwlimit(const char *path)
+{
+    struct pcr_store *s;
+    const struct pcr_file *f;
+    struct timespec a, b;
+    char err[512];
+    uint8_t buf[100000];
+    uint64_t total = 0, rate = 200000;
+
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
+    pcr_store_set_bwlimit(s, rate);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int round = 0; round < 4; round++)
+        for (uint64_t id = 1; id <= NFILES; id++) {
+            CHECK(pcr_store_file(s, id, &f) == 0, "file");
+            ssize_t n = pcr_store_read(s, f, LEVELS, buf, sizeof(buf), 0);
+            total += n > 0 ? (uint64_t)n : 0;
+        }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    double floor = ((double)total - (double)rate / 8) / (double)rate - 0.002; /* clock */
+    CHECK(secs >= floor, "%llu bytes at %llu B/s took %.3f s, less than %.3f s",
+          (unsigned long long)total, (unsigned long long)rate, secs, floor);
+    pcr_store_close(s);
+}
+
 static void test_xxh64(void)
 {
     uint8_t big[1000];
@@ -301,6 +331,7 @@ int main(void)
     CHECK(build(path, false, 3, err, sizeof(err)) == -EEXIST, "exists without force");
     CHECK(build(path, true, 8, err, sizeof(err)) == 0, "force replaces a store: %s", err);
     test_read(path); /* one record this time */
+    test_bwlimit(path);
 
     /* --force never replaces something that is not a store */
     char other[600];
