@@ -73,6 +73,11 @@ struct pcr_transcode_opts {
  *         -EINVAL the input cannot be transcoded losslessly; a one-line reason is
  *                 written to @why (e.g. "not a JPEG", "Unsupported JPEG data
  *                 precision 12", "corrupt JPEG data: premature end of data segment");
+ *                 also a frame libjpeg cannot decode to pixels, a progressive source
+ *                 whose scans leave coefficients incomplete (its pixels depend on
+ *                 libjpeg's smoothing, which the complete output would not get), or
+ *                 one needing more than PCR_JPEG_MAX_MEMORY (2 GiB) of coefficient
+ *                 memory ("image too large ...");
  *         -ENOMEM out of memory.
  * @why may be NULL. Thread-safe; untrusted input cannot crash it or make it exit.
  */
@@ -87,7 +92,8 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
  * default (YCbCr -> RGB, gray stays gray, CMYK/YCCK -> CMYK), and *npixels its size.
  * A libjpeg warning (corrupt data, truncated scan) is a failure.
  *
- * @return 0; -EINVAL (not decodable without warnings, reason in @why); -ENOMEM.
+ * @return 0; -EINVAL (not decodable without warnings, or more than 2 GiB of pixels
+ *         or coefficients; reason in @why); -ENOMEM.
  */
 int pcr_jpeg_decode(const uint8_t *buf, size_t len, uint8_t **pixels, size_t *npixels,
                     struct pcr_jpeg_info *info, char *why, size_t whylen);
