@@ -148,6 +148,25 @@ static void count(uint64_t *ctr, uint64_t n)
     __atomic_fetch_add(ctr, n, __ATOMIC_RELAXED);
 }
 
+/* Make room for element @n of an array filled as rows arrive, so that memory follows
+ * the rows an index holds, never a count or an id it merely claims (one row with id
+ * 2^24 must not cost gigabytes). */
+static int grow(void *arrp, uint64_t *cap, uint64_t n, size_t hdr, size_t elem)
+{
+    void **arr = arrp, *p;
+    uint64_t c;
+
+    if (n < *cap)
+        return 0;
+    c = *cap ? *cap * 2 : 64;
+    p = realloc(*arr, hdr + c * elem);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
 /* A name the kernel can serve and that cannot escape or collide: 1..255 bytes,
  * no '/' or NUL, not "." or "..". */
 static bool name_ok(const uint8_t *p, size_t n)
@@ -167,21 +186,41 @@ static int namecmp(const char *a, const char *b)
 
 /* ---- open: records ---- */
 
+struct recload {
+    struct pcr_store *s;
+    uint64_t max, cap; /* max(id) in the table; room in s->recs */
+    char *err;
+    size_t errlen;
+};
+
 static int load_record(void *ctx, const struct pcr_index_record *row)
 {
-    struct pcr_store *s = ctx;
+    struct recload *rl = ctx;
+    struct pcr_store *s = rl->s;
     struct rec *r;
     uint64_t v, prev = 0;
     size_t p = 0, k;
     unsigned n = 0;
 
-    if (row->id < 1 || (uint64_t)row->id > s->nrecs)
-        return -EINVAL; /* ids are bounded by max(id): cannot happen unless SQLite lies */
-    r = &s->recs[row->id - 1];
+    /* The writer numbers records 1..R; rows come by id, so anything else (0, negative,
+     * a gap, a duplicate in a table without a primary key) shows here. */
+    if (row->id != (int64_t)s->nrecs + 1 || (uint64_t)row->id > rl->max) {
+        pcr_errf(rl->err, rl->errlen, "index: record ids are not contiguous (%lld after %llu)",
+                 (long long)row->id, (unsigned long long)s->nrecs);
+        return -EINVAL;
+    }
+    if (grow(&s->recs, &rl->cap, s->nrecs, 0, sizeof(*s->recs)))
+        return -ENOMEM;
+    r = &s->recs[s->nrecs++];
+    memset(r, 0, sizeof(*r));
+    r->fd = FD_UNOPENED;
     snprintf(r->name, sizeof(r->name), "%s", row->name);
     r->size = (uint64_t)row->size;
     r->nimages = (uint64_t)row->nimages;
     if (!pcr_record_name_ok(row->name) || row->size < PCR_RECORD_HDR) {
+        /* the name goes into later log lines: never the index's raw bytes */
+        if (!pcr_record_name_ok(row->name))
+            snprintf(r->name, sizeof(r->name), "#%lld", (long long)row->id);
         pcr_log(PCR_LOG_ERR, "index: record %lld has a bad name or size; its files fail with EIO",
                 (long long)row->id);
         return 0;
@@ -208,7 +247,7 @@ static int load_record(void *ctx, const struct pcr_index_record *row)
 
 struct dirload {
     struct pcr_store *s;
-    uint64_t seen;
+    uint64_t max, cap; /* max(id) in the table; room in s->dirs */
     char *err;
     size_t errlen;
 };
@@ -220,11 +259,19 @@ static int load_dir(void *ctx, const struct pcr_index_dir *row)
     struct dir *d;
     uint64_t id = (uint64_t)row->id;
 
-    if (row->id < 1 || id > s->ndirs)
+    /* Rows come by id and must be 1..D: a hole or a duplicate id (possible in a table
+     * without a primary key) would leave an entry nobody filled. */
+    if (row->id != (int64_t)s->ndirs + 1 || id > dl->max) {
+        pcr_errf(dl->err, dl->errlen, "index: directory ids are not contiguous (%lld after %llu)",
+                 (long long)row->id, (unsigned long long)s->ndirs);
         return -EINVAL;
-    d = &s->dirs[id - 1];
+    }
+    if (grow(&s->dirs, &dl->cap, s->ndirs, 0, sizeof(*s->dirs)))
+        return -ENOMEM;
+    d = &s->dirs[s->ndirs++];
+    memset(d, 0, sizeof(*d));
     if (row->parent < 1 || row->first_child < 0 || row->nsubdirs < 0 || row->first_file < 0 ||
-        row->nfiles < 0 || (uint64_t)row->nsubdirs > s->ndirs ||
+        row->nfiles < 0 || (uint64_t)row->nsubdirs > dl->max ||
         (uint64_t)row->nfiles > s->nfiles) {
         pcr_errf(dl->err, dl->errlen, "index: directory %llu has negative or huge counts",
                  (unsigned long long)id);
@@ -260,7 +307,6 @@ static int load_dir(void *ctx, const struct pcr_index_dir *row)
         if (!d->name)
             return -ENOMEM;
     }
-    dl->seen++;
     return 0;
 }
 
@@ -343,8 +389,10 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
     int ret;
 
     s = calloc(1, sizeof(*s));
-    if (!s)
+    if (!s) {
+        pcr_errf(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
+    }
     s->recdir = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->bw_lock, NULL);
@@ -379,31 +427,26 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
                  n < 0 ? "an unreadable" : n == 0 ? "an empty" : "an oversized");
         goto fail;
     }
-    s->ndirs = (uint64_t)n;
+    struct dirload dl = {.s = s, .max = (uint64_t)n, .err = err, .errlen = errlen};
     n = pcr_index_max_id(s->idx, "files");
     if (n < 0 || (uint64_t)n > MAX_IDS) {
-        pcr_errf(err, errlen, "%s: index has an unreadable file table", path);
+        pcr_errf(err, errlen, "%s: index has %s file table", path,
+                 n < 0 ? "an unreadable" : "an oversized");
         goto fail;
     }
     s->nfiles = (uint64_t)n;
     n = pcr_index_max_id(s->idx, "records");
     if (n < 0 || (uint64_t)n > MAX_RECORDS) {
-        pcr_errf(err, errlen, "%s: index has an unreadable record table", path);
+        pcr_errf(err, errlen, "%s: index has %s record table", path,
+                 n < 0 ? "an unreadable" : "an oversized");
         goto fail;
     }
-    s->nrecs = (uint64_t)n;
-    s->dirs = calloc(s->ndirs, sizeof(*s->dirs));
-    s->recs = calloc(s->nrecs ? s->nrecs : 1, sizeof(*s->recs));
-    if (!s->dirs || !s->recs) {
-        ret = -ENOMEM;
-        goto fail;
-    }
-    for (uint64_t i = 0; i < s->nrecs; i++)
-        s->recs[i].fd = FD_UNOPENED;
+    struct recload rl = {.s = s, .max = (uint64_t)n, .err = err, .errlen = errlen};
 
-    struct dirload dl = {.s = s, .err = err, .errlen = errlen};
+    /* dirs[] and recs[] grow with the rows loaded (see grow()); ndirs and nrecs count
+     * them, so pcr_store_close() is right at any point of a failed open */
     ret = pcr_index_load_dirs(s->idx, load_dir, &dl);
-    if (ret == 0 && dl.seen != s->ndirs) {
+    if (ret == 0 && s->ndirs != dl.max) {
         pcr_errf(err, errlen, "%s: index directory ids are not contiguous", path);
         ret = -EINVAL;
     }
@@ -412,10 +455,16 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
     if (ret == 0)
         ret = check_tree(s, err, errlen);
     if (ret == 0)
-        ret = pcr_index_load_records(s->idx, load_record, s);
+        ret = pcr_index_load_records(s->idx, load_record, &rl);
+    if (ret == 0 && s->nrecs != rl.max) {
+        pcr_errf(err, errlen, "%s: index record ids are not contiguous", path);
+        ret = -EINVAL;
+    }
     if (ret) {
         if (ret == -EIO)
             pcr_errf(err, errlen, "%s: index is damaged: %s", path, pcr_index_errmsg(s->idx));
+        if (ret == -ENOMEM)
+            pcr_errf(err, errlen, "%s: out of memory loading the index", path);
         ret = ret == -ENOMEM ? ret : ret == -EIO ? -EINVAL : ret;
         goto fail;
     }
@@ -504,6 +553,7 @@ struct fileload {
     uint64_t dirid;
     struct dir *d;
     struct dirfiles *df;
+    uint64_t cap; /* room in df->f[] */
 };
 
 /* Decode and bounds-check a chunk table against its record. @return the bytes
@@ -559,7 +609,9 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
 
     if (df->n >= fl->d->nfiles)
         return 0;
-    if (row->dir != (int64_t)fl->dirid)
+    if (prev && (uint64_t)row->id <= prev->id)
+        why = "duplicate file id"; /* one id, two entries: the inode scheme needs one */
+    else if (row->dir != (int64_t)fl->dirid)
         why = "belongs to another directory";
     else if (!name_ok(row->name, row->namelen))
         why = "empty, '.', '..' or '/'-containing name";
@@ -608,6 +660,9 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
                 hi = mid;
         }
     }
+    if (grow(&fl->df, &fl->cap, df->n, sizeof(*df), sizeof(df->f[0])))
+        return -ENOMEM;
+    df = fl->df;
     f = &df->f[df->n];
     f->id = (uint64_t)row->id;
     f->dir = fl->dirid;
@@ -654,7 +709,9 @@ static const struct dirfiles *dir_files(struct pcr_store *s, uint64_t id, int *e
         __atomic_store_n(&d->files, df, __ATOMIC_RELEASE);
     } else if (!df) {
         struct fileload fl = {.s = s, .dirid = id, .d = d};
-        fl.df = malloc(sizeof(*df) + d->nfiles * sizeof(struct pcr_file));
+        /* sized by the rows found, not by nfiles (an index can claim 2^40) */
+        fl.cap = d->nfiles < 1024 ? d->nfiles : 1024;
+        fl.df = malloc(sizeof(*df) + fl.cap * sizeof(struct pcr_file));
         if (!fl.df) {
             ret = -ENOMEM;
         } else {
@@ -824,7 +881,7 @@ ssize_t pcr_store_path(struct pcr_store *s, uint64_t id, char *buf, size_t len)
         return -ENAMETOOLONG;
     while (np--) {
         size_t l = strlen(parts[np]);
-        if (n + l + 2 > len)
+        if (n + l + 1 > len) /* the name and its '/' or final NUL */
             return -ENAMETOOLONG;
         memcpy(buf + n, parts[np], l);
         n += l;
@@ -908,10 +965,15 @@ static int record_fd(struct pcr_store *s, struct rec *r)
     if (fd == FD_UNOPENED) {
         if (!r->valid) {
             why = "its index row is invalid";
-        } else if ((fd = openat(s->recdir, r->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0) {
+        } else if ((fd = openat(s->recdir, r->name,
+                                O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0) {
+            /* O_NONBLOCK: a FIFO planted in records/ would block open() (with s->lock
+             * held) until a writer came; it is refused just below instead */
             why = strerror(errno);
         } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
             why = "not a regular file";
+        } else if (fcntl(fd, F_SETFL, 0) != 0) {
+            why = strerror(errno);
         } else if ((uint64_t)sb.st_size != r->size) {
             why = (uint64_t)sb.st_size < r->size ? "truncated" : "longer than the index says";
         } else if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
