@@ -43,6 +43,7 @@ struct pcr_handle;
  *
  * @return 0 and *out; on failure a one-line message in @err and
  *         -ENOENT  no such directory or no index.db in it;
+ *         -ENOTDIR the path (or its records/) is not a directory;
  *         -EINVAL  not a pcrfs store, or its index is corrupt or inconsistent;
  *         -ENOTSUP a format version this library does not read;
  *         -ENOMEM, -EIO.
