@@ -1,0 +1,655 @@
+/* pcrfs — SeiT's release format (see pcrfs/tokens.h) and whole-file reading with
+ * gzip support for the token importers.
+ *
+ * Gzip. SeiT publishes data.bin.gz and index.npy.gz. We link zlib (Debian's
+ * zlib1g-dev) for them: it is the reference gzip implementation, maintained for three
+ * decades, fuzzed continuously (OSS-Fuzz), and already on every system that has
+ * libpng, OpenSSL or Python. The alternatives were worse: writing an inflater means
+ * a new parser of untrusted input to get right; running `gzip -dc` means a child
+ * process, its error reporting and a second copy of the data in a pipe; libdeflate
+ * has no -dev package installed here and no streaming API. zlib stays optional (the
+ * build defines PCR_HAVE_ZLIB when it finds it): without it a .gz input fails with a
+ * message saying to gunzip it first.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef PCR_HAVE_ZLIB
+#include <zlib.h>
+#endif
+#include "pcrfs/tokens.h"
+#include "internal.h"
+#include "tokens_internal.h"
+
+#define READ_CHUNK (1u << 20)
+
+static int read_full(int fd, uint8_t *buf, size_t len, size_t *got)
+{
+    size_t o = 0;
+
+    while (o < len) {
+        ssize_t r = read(fd, buf + o, len - o);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        o += (size_t)r;
+    }
+    *got = o;
+    return 0;
+}
+
+#ifdef PCR_HAVE_ZLIB
+/* Inflate every gzip member of @fd (positioned at 0) into a growing buffer. */
+static int gunzip_fd(int fd, const char *path, size_t hint, size_t max, uint8_t **buf, size_t *len,
+                     char *err, size_t errlen)
+{
+    z_stream zs;
+    uint8_t *in = malloc(READ_CHUNK), *out = NULL;
+    size_t cap, got;
+    unsigned members = 0; /* complete members; zs.total_in restarts at each */
+    bool eof = false;
+    int rc = 0, zr;
+
+    memset(&zs, 0, sizeof(zs));
+    cap = hint < (1u << 16) ? (1u << 16) : hint;
+    cap = cap > max ? max : cap;
+    out = malloc(cap ? cap : 1);
+    if (!in || !out || inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
+        free(in);
+        free(out);
+        return -ENOMEM;
+    }
+    zs.next_out = out;
+    zs.avail_out = (uInt)(cap > UINT32_MAX ? UINT32_MAX : cap);
+    for (;;) {
+        if (zs.avail_in == 0 && !eof) {
+            rc = read_full(fd, in, READ_CHUNK, &got);
+            if (rc) {
+                pcr_errf(err, errlen, "%s: read: %s", path, strerror(-rc));
+                goto out;
+            }
+            eof = got < READ_CHUNK;
+            zs.next_in = in;
+            zs.avail_in = (uInt)got;
+        }
+        if (zs.avail_in == 0 && eof) {
+            if (members == 0 || zs.total_in != 0) {
+                pcr_errf(err, errlen, "%s: truncated gzip data", path);
+                rc = -EINVAL;
+            }
+            goto out;
+        }
+        if (zs.avail_out == 0) {
+            size_t used = (size_t)(zs.next_out - out), ncap;
+            uint8_t *p;
+            if (used == cap) {
+                if (cap >= max) {
+                    pcr_errf(err, errlen, "%s: decompresses to more than %zu bytes", path, max);
+                    rc = -EFBIG;
+                    goto out;
+                }
+                ncap = cap > max / 2 ? max : cap * 2;
+                p = realloc(out, ncap);
+                if (!p) {
+                    rc = -ENOMEM;
+                    goto out;
+                }
+                out = p;
+                cap = ncap;
+            }
+            /* avail_out is 32-bit: more than 4 GiB of room is handed out in pieces. */
+            zs.next_out = out + used;
+            zs.avail_out = (uInt)(cap - used > UINT32_MAX ? UINT32_MAX : cap - used);
+        }
+        zr = inflate(&zs, Z_NO_FLUSH);
+        if (zr == Z_STREAM_END) {
+            /* Concatenated members are one gzip file (RFC 1952 §2.2). */
+            members++;
+            inflateReset(&zs);
+        } else if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT) {
+            if (members > 0 && zs.total_in < 10) /* not even a gzip header */
+                pcr_errf(err, errlen, "%s: trailing bytes after the last gzip member", path);
+            else
+                pcr_errf(err, errlen, "%s: corrupt gzip data (%s)", path,
+                         zs.msg ? zs.msg : "data error");
+            rc = -EINVAL;
+            goto out;
+        } else if (zr == Z_MEM_ERROR) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        /* Z_OK, Z_BUF_ERROR: more input or more output space next round. */
+    }
+out:
+    *len = (size_t)(zs.next_out - out);
+    inflateEnd(&zs);
+    free(in);
+    if (rc) {
+        free(out);
+        return rc;
+    }
+    *buf = out;
+    return 0;
+}
+#endif
+
+int pcr_tok_read_file(const char *path, bool gunzip, size_t max, uint8_t **buf, size_t *len,
+                      char *err, size_t errlen)
+{
+    struct stat st;
+    uint8_t magic[2];
+    size_t got, size;
+    int fd, rc;
+
+    *buf = NULL;
+    *len = 0;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        rc = -errno;
+        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
+        return rc;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        pcr_errf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -EINVAL;
+    }
+    if (gunzip && pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+#ifdef PCR_HAVE_ZLIB
+        rc = gunzip_fd(fd, path, (size_t)st.st_size * 4, max, buf, len, err, errlen);
+#else
+        pcr_errf(err, errlen,
+                 "%s: gzip input but pcrfs was built without zlib; gunzip it "
+                 "first",
+                 path);
+        rc = -ENOTSUP;
+#endif
+        close(fd);
+        return rc;
+    }
+    if ((uint64_t)st.st_size > max) {
+        pcr_errf(err, errlen, "%s: larger than %zu bytes", path, max);
+        close(fd);
+        return -EFBIG;
+    }
+    size = (size_t)st.st_size;
+    *buf = malloc(size ? size : 1);
+    if (!*buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    rc = read_full(fd, *buf, size, &got);
+    close(fd);
+    if (rc == 0 && got != size)
+        rc = -EIO; /* the file shrank while we read it */
+    if (rc) {
+        pcr_errf(err, errlen, "%s: read: %s", path, strerror(-rc));
+        free(*buf);
+        *buf = NULL;
+        return rc;
+    }
+    *len = size;
+    return 0;
+}
+
+/* ---- SeiT --------------------------------------------------------------------- */
+
+struct pcr_seit {
+    uint8_t *data; /* data.bin, decompressed */
+    size_t datalen;
+    uint64_t n;      /* images */
+    uint64_t *off;   /* n + 1 offsets, validated */
+    uint32_t *label; /* n labels */
+    uint32_t *kin;   /* index within the label */
+    unsigned h, w;
+    char *names; /* the names file, lines NUL-terminated in place; or NULL */
+    char **name; /* n pointers into names */
+    int lw, kw;  /* zero-padding widths for generated names */
+};
+
+#define SEIT_MAX_FILE ((size_t)1 << 40)
+
+static int digits(uint64_t v)
+{
+    int d = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        d++;
+    }
+    return d;
+}
+
+/* Split a text buffer into lines in place ('\n' or "\r\n"); a final newline does not
+ * start another line and empty lines at the end of the file are dropped (editors
+ * leave them). *lines is malloc()ed. @return 0, -ENOMEM. */
+static int split_lines(char *text, size_t len, char ***lines, uint64_t *nlines)
+{
+    uint64_t n = 0, cap = 0, i = 0;
+    char **v = NULL;
+
+    while (i < len) {
+        size_t start = i;
+        while (i < len && text[i] != '\n')
+            i++;
+        /* text has one spare byte at [len] for the terminator of the last line */
+        text[i] = 0;
+        if (i > start && text[i - 1] == '\r')
+            text[i - 1] = 0;
+        if (n == cap) {
+            char **p;
+            cap = cap ? cap * 2 : 1024;
+            p = realloc(v, cap * sizeof(*v));
+            if (!p) {
+                free(v);
+                return -ENOMEM;
+            }
+            v = p;
+        }
+        v[n++] = text + start;
+        i++;
+    }
+    while (n > 0 && v[n - 1][0] == 0)
+        n--;
+    *lines = v;
+    *nlines = n;
+    return 0;
+}
+
+/* Read a text file with one spare byte for split_lines(). */
+static int read_text(const char *path, char **text, size_t *len, char *err, size_t errlen)
+{
+    uint8_t *buf, *p;
+    int rc = pcr_tok_read_file(path, true, SEIT_MAX_FILE, &buf, len, err, errlen);
+
+    if (rc)
+        return rc;
+    if (memchr(buf, 0, *len)) {
+        pcr_errf(err, errlen, "%s: not a text file (contains NUL bytes)", path);
+        free(buf);
+        return -EINVAL;
+    }
+    p = realloc(buf, *len + 1);
+    if (!p) {
+        free(buf);
+        return -ENOMEM;
+    }
+    p[*len] = 0;
+    *text = (char *)p;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool clean_relpath(const char *s)
+{
+    const char *c = s;
+
+    if (!*s || *s == '/' || strlen(s) > 4095)
+        return false;
+    while (*c) {
+        const char *e = strchr(c, '/');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        if (n == 0 || n > 255 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return false;
+        if (!e)
+            break;
+        c = e + 1;
+        if (!*c)
+            return false; /* trailing '/' */
+    }
+    return true;
+}
+
+static int load_index(struct pcr_seit *s, const char *path, char *err, size_t errlen)
+{
+    struct pcr_npy a;
+    uint8_t *buf;
+    size_t len;
+    char why[256];
+    int rc;
+
+    rc = pcr_tok_read_file(path, true, SEIT_MAX_FILE, &buf, &len, err, errlen);
+    if (rc)
+        return rc;
+    rc = pcr_npy_parse(buf, len, &a, why, sizeof(why));
+    if (rc) {
+        pcr_errf(err, errlen, "%s: %s", path, why);
+        goto out;
+    }
+    rc = -EINVAL;
+    if ((a.kind != 'i' && a.kind != 'u') || a.ndim != 1) {
+        pcr_errf(err, errlen,
+                 "%s: expected a 1-D integer array of offsets, got dtype '%s' "
+                 "with %u dimensions",
+                 path, a.descr, a.ndim);
+        goto out;
+    }
+    if (a.count < 2 || a.count - 1 > UINT32_MAX) {
+        pcr_errf(err, errlen, "%s: %" PRIu64 " offsets: need N + 1 for 1..%u images", path, a.count,
+                 UINT32_MAX);
+        goto out;
+    }
+    s->n = a.count - 1;
+    s->off = malloc(a.count * sizeof(*s->off));
+    if (!s->off) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint64_t i = 0; i < a.count; i++) {
+        int64_t v;
+        if (pcr_npy_get_int(&a, i, &v) || v < 0) {
+            pcr_errf(err, errlen, "%s: offset[%" PRIu64 "] is negative or too large", path, i);
+            goto out;
+        }
+        if (i > 0 && (uint64_t)v < s->off[i - 1]) {
+            pcr_errf(err, errlen,
+                     "%s: offsets not monotonic: offset[%" PRIu64 "] = %" PRId64
+                     " < offset[%" PRIu64 "] = %" PRIu64,
+                     path, i, v, i - 1, s->off[i - 1]);
+            goto out;
+        }
+        if ((uint64_t)v > s->datalen) {
+            pcr_errf(err, errlen,
+                     "%s: offset[%" PRIu64 "] = %" PRId64 " points past the data "
+                     "(%zu bytes)",
+                     path, i, v, s->datalen);
+            goto out;
+        }
+        s->off[i] = (uint64_t)v;
+    }
+    if (s->off[0] != 0)
+        pcr_log(PCR_LOG_WARN, "%s: the first image starts at %" PRIu64 ", not 0", path, s->off[0]);
+    if (s->off[s->n] != s->datalen)
+        pcr_log(PCR_LOG_WARN, "%s: %" PRIu64 " bytes of data after the last image are unused", path,
+                (uint64_t)s->datalen - s->off[s->n]);
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
+
+static int load_labels(struct pcr_seit *s, const char *path, const char *index_path, char *err,
+                       size_t errlen)
+{
+    char *text = NULL, **lines = NULL;
+    uint32_t *count = NULL, maxl = 0;
+    uint64_t nl, maxk = 0;
+    size_t len;
+    int rc;
+
+    rc = read_text(path, &text, &len, err, errlen);
+    if (rc)
+        return rc;
+    rc = split_lines(text, len, &lines, &nl);
+    if (rc)
+        goto out;
+    rc = -EINVAL;
+    if (nl != s->n) {
+        pcr_errf(err, errlen, "%s has %" PRIu64 " labels but %s has %" PRIu64 " images", path, nl,
+                 index_path, s->n);
+        goto out;
+    }
+    s->label = malloc(s->n * sizeof(*s->label));
+    s->kin = malloc(s->n * sizeof(*s->kin));
+    if (!s->label || !s->kin) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint64_t i = 0; i < nl; i++) {
+        const char *p = lines[i];
+        uint64_t v = 0;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p < '0' || *p > '9')
+            goto bad;
+        while (*p >= '0' && *p <= '9') {
+            v = v * 10 + (uint64_t)(*p++ - '0');
+            if (v > PCR_SEIT_MAX_LABEL)
+                goto bad;
+        }
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p)
+            goto bad;
+        s->label[i] = (uint32_t)v;
+        if (v > maxl)
+            maxl = (uint32_t)v;
+        continue;
+    bad:
+        pcr_errf(err, errlen,
+                 "%s: line %" PRIu64 ": '%.40s' is not a label (an integer in "
+                 "0..%u)",
+                 path, i + 1, lines[i], PCR_SEIT_MAX_LABEL);
+        goto out;
+    }
+    count = calloc((size_t)maxl + 1, sizeof(*count));
+    if (!count) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (uint64_t i = 0; i < s->n; i++) {
+        s->kin[i] = count[s->label[i]]++;
+        if (s->kin[i] > maxk)
+            maxk = s->kin[i];
+    }
+    s->lw = digits(maxl);
+    s->kw = digits(maxk);
+    rc = 0;
+out:
+    free(count);
+    free(lines);
+    free(text);
+    return rc;
+}
+
+static int load_names(struct pcr_seit *s, const char *path, char *err, size_t errlen)
+{
+    char **sorted = NULL;
+    uint64_t nl;
+    size_t len;
+    int rc;
+
+    rc = read_text(path, &s->names, &len, err, errlen);
+    if (rc)
+        return rc;
+    rc = split_lines(s->names, len, &s->name, &nl);
+    if (rc)
+        return rc;
+    if (nl != s->n) {
+        pcr_errf(err, errlen, "%s has %" PRIu64 " names but there are %" PRIu64 " images", path, nl,
+                 s->n);
+        return -EINVAL;
+    }
+    for (uint64_t i = 0; i < nl; i++) {
+        if (!clean_relpath(s->name[i])) {
+            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%.80s' is not a clean relative path",
+                     path, i + 1, s->name[i]);
+            return -EINVAL;
+        }
+    }
+    sorted = malloc(nl * sizeof(*sorted));
+    if (!sorted)
+        return -ENOMEM;
+    memcpy(sorted, s->name, nl * sizeof(*sorted));
+    qsort(sorted, nl, sizeof(*sorted), cmp_str);
+    for (uint64_t i = 1; i < nl; i++) {
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) {
+            pcr_errf(err, errlen, "%s: name '%.80s' appears twice", path, sorted[i]);
+            free(sorted);
+            return -EINVAL;
+        }
+    }
+    free(sorted);
+    return 0;
+}
+
+/* SeiT's loader: token_file.replace("data.bin", "index.npy"), on the last component. */
+static int find_index(const char *data, char *out, size_t cap, char *err, size_t errlen)
+{
+    const char *base = strrchr(data, '/'), *hit = NULL, *p;
+    char cand[2][4096 + 16];
+    size_t n;
+
+    base = base ? base + 1 : data;
+    for (p = base; (p = strstr(p, "data.bin")) != NULL; p++)
+        hit = p;
+    if (!hit || strlen(data) + 8 >= 4096) {
+        pcr_errf(err, errlen,
+                 "%s: no 'data.bin' in the name to derive the index file from; "
+                 "give it explicitly",
+                 data);
+        return -EINVAL;
+    }
+    snprintf(cand[0], sizeof(cand[0]), "%.*sindex.npy%s", (int)(hit - data), data, hit + 8);
+    n = strlen(cand[0]);
+    if (n > 3 && strcmp(cand[0] + n - 3, ".gz") == 0)
+        snprintf(cand[1], sizeof(cand[1]), "%.*s", (int)(n - 3), cand[0]);
+    else
+        snprintf(cand[1], sizeof(cand[1]), "%.4096s.gz", cand[0]);
+    for (int i = 0; i < 2; i++) {
+        if (access(cand[i], R_OK) == 0) {
+            if (strlen(cand[i]) >= cap)
+                return -ENAMETOOLONG;
+            strcpy(out, cand[i]);
+            return 0;
+        }
+    }
+    pcr_errf(err, errlen, "no index file beside %s (tried %s and %s)", data, cand[0], cand[1]);
+    return -ENOENT;
+}
+
+void pcr_seit_close(struct pcr_seit *s)
+{
+    if (!s)
+        return;
+    free(s->data);
+    free(s->off);
+    free(s->label);
+    free(s->kin);
+    free(s->names);
+    free(s->name);
+    free(s);
+}
+
+int pcr_seit_open(const struct pcr_seit_paths *paths, const struct pcr_seit_opts *opts,
+                  struct pcr_seit **out, char *err, size_t errlen)
+{
+    struct pcr_seit *s;
+    char index[4096];
+    const char *ipath = paths->index;
+    int rc;
+
+    *out = NULL;
+    if (!paths->data || !paths->labels) {
+        pcr_errf(err, errlen, "SeiT import needs a data file and a label file");
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->h = opts && opts->h ? opts->h : 32;
+    s->w = opts && opts->w ? opts->w : 32;
+    if (s->h > PCR_TOK_MAX_SIDE || s->w > PCR_TOK_MAX_SIDE ||
+        (size_t)s->h * s->w > PCR_TOK_MAX_TOKENS) {
+        pcr_errf(err, errlen, "grid shape %ux%u out of range", s->h, s->w);
+        rc = -EINVAL;
+        goto fail;
+    }
+    if (!ipath) {
+        rc = find_index(paths->data, index, sizeof(index), err, errlen);
+        if (rc)
+            goto fail;
+        ipath = index;
+    }
+    rc = pcr_tok_read_file(paths->data, true, SEIT_MAX_FILE, &s->data, &s->datalen, err, errlen);
+    if (rc == 0)
+        rc = load_index(s, ipath, err, errlen);
+    if (rc == 0)
+        rc = load_labels(s, paths->labels, ipath, err, errlen);
+    if (rc == 0 && paths->names)
+        rc = load_names(s, paths->names, err, errlen);
+    if (rc)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    if (rc == -ENOMEM)
+        pcr_errf(err, errlen, "SeiT import: out of memory");
+    pcr_seit_close(s);
+    return rc;
+}
+
+uint64_t pcr_seit_count(const struct pcr_seit *s)
+{
+    return s->n;
+}
+
+void pcr_seit_shape(const struct pcr_seit *s, unsigned *h, unsigned *w)
+{
+    *h = s->h;
+    *w = s->w;
+}
+
+int pcr_seit_item(const struct pcr_seit *s, uint64_t i, struct pcr_seit_item *out)
+{
+    if (i >= s->n)
+        return -ENOENT;
+    out->label = s->label[i];
+    out->index_in_label = s->kin[i];
+    out->offset = s->off[i];
+    out->length = s->off[i + 1] - s->off[i];
+    return 0;
+}
+
+ssize_t pcr_seit_name(const struct pcr_seit *s, uint64_t i, char *buf, size_t len)
+{
+    int n;
+
+    if (i >= s->n)
+        return -ENOENT;
+    if (s->name)
+        n = snprintf(buf, len, "%s", s->name[i]);
+    else
+        n = snprintf(buf, len, "%0*" PRIu32 "/%0*" PRIu32, s->lw, s->label[i], s->kw, s->kin[i]);
+    if (n < 0 || (size_t)n >= len)
+        return -ENAMETOOLONG;
+    return n;
+}
+
+int pcr_seit_grid(const struct pcr_seit *s, uint64_t i, uint16_t *grid, char *err, size_t errlen)
+{
+    size_t n = (size_t)s->h * s->w;
+    ssize_t got;
+
+    if (i >= s->n)
+        return -ENOENT;
+    got = pcr_tok_escape_decode(s->data + s->off[i], s->off[i + 1] - s->off[i], grid, n);
+    if (got < 0) {
+        pcr_errf(err, errlen,
+                 "image %" PRIu64 " (label %" PRIu32 ", bytes %" PRIu64 "..%" PRIu64
+                 "): malformed escape code (ends inside an escape sequence)",
+                 i, s->label[i], s->off[i], s->off[i + 1]);
+        return -EINVAL;
+    }
+    if ((size_t)got != n) {
+        pcr_errf(err, errlen,
+                 "image %" PRIu64 " (label %" PRIu32 ", bytes %" PRIu64 "..%" PRIu64
+                 "): decodes to %zd tokens, expected %ux%u = %zu",
+                 i, s->label[i], s->off[i], s->off[i + 1], got, s->h, s->w, n);
+        return -EINVAL;
+    }
+    return 0;
+}

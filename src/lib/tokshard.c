@@ -1,0 +1,287 @@
+/* pcrfs — token shards: many small token blobs in one file (see pcrfs/tokens.h).
+ *
+ * A grid encodes to about a kilobyte, so one file per image would spend more on
+ * inodes and directory entries than on data; a shard holds thousands of blobs and
+ * the index locates each one by (shard, offset, length): O(1) access, one pread.
+ * The header pairs the shard with the model that encoded it, so a shard copied from
+ * another store fails at open instead of decoding to garbage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "pcrfs/tokens.h"
+#include "internal.h"
+
+#define SHARD_MAGIC "PCRTOKS\n"
+#define WBUF        (1u << 20)
+
+struct pcr_tokshard_writer {
+    int fd;
+    char *path;
+    uint64_t model_id;
+    uint64_t size; /* bytes written so far, header included */
+    uint32_t count;
+    uint8_t *buf; /* write buffer: blobs are ~1 kB, write(2) per blob is wasteful */
+    size_t nbuf;
+};
+
+struct pcr_tokshard {
+    int fd;
+    char *path;
+    uint32_t count;
+    uint64_t size;
+};
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t len, off_t off)
+{
+    while (len) {
+        ssize_t r = pwrite(fd, p, len, off);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += r;
+        len -= (size_t)r;
+        off += r;
+    }
+    return 0;
+}
+
+static int flush(struct pcr_tokshard_writer *w)
+{
+    int rc = write_all(w->fd, w->buf, w->nbuf, (off_t)(w->size - w->nbuf));
+
+    if (rc == 0)
+        w->nbuf = 0;
+    return rc;
+}
+
+static void writer_free(struct pcr_tokshard_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    free(w->buf);
+    free(w->path);
+    free(w);
+}
+
+int pcr_tokshard_create(const char *path, uint64_t model_id, struct pcr_tokshard_writer **out,
+                        char *err, size_t errlen)
+{
+    struct pcr_tokshard_writer *w;
+    int rc;
+
+    *out = NULL;
+    w = calloc(1, sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    w->fd = -1;
+    w->path = strdup(path);
+    w->buf = malloc(WBUF);
+    if (!w->path || !w->buf) {
+        writer_free(w);
+        return -ENOMEM;
+    }
+    w->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        rc = -errno;
+        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
+        writer_free(w);
+        return rc;
+    }
+    w->model_id = model_id;
+    /* The header is written at finish; reserve its place. */
+    memset(w->buf, 0, PCR_TOKSHARD_HEADER);
+    w->nbuf = PCR_TOKSHARD_HEADER;
+    w->size = PCR_TOKSHARD_HEADER;
+    *out = w;
+    return 0;
+}
+
+int pcr_tokshard_add(struct pcr_tokshard_writer *w, const void *blob, size_t len, uint64_t *offset)
+{
+    int rc;
+
+    if (len == 0 || len > UINT32_MAX)
+        return -EINVAL;
+    if (w->count == UINT32_MAX)
+        return -EFBIG;
+    *offset = w->size;
+    if (w->nbuf + len > WBUF) {
+        rc = flush(w);
+        if (rc)
+            return rc;
+    }
+    if (len > WBUF) {
+        rc = write_all(w->fd, blob, len, (off_t)w->size);
+        if (rc)
+            return rc;
+    } else {
+        memcpy(w->buf + w->nbuf, blob, len);
+        w->nbuf += len;
+    }
+    w->size += len;
+    w->count++;
+    return 0;
+}
+
+int pcr_tokshard_finish(struct pcr_tokshard_writer *w, char *err, size_t errlen)
+{
+    uint8_t h[PCR_TOKSHARD_HEADER];
+    int rc;
+
+    memcpy(h, SHARD_MAGIC, 8);
+    put32(h + 8, PCR_TOKSHARD_VERSION);
+    put32(h + 12, w->count);
+    put64(h + 16, w->model_id);
+    put64(h + 24, w->size - PCR_TOKSHARD_HEADER);
+    rc = flush(w);
+    if (rc == 0)
+        rc = write_all(w->fd, h, sizeof(h), 0);
+    if (rc == 0 && fsync(w->fd) != 0)
+        rc = -errno;
+    if (rc == 0) {
+        if (close(w->fd) != 0)
+            rc = -errno;
+        w->fd = -1;
+    }
+    if (rc) {
+        pcr_errf(err, errlen, "%s: %s", w->path, strerror(-rc));
+        unlink(w->path);
+    }
+    writer_free(w);
+    return rc;
+}
+
+void pcr_tokshard_abort(struct pcr_tokshard_writer *w)
+{
+    if (!w)
+        return;
+    unlink(w->path);
+    writer_free(w);
+}
+
+int pcr_tokshard_open(const char *path, uint64_t model_id, struct pcr_tokshard **out, char *err,
+                      size_t errlen)
+{
+    struct pcr_tokshard *s;
+    uint8_t h[PCR_TOKSHARD_HEADER];
+    struct stat st;
+    uint32_t version;
+    int rc;
+
+    *out = NULL;
+    s = calloc(1, sizeof(*s));
+    if (!s || !(s->path = strdup(path))) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (s->fd < 0) {
+        rc = -errno;
+        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    rc = -EINVAL;
+    if (fstat(s->fd, &st) != 0 || st.st_size < (off_t)PCR_TOKSHARD_HEADER ||
+        pread(s->fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, SHARD_MAGIC, 8) != 0) {
+        pcr_errf(err, errlen, "%s: not a pcrfs token shard", path);
+        goto fail;
+    }
+    version = get32(h + 8);
+    if (version != PCR_TOKSHARD_VERSION) {
+        pcr_errf(err, errlen, "%s: token shard version %" PRIu32 " (this pcrfs reads %u)", path,
+                 version, PCR_TOKSHARD_VERSION);
+        rc = -ENOTSUP;
+        goto fail;
+    }
+    if (get64(h + 24) != (uint64_t)st.st_size - PCR_TOKSHARD_HEADER) {
+        pcr_errf(err, errlen,
+                 "%s: size %" PRIu64 " but the header says %" PRIu64 " (truncated or damaged)",
+                 path, (uint64_t)st.st_size, get64(h + 24) + PCR_TOKSHARD_HEADER);
+        goto fail;
+    }
+    if (get64(h + 16) != model_id) {
+        pcr_errf(err, errlen,
+                 "%s: encoded with another token model (%016" PRIx64 ", expected %016" PRIx64 ")",
+                 path, get64(h + 16), model_id);
+        rc = -ESTALE;
+        goto fail;
+    }
+    s->count = get32(h + 12);
+    s->size = (uint64_t)st.st_size;
+    *out = s;
+    return 0;
+fail:
+    pcr_tokshard_close(s);
+    return rc;
+}
+
+uint32_t pcr_tokshard_count(const struct pcr_tokshard *s)
+{
+    return s->count;
+}
+
+int pcr_tokshard_read(const struct pcr_tokshard *s, uint64_t off, uint32_t len, void *buf)
+{
+    uint8_t *p = buf;
+
+    if (off < PCR_TOKSHARD_HEADER || len == 0 || off > s->size || len > s->size - off) {
+        pcr_log(PCR_LOG_ERR,
+                "%s: blob [%" PRIu64 ", +%" PRIu32 ") outside the shard (%" PRIu64 " bytes)",
+                s->path, off, len, s->size);
+        return -EIO;
+    }
+    while (len) {
+        ssize_t r = pread(s->fd, p, len, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            pcr_log(PCR_LOG_ERR, "%s: read at %" PRIu64 ": %s", s->path, off,
+                    r < 0 ? strerror(errno) : "unexpected end of file");
+            return -EIO;
+        }
+        p += r;
+        len -= (uint32_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+void pcr_tokshard_close(struct pcr_tokshard *s)
+{
+    if (!s)
+        return;
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->path);
+    free(s);
+}
