@@ -31,6 +31,7 @@ extern "C" {
 enum pcr_kind {
     PCR_KIND_JPEG = 1,     /* progressive JPEG split into scan chunks */
     PCR_KIND_VERBATIM = 2, /* stored as is (one chunk), served identically everywhere */
+    PCR_KIND_TOKENS = 3,   /* a token grid, served as an NPY <u2 (H, W) array */
 };
 
 struct pcr_store;
@@ -50,6 +51,17 @@ struct pcr_handle;
  */
 int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t errlen);
 void pcr_store_close(struct pcr_store *s);
+
+/* The token tree of @s as a store of its own: every tree and file call works on it
+ * (levels 1; its files are PCR_KIND_TOKENS, decoded from their ~1 kB blobs when a
+ * handle is opened and served as NPY v1.0 <u2 (H, W) arrays). Close it before @s.
+ * @return 0; -ENOENT the store holds no tokens; -EINVAL a damaged token tree or
+ *         model (message in @err); -ENOMEM. */
+int pcr_store_open_tokens(struct pcr_store *s, struct pcr_store **out, char *err, size_t errlen);
+
+/* The codebook NPY file imported with the tokens (served as /.pcrfs/codebook.npy).
+ * @return 0 and the bytes, valid until close; -ENOENT none. */
+int pcr_store_codebook(struct pcr_store *s, const void **data, size_t *len);
 
 unsigned pcr_store_levels(const struct pcr_store *s); /* L, 1..PCR_MAX_LEVELS */
 uint64_t pcr_store_nfiles(const struct pcr_store *s);

@@ -73,6 +73,26 @@ struct pcr_item {
 int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n);
 
 int pcr_writer_set_meta(struct pcr_writer *w, const char *key, const char *value);
+/* A named blob in the index ("codebook": the NPY file served as
+ * /.pcrfs/codebook.npy). */
+int pcr_writer_set_blob(struct pcr_writer *w, const char *key, const void *data, size_t len);
+
+/* Tokens (a second tree, numbered like the image tree: pcr_writer_add_tok_dir
+ * rows 1..D, token files 1..N in directory order, sorted by name). The model, trained
+ * by the caller over every grid, must be set before the first shard and outlive
+ * the writer's use of it. A tokens-only store still has an image tree: its root. */
+struct pcr_tok_model;
+struct pcr_tok_item {
+    uint64_t id, dir;
+    const char *name;
+    const uint16_t *grid; /* h*w token values, row-major, as imported */
+    unsigned h, w;
+};
+int pcr_writer_set_tok_model(struct pcr_writer *w, const struct pcr_tok_model *m);
+int pcr_writer_add_tok_dir(struct pcr_writer *w, const struct pcr_dir_row *row);
+/* Encode @items with the model into one shard (tokens/NNNNNN.tks) and index them.
+ * @return 0; -EINVAL numbering/shape/no model; -errno of writing (pcr_writer_error). */
+int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *items, unsigned n);
 
 /* The last error message, "" if none. */
 const char *pcr_writer_error(const struct pcr_writer *w);

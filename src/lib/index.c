@@ -27,40 +27,82 @@ static const char schema[] =
     " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
     " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
     " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
-    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT);";
+    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT);"
+    /* The token tree has the same shape: a token file is a one-chunk file whose
+     * record is a token shard (see pcrfs(5)). */
+    "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
+    " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
+    " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
+    "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
+    " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
+    "CREATE TABLE tok_files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
+    " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
+    " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
+    " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
+    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT);"
+    "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
 
+/* Statements per tree are laid out as [base + tree]. */
 enum {
     ST_META,
-    ST_DIRS,
-    ST_RECORDS,
-    ST_FILES,
-    ST_PUT_META,
-    ST_PUT_DIR,
-    ST_PUT_RECORD,
-    ST_PUT_FILE,
-    ST_COUNT
+    ST_BLOB,
+    ST_DIRS,          /* + tree */
+    ST_RECORDS = ST_DIRS + 2,
+    ST_FILES = ST_RECORDS + 2,
+    ST_PUT_META = ST_FILES + 2,
+    ST_PUT_BLOB,
+    ST_PUT_DIR,       /* + tree */
+    ST_PUT_RECORD = ST_PUT_DIR + 2,
+    ST_PUT_FILE = ST_PUT_RECORD + 2,
+    ST_COUNT = ST_PUT_FILE + 2
 };
+
+#define DIRS_SQL(t)                                                                        \
+    "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles FROM " t "dirs"     \
+    " ORDER BY id"
+#define RECORDS_SQL(t) "SELECT id, name, size, nimages, groups FROM " t "records ORDER BY id"
+#define FILES_SQL(t)                                                                       \
+    "SELECT id, dir, name, kind, record, slot, nchunks, chunks, size, width, height,"       \
+    " components, src_size, checksum, note FROM " t "files WHERE id >= ?1 AND id < ?2"      \
+    " ORDER BY id"
+#define PUT_DIR_SQL(t) "INSERT INTO " t "dirs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+#define PUT_RECORD_SQL(t) "INSERT INTO " t "records VALUES (?1, ?2, ?3, ?4, ?5)"
+#define PUT_FILE_SQL(t)                                                                    \
+    "INSERT INTO " t "files VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"\
+    " ?14, ?15)"
 
 static const char *const reader_sql[] = {
     [ST_META] = "SELECT value FROM meta WHERE key = ?1",
-    [ST_DIRS] = "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles"
-                " FROM dirs ORDER BY id",
-    [ST_RECORDS] = "SELECT id, name, size, nimages, groups FROM records ORDER BY id",
-    [ST_FILES] = "SELECT id, dir, name, kind, record, slot, nchunks, chunks, size, width,"
-                 " height, components, src_size, checksum, note FROM files"
-                 " WHERE id >= ?1 AND id < ?2 ORDER BY id",
+    [ST_BLOB] = "SELECT value FROM blobs WHERE key = ?1",
+    [ST_DIRS] = DIRS_SQL(""),
+    [ST_DIRS + 1] = DIRS_SQL("tok_"),
+    [ST_RECORDS] = RECORDS_SQL(""),
+    [ST_RECORDS + 1] = RECORDS_SQL("tok_"),
+    [ST_FILES] = FILES_SQL(""),
+    [ST_FILES + 1] = FILES_SQL("tok_"),
 };
 
 static const char *const writer_sql[] = {
     [ST_PUT_META] = "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)",
-    [ST_PUT_DIR] = "INSERT INTO dirs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    [ST_PUT_RECORD] = "INSERT INTO records VALUES (?1, ?2, ?3, ?4, ?5)",
-    [ST_PUT_FILE] = "INSERT INTO files VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-                    " ?12, ?13, ?14, ?15)",
+    [ST_PUT_BLOB] = "INSERT OR REPLACE INTO blobs(key, value) VALUES (?1, ?2)",
+    [ST_PUT_DIR] = PUT_DIR_SQL(""),
+    [ST_PUT_DIR + 1] = PUT_DIR_SQL("tok_"),
+    [ST_PUT_RECORD] = PUT_RECORD_SQL(""),
+    [ST_PUT_RECORD + 1] = PUT_RECORD_SQL("tok_"),
+    [ST_PUT_FILE] = PUT_FILE_SQL(""),
+    [ST_PUT_FILE + 1] = PUT_FILE_SQL("tok_"),
 };
+
+/* Statements of the token tree and the blob table are optional for a reader: an
+ * index without those tables simply has no tokens. */
+static bool optional_stmt(int i)
+{
+    return i == ST_BLOB || i == ST_DIRS + 1 || i == ST_RECORDS + 1 || i == ST_FILES + 1;
+}
 
 struct pcr_index {
     sqlite3 *db;
+    bool has_tokens;              /* the token tables exist */
     pthread_mutex_t lock;         /* one statement runs at a time on @db */
     sqlite3_stmt *st[ST_COUNT];   /* prepared once; NULL when not used in this mode */
 };
@@ -210,17 +252,27 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
     for (int i = 0; i < (int)PCR_ARRAY_SIZE(reader_sql); i++) {
         rc = sqlite3_prepare_v3(idx->db, reader_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                 &idx->st[i], NULL);
+        if (rc != SQLITE_OK && optional_stmt(i)) {
+            idx->st[i] = NULL;
+            continue;
+        }
         if (rc != SQLITE_OK) {
             pcr_errf(err, errlen, "%s: index is damaged: %s", path, sqlite3_errmsg(idx->db));
             ret = -EINVAL;
             goto fail;
         }
     }
+    idx->has_tokens = idx->st[ST_DIRS + 1] && idx->st[ST_RECORDS + 1] && idx->st[ST_FILES + 1];
     *out = idx;
     return 0;
 fail:
     pcr_index_close(idx);
     return ret;
+}
+
+bool pcr_index_has_tokens(struct pcr_index *idx)
+{
+    return idx->has_tokens;
 }
 
 int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t errlen)
@@ -283,16 +335,19 @@ ssize_t pcr_index_meta(struct pcr_index *idx, const char *key, char *buf, size_t
     return ret;
 }
 
-int64_t pcr_index_max_id(struct pcr_index *idx, const char *table)
+int64_t pcr_index_max_id(struct pcr_index *idx, enum pcr_index_tree tree, const char *table)
 {
-    char sql[64];
+    char sql[80];
     int rc;
     int64_t v;
 
     if (strcmp(table, "files") != 0 && strcmp(table, "dirs") != 0 &&
         strcmp(table, "records") != 0)
         return -EINVAL;
-    snprintf(sql, sizeof(sql), "SELECT coalesce(max(id), 0) FROM %s", table);
+    if (tree == PCR_TREE_TOKENS && !idx->has_tokens)
+        return 0;
+    snprintf(sql, sizeof(sql), "SELECT coalesce(max(id), 0) FROM %s%s",
+             tree == PCR_TREE_TOKENS ? "tok_" : "", table);
     pthread_mutex_lock(&idx->lock);
     v = pragma_int(idx->db, sql, &rc);
     pthread_mutex_unlock(&idx->lock);
@@ -309,10 +364,14 @@ static int end_select(sqlite3_stmt *st, int rc, int cbret)
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
-int pcr_index_load_dirs(struct pcr_index *idx, pcr_index_dir_cb cb, void *ctx)
+int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_dir_cb cb,
+                        void *ctx)
 {
-    sqlite3_stmt *st = idx->st[ST_DIRS];
+    sqlite3_stmt *st = idx->st[ST_DIRS + tree];
     int rc, cbret = 0;
+
+    if (!st)
+        return 0;
 
     pthread_mutex_lock(&idx->lock);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -334,10 +393,14 @@ int pcr_index_load_dirs(struct pcr_index *idx, pcr_index_dir_cb cb, void *ctx)
     return rc;
 }
 
-int pcr_index_load_records(struct pcr_index *idx, pcr_index_record_cb cb, void *ctx)
+int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
+                           pcr_index_record_cb cb, void *ctx)
 {
-    sqlite3_stmt *st = idx->st[ST_RECORDS];
+    sqlite3_stmt *st = idx->st[ST_RECORDS + tree];
     int rc, cbret = 0;
+
+    if (!st)
+        return 0;
 
     pthread_mutex_lock(&idx->lock);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -358,11 +421,14 @@ int pcr_index_load_records(struct pcr_index *idx, pcr_index_record_cb cb, void *
     return rc;
 }
 
-int pcr_index_load_files(struct pcr_index *idx, int64_t first, int64_t count,
-                         pcr_index_file_cb cb, void *ctx)
+int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_t first,
+                         int64_t count, pcr_index_file_cb cb, void *ctx)
 {
-    sqlite3_stmt *st = idx->st[ST_FILES];
+    sqlite3_stmt *st = idx->st[ST_FILES + tree];
     int rc, cbret = 0;
+
+    if (!st)
+        return 0;
 
     pthread_mutex_lock(&idx->lock);
     sqlite3_bind_int64(st, 1, first);
@@ -412,9 +478,10 @@ int pcr_index_put_meta(struct pcr_index *idx, const char *key, const char *value
     return put_step(st);
 }
 
-int pcr_index_put_dir(struct pcr_index *idx, const struct pcr_index_dir *d)
+int pcr_index_put_dir(struct pcr_index *idx, enum pcr_index_tree tree,
+                      const struct pcr_index_dir *d)
 {
-    sqlite3_stmt *st = idx->st[ST_PUT_DIR];
+    sqlite3_stmt *st = idx->st[ST_PUT_DIR + tree];
     sqlite3_bind_int64(st, 1, d->id);
     sqlite3_bind_int64(st, 2, d->parent);
     sqlite3_bind_blob(st, 3, d->namelen ? (const void *)d->name : "", (int)d->namelen,
@@ -426,9 +493,10 @@ int pcr_index_put_dir(struct pcr_index *idx, const struct pcr_index_dir *d)
     return put_step(st);
 }
 
-int pcr_index_put_record(struct pcr_index *idx, const struct pcr_index_record *r)
+int pcr_index_put_record(struct pcr_index *idx, enum pcr_index_tree tree,
+                         const struct pcr_index_record *r)
 {
-    sqlite3_stmt *st = idx->st[ST_PUT_RECORD];
+    sqlite3_stmt *st = idx->st[ST_PUT_RECORD + tree];
     sqlite3_bind_int64(st, 1, r->id);
     sqlite3_bind_text(st, 2, r->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, r->size);
@@ -437,9 +505,10 @@ int pcr_index_put_record(struct pcr_index *idx, const struct pcr_index_record *r
     return put_step(st);
 }
 
-int pcr_index_put_file(struct pcr_index *idx, const struct pcr_index_file *f)
+int pcr_index_put_file(struct pcr_index *idx, enum pcr_index_tree tree,
+                       const struct pcr_index_file *f)
 {
-    sqlite3_stmt *st = idx->st[ST_PUT_FILE];
+    sqlite3_stmt *st = idx->st[ST_PUT_FILE + tree];
     sqlite3_bind_int64(st, 1, f->id);
     sqlite3_bind_int64(st, 2, f->dir);
     sqlite3_bind_blob(st, 3, f->name, (int)f->namelen, SQLITE_STATIC);
@@ -459,6 +528,47 @@ int pcr_index_put_file(struct pcr_index *idx, const struct pcr_index_file *f)
     else
         sqlite3_bind_null(st, 15);
     return put_step(st);
+}
+
+int pcr_index_put_blob(struct pcr_index *idx, const char *key, const void *data, size_t len)
+{
+    sqlite3_stmt *st = idx->st[ST_PUT_BLOB];
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 2, len ? data : "", len, SQLITE_STATIC);
+    return put_step(st);
+}
+
+int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void **data,
+                       size_t *len)
+{
+    sqlite3_stmt *st = idx->st[ST_BLOB];
+    int rc, ret = -ENOENT;
+
+    if (!st)
+        return -ENOENT;
+    pthread_mutex_lock(&idx->lock);
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const void *v = sqlite3_column_blob(st, 0);
+        size_t n = (size_t)sqlite3_column_bytes(st, 0);
+        if (n > max) {
+            ret = -EFBIG;
+        } else if (!(*data = malloc(n ? n : 1))) {
+            ret = -ENOMEM;
+        } else {
+            if (n)
+                memcpy(*data, v, n);
+            *len = n;
+            ret = 0;
+        }
+    } else if (rc != SQLITE_DONE) {
+        ret = -EIO;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    pthread_mutex_unlock(&idx->lock);
+    return ret;
 }
 
 int pcr_index_commit(struct pcr_index *idx, char *err, size_t errlen)

@@ -7,6 +7,7 @@
 #ifndef PCRFS_INDEX_H
 #define PCRFS_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -15,6 +16,13 @@
 #define PCR_INDEX_VERSION 1          /* PRAGMA user_version */
 
 struct pcr_index;
+
+/* The two trees an index holds: images (dirs/records/files) and tokens
+ * (tok_dirs/tok_records/tok_files, same columns). */
+enum pcr_index_tree {
+    PCR_TREE_IMAGES = 0,
+    PCR_TREE_TOKENS = 1,
+};
 
 struct pcr_index_dir {
     int64_t id, parent, first_child, nsubdirs, first_file, nfiles;
@@ -51,20 +59,33 @@ int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t
 void pcr_index_close(struct pcr_index *idx);
 
 ssize_t pcr_index_meta(struct pcr_index *idx, const char *key, char *buf, size_t len);
-int64_t pcr_index_max_id(struct pcr_index *idx, const char *table); /* "files"/"dirs"; <0 error */
+/* max(id) of "files", "dirs" or "records" of @tree (0 if empty or absent); <0 error. */
+int64_t pcr_index_max_id(struct pcr_index *idx, enum pcr_index_tree tree, const char *table);
+/* Whether the index has the token tables (older or hand-made indexes may not). */
+bool pcr_index_has_tokens(struct pcr_index *idx);
+/* A copy (malloc) of blob @key, at most @max bytes.
+ * @return 0; -ENOENT absent; -EFBIG larger than @max; -ENOMEM; -EIO. */
+int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void **data,
+                       size_t *len);
 
 /* Each loader stops at the first callback returning non-zero and returns that value;
  * -EIO if SQLite fails (corrupt database), 0 when all rows were seen. */
-int pcr_index_load_dirs(struct pcr_index *idx, pcr_index_dir_cb cb, void *ctx);
-int pcr_index_load_records(struct pcr_index *idx, pcr_index_record_cb cb, void *ctx);
+int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_dir_cb cb,
+                        void *ctx);
+int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
+                           pcr_index_record_cb cb, void *ctx);
 /* Files with first <= id < first + count, in id order. */
-int pcr_index_load_files(struct pcr_index *idx, int64_t first, int64_t count,
-                         pcr_index_file_cb cb, void *ctx);
+int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_t first,
+                         int64_t count, pcr_index_file_cb cb, void *ctx);
 
 int pcr_index_put_meta(struct pcr_index *idx, const char *key, const char *value);
-int pcr_index_put_dir(struct pcr_index *idx, const struct pcr_index_dir *row);
-int pcr_index_put_record(struct pcr_index *idx, const struct pcr_index_record *row);
-int pcr_index_put_file(struct pcr_index *idx, const struct pcr_index_file *row);
+int pcr_index_put_blob(struct pcr_index *idx, const char *key, const void *data, size_t len);
+int pcr_index_put_dir(struct pcr_index *idx, enum pcr_index_tree tree,
+                      const struct pcr_index_dir *row);
+int pcr_index_put_record(struct pcr_index *idx, enum pcr_index_tree tree,
+                         const struct pcr_index_record *row);
+int pcr_index_put_file(struct pcr_index *idx, enum pcr_index_tree tree,
+                       const struct pcr_index_file *row);
 /* COMMIT the writer's transaction. */
 int pcr_index_commit(struct pcr_index *idx, char *err, size_t errlen);
 

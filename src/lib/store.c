@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include "pcrfs/store.h"
 #include "pcrfs/jpeg.h"
+#include "pcrfs/tokens.h"
 #include "index.h"
 #include "internal.h"
 #include "record.h"
@@ -36,6 +37,8 @@
 #define MAX_RECORDS  (1ULL << 32)
 #define MAX_IDS      (1ULL << 40) /* dir and file ids must fit the inode scheme */
 #define ARENA_BLOCK  (256 * 1024)
+#define MAX_CODEBOOK (256ULL << 20) /* bytes of codebook NPY kept in memory */
+#define MAX_TOK_BLOB (16u << 20)    /* one encoded token grid */
 
 #define FD_UNOPENED -1
 #define FD_BAD      -2
@@ -83,6 +86,7 @@ struct arena_block {
 struct pcr_handle {
     struct pcr_store *s;
     struct rec *r;
+    uint8_t *mem;   /* token files: the whole NPY file, decoded at open */
     unsigned level; /* clamped to 1..L, for stats */
     unsigned nseg;
     uint64_t size;
@@ -94,6 +98,12 @@ struct pcr_handle {
 
 struct pcr_store {
     struct pcr_index *idx;
+    char *path;               /* the store directory, as given */
+    enum pcr_index_tree tree; /* which tree of the index this object serves */
+    struct pcr_store *parent; /* the image store a token tree belongs to (owns idx) */
+    struct pcr_tok_model *model; /* token tree: the decoder of its blobs */
+    void *codebook;           /* image store: the codebook NPY bytes, or NULL */
+    size_t codebook_len;
     int recdir;               /* O_PATH fd of records/ */
     unsigned levels;
     int64_t mtime;
@@ -381,11 +391,79 @@ static unsigned meta_uint(struct pcr_store *s, const char *key, unsigned long lo
     return (unsigned)v;
 }
 
+/* Load and validate one tree of the index (directories, records) and open the
+ * directory holding its record files. */
+static int load_tree(struct pcr_store *s, const char *path, char *err, size_t errlen)
+{
+    const char *sub = s->tree == PCR_TREE_TOKENS ? "tokens" : "records";
+    int64_t n;
+    int ret = -EINVAL;
+
+    n = pcr_index_max_id(s->idx, s->tree, "dirs");
+    if (n < 1 || (uint64_t)n > MAX_IDS) {
+        pcr_errf(err, errlen, "%s: index has %s directory table", path,
+                 n < 0 ? "an unreadable" : n == 0 ? "an empty" : "an oversized");
+        return ret;
+    }
+    struct dirload dl = {.s = s, .max = (uint64_t)n, .err = err, .errlen = errlen};
+    n = pcr_index_max_id(s->idx, s->tree, "files");
+    if (n < 0 || (uint64_t)n > MAX_IDS) {
+        pcr_errf(err, errlen, "%s: index has %s file table", path,
+                 n < 0 ? "an unreadable" : "an oversized");
+        return ret;
+    }
+    s->nfiles = (uint64_t)n;
+    n = pcr_index_max_id(s->idx, s->tree, "records");
+    if (n < 0 || (uint64_t)n > MAX_RECORDS) {
+        pcr_errf(err, errlen, "%s: index has %s record table", path,
+                 n < 0 ? "an unreadable" : "an oversized");
+        return ret;
+    }
+    struct recload rl = {.s = s, .max = (uint64_t)n, .err = err, .errlen = errlen};
+
+    /* dirs[] and recs[] grow with the rows loaded (see grow()); ndirs and nrecs count
+     * them, so pcr_store_close() is right at any point of a failed open */
+    ret = pcr_index_load_dirs(s->idx, s->tree, load_dir, &dl);
+    if (ret == 0 && s->ndirs != dl.max) {
+        pcr_errf(err, errlen, "%s: index directory ids are not contiguous", path);
+        ret = -EINVAL;
+    }
+    if (ret == -EIO)
+        pcr_errf(err, errlen, "%s: index is damaged: %s", path, pcr_index_errmsg(s->idx));
+    if (ret == 0)
+        ret = check_tree(s, err, errlen);
+    if (ret == 0)
+        ret = pcr_index_load_records(s->idx, s->tree, load_record, &rl);
+    if (ret == 0 && s->nrecs != rl.max) {
+        pcr_errf(err, errlen, "%s: index record ids are not contiguous", path);
+        ret = -EINVAL;
+    }
+    if (ret) {
+        if (ret == -EIO)
+            pcr_errf(err, errlen, "%s: index is damaged: %s", path, pcr_index_errmsg(s->idx));
+        if (ret == -ENOMEM)
+            pcr_errf(err, errlen, "%s: out of memory loading the index", path);
+        ret = ret == -ENOMEM ? ret : ret == -EIO ? -EINVAL : ret;
+        return ret;
+    }
+
+    char *rpath = NULL;
+    if (asprintf(&rpath, "%s/%s", path, sub) < 0)
+        return -ENOMEM;
+    s->recdir = open(rpath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    free(rpath);
+    if (s->recdir < 0) {
+        ret = -errno;
+        pcr_errf(err, errlen, "%s/%s: %s", path, sub, strerror(errno));
+        return ret;
+    }
+    return 0;
+}
+
 int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t errlen)
 {
     struct pcr_store *s;
     char *ipath = NULL, buf[32];
-    int64_t n;
     int ret;
 
     s = calloc(1, sizeof(*s));
@@ -396,7 +474,8 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
     s->recdir = -1;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->bw_lock, NULL);
-    if (asprintf(&ipath, "%s/index.db", path) < 0) {
+    s->path = strdup(path);
+    if (!s->path || asprintf(&ipath, "%s/index.db", path) < 0) {
         ipath = NULL;
         ret = -ENOMEM;
         goto fail;
@@ -421,66 +500,16 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
     }
     if (pcr_index_meta(s->idx, "created", buf, sizeof(buf)) > 0)
         s->mtime = strtoll(buf, NULL, 10);
-    n = pcr_index_max_id(s->idx, "dirs");
-    if (n < 1 || (uint64_t)n > MAX_IDS) {
-        pcr_errf(err, errlen, "%s: index has %s directory table", path,
-                 n < 0 ? "an unreadable" : n == 0 ? "an empty" : "an oversized");
+    ret = load_tree(s, path, err, errlen);
+    if (ret)
+        goto fail;
+    /* the codebook imported with tokens, served as /.pcrfs/codebook.npy */
+    ret = pcr_index_get_blob(s->idx, "codebook", MAX_CODEBOOK, &s->codebook, &s->codebook_len);
+    if (ret && ret != -ENOENT) {
+        pcr_errf(err, errlen, "%s: cannot read the codebook: %s", path, strerror(-ret));
         goto fail;
     }
-    struct dirload dl = {.s = s, .max = (uint64_t)n, .err = err, .errlen = errlen};
-    n = pcr_index_max_id(s->idx, "files");
-    if (n < 0 || (uint64_t)n > MAX_IDS) {
-        pcr_errf(err, errlen, "%s: index has %s file table", path,
-                 n < 0 ? "an unreadable" : "an oversized");
-        goto fail;
-    }
-    s->nfiles = (uint64_t)n;
-    n = pcr_index_max_id(s->idx, "records");
-    if (n < 0 || (uint64_t)n > MAX_RECORDS) {
-        pcr_errf(err, errlen, "%s: index has %s record table", path,
-                 n < 0 ? "an unreadable" : "an oversized");
-        goto fail;
-    }
-    struct recload rl = {.s = s, .max = (uint64_t)n, .err = err, .errlen = errlen};
-
-    /* dirs[] and recs[] grow with the rows loaded (see grow()); ndirs and nrecs count
-     * them, so pcr_store_close() is right at any point of a failed open */
-    ret = pcr_index_load_dirs(s->idx, load_dir, &dl);
-    if (ret == 0 && s->ndirs != dl.max) {
-        pcr_errf(err, errlen, "%s: index directory ids are not contiguous", path);
-        ret = -EINVAL;
-    }
-    if (ret == -EIO)
-        pcr_errf(err, errlen, "%s: index is damaged: %s", path, pcr_index_errmsg(s->idx));
-    if (ret == 0)
-        ret = check_tree(s, err, errlen);
-    if (ret == 0)
-        ret = pcr_index_load_records(s->idx, load_record, &rl);
-    if (ret == 0 && s->nrecs != rl.max) {
-        pcr_errf(err, errlen, "%s: index record ids are not contiguous", path);
-        ret = -EINVAL;
-    }
-    if (ret) {
-        if (ret == -EIO)
-            pcr_errf(err, errlen, "%s: index is damaged: %s", path, pcr_index_errmsg(s->idx));
-        if (ret == -ENOMEM)
-            pcr_errf(err, errlen, "%s: out of memory loading the index", path);
-        ret = ret == -ENOMEM ? ret : ret == -EIO ? -EINVAL : ret;
-        goto fail;
-    }
-
-    char *rpath = NULL;
-    if (asprintf(&rpath, "%s/records", path) < 0) {
-        ret = -ENOMEM;
-        goto fail;
-    }
-    s->recdir = open(rpath, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    free(rpath);
-    if (s->recdir < 0) {
-        ret = -errno;
-        pcr_errf(err, errlen, "%s/records: %s", path, strerror(errno));
-        goto fail;
-    }
+    ret = 0;
     free(ipath);
     *out = s;
     return 0;
@@ -488,6 +517,56 @@ fail:
     free(ipath);
     pcr_store_close(s);
     return ret;
+}
+
+int pcr_store_open_tokens(struct pcr_store *s, struct pcr_store **out, char *err, size_t errlen)
+{
+    struct pcr_store *t;
+    void *blob = NULL;
+    size_t bloblen = 0;
+    int ret;
+
+    if (s->parent || !pcr_index_has_tokens(s->idx) ||
+        pcr_index_max_id(s->idx, PCR_TREE_TOKENS, "dirs") <= 0) {
+        pcr_errf(err, errlen, "the store holds no tokens");
+        return -ENOENT;
+    }
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->idx = s->idx;
+    t->parent = s;
+    t->tree = PCR_TREE_TOKENS;
+    t->levels = 1;
+    t->mtime = s->mtime;
+    t->recdir = -1;
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->bw_lock, NULL);
+    ret = pcr_index_get_blob(s->idx, "tok_model", MAX_CODEBOOK, &blob, &bloblen);
+    if (ret == 0)
+        ret = pcr_tok_model_load(blob, bloblen, &t->model, err, errlen);
+    else
+        pcr_errf(err, errlen, "the token model cannot be read: %s", strerror(-ret));
+    free(blob);
+    if (ret == 0)
+        ret = load_tree(t, s->path, err, errlen);
+    if (ret) {
+        pcr_store_close(t);
+        return ret == -ENOMEM ? ret : ret == -ENOENT ? -EINVAL : ret;
+    }
+    *out = t;
+    return 0;
+}
+
+int pcr_store_codebook(struct pcr_store *s, const void **data, size_t *len)
+{
+    if (s->parent)
+        s = s->parent;
+    if (!s->codebook)
+        return -ENOENT;
+    *data = s->codebook;
+    *len = s->codebook_len;
+    return 0;
 }
 
 void pcr_store_close(struct pcr_store *s)
@@ -507,7 +586,11 @@ void pcr_store_close(struct pcr_store *s)
     }
     if (s->recdir >= 0)
         close(s->recdir);
-    pcr_index_close(s->idx);
+    if (!s->parent)
+        pcr_index_close(s->idx);
+    pcr_tok_model_free(s->model);
+    free(s->codebook);
+    free(s->path);
     free(s->dirs);
     free(s->fdirs);
     free(s->recs);
@@ -615,11 +698,18 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
         why = "belongs to another directory";
     else if (!name_ok(row->name, row->namelen))
         why = "empty, '.', '..' or '/'-containing name";
-    else if (row->kind != PCR_KIND_JPEG && row->kind != PCR_KIND_VERBATIM)
+    else if (s->tree == PCR_TREE_IMAGES ? row->kind != PCR_KIND_JPEG &&
+                                              row->kind != PCR_KIND_VERBATIM
+                                        : row->kind != PCR_KIND_TOKENS)
         why = "unknown kind";
     else if (row->nchunks < 1 || row->nchunks > PCR_MAX_CHUNKS ||
-             (row->kind == PCR_KIND_VERBATIM && row->nchunks != 1))
+             (row->kind != PCR_KIND_JPEG && row->nchunks != 1))
         why = "chunk count out of range";
+    else if (row->kind == PCR_KIND_TOKENS &&
+             (row->width < 1 || row->height < 1 || row->width > PCR_TOK_MAX_SIDE ||
+              row->height > PCR_TOK_MAX_SIDE ||
+              (uint64_t)row->width * (uint64_t)row->height > PCR_TOK_MAX_TOKENS))
+        why = "token grid shape out of range";
     else if (row->record < 1 || (uint64_t)row->record > s->nrecs)
         why = "no such record";
     else if (row->chunks_len == 0 || row->chunks_len > UINT16_MAX)
@@ -632,6 +722,14 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
         goto reject;
     if (row->kind == PCR_KIND_JPEG)
         total += 2;
+    if (row->kind == PCR_KIND_TOKENS) {
+        /* the chunk is the encoded blob; what is served is the NPY file */
+        if (total > MAX_TOK_BLOB) {
+            why = "token blob too large";
+            goto reject;
+        }
+        total = pcr_npy_grid_size((unsigned)row->height, (unsigned)row->width);
+    }
     if ((int64_t)total != row->size) {
         why = "size disagrees with its chunks";
         goto reject;
@@ -716,8 +814,8 @@ static const struct dirfiles *dir_files(struct pcr_store *s, uint64_t id, int *e
             ret = -ENOMEM;
         } else {
             fl.df->n = 0;
-            ret = pcr_index_load_files(s->idx, (int64_t)d->first_file, (int64_t)d->nfiles,
-                                       load_file, &fl);
+            ret = pcr_index_load_files(s->idx, s->tree, (int64_t)d->first_file,
+                                       (int64_t)d->nfiles, load_file, &fl);
         }
         if (ret) {
             pcr_log(PCR_LOG_ERR, "index: cannot load directory %llu: %s",
@@ -950,6 +1048,24 @@ void pcr_file_info(const struct pcr_file *f, struct pcr_file_info *out)
 
 /* ---- records and reading ---- */
 
+/* A token shard's header (see pcrfs/tokens.h) against the index and the model. */
+static const char *check_shard_hdr(const struct pcr_store *s, const struct rec *r,
+                                   const uint8_t hdr[PCR_RECORD_HDR])
+{
+    uint64_t v[4] = {0};
+    static const int off[4] = {8, 12, 16, 24}, len[4] = {4, 4, 8, 8};
+
+    if (memcmp(hdr, "PCRTOKS\n", 8) != 0)
+        return "bad magic (not a pcrfs token shard)";
+    for (int i = 0; i < 4; i++)
+        for (int k = len[i] - 1; k >= 0; k--)
+            v[i] = (v[i] << 8) | hdr[off[i] + k];
+    if (v[0] != PCR_TOKSHARD_VERSION || v[1] != r->nimages ||
+        v[2] != pcr_tok_model_id(s->model) || v[3] + PCR_TOKSHARD_HEADER != r->size)
+        return "header disagrees with the index";
+    return NULL;
+}
+
 static int record_fd(struct pcr_store *s, struct rec *r)
 {
     int fd = __atomic_load_n(&r->fd, __ATOMIC_ACQUIRE);
@@ -976,8 +1092,11 @@ static int record_fd(struct pcr_store *s, struct rec *r)
             why = strerror(errno);
         } else if ((uint64_t)sb.st_size != r->size) {
             why = (uint64_t)sb.st_size < r->size ? "truncated" : "longer than the index says";
-        } else if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) ||
-                   pcr_record_hdr_decode(hdr, &h) != 0) {
+        } else if (pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
+            why = "cannot read its header";
+        } else if (s->tree == PCR_TREE_TOKENS) {
+            why = check_shard_hdr(s, r, hdr);
+        } else if (pcr_record_hdr_decode(hdr, &h) != 0) {
             why = "bad magic (not a pcrfs record)";
         } else if (h.version != PCR_RECORD_VERSION || h.ngroups != r->ngroups ||
                    h.nimages != r->nimages || h.size != r->size) {
@@ -995,6 +1114,66 @@ static int record_fd(struct pcr_store *s, struct rec *r)
     return fd >= 0 ? fd : -EIO;
 }
 
+static int read_full(struct pcr_handle *h, uint8_t *buf, size_t len, uint64_t off);
+
+/* A token file is decoded whole at open: the blob (about 1 kB) is read and decoded
+ * into the NPY bytes the view serves, so reads are plain copies and a blob that
+ * does not decode fails the open (EIO), never a read in the middle of a file. */
+static int token_open(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
+                      struct pcr_handle **out)
+{
+    uint64_t off, len;
+    size_t p = 0, ntok = (size_t)f->width * f->height;
+    uint8_t *blob = NULL;
+    uint16_t *grid = NULL;
+    struct pcr_handle *h = NULL;
+    int ret = -ENOMEM;
+
+    p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &off);
+    p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &len);
+    blob = malloc(len ? len : 1);
+    grid = malloc(ntok * sizeof(*grid));
+    h = malloc(sizeof(*h));
+    if (!blob || !grid || !h)
+        goto out;
+    h->s = s;
+    h->r = r;
+    h->level = 1;
+    h->nseg = 0;
+    h->eoi = false;
+    h->size = f->size_full;
+    h->mem = malloc(h->size);
+    if (!h->mem)
+        goto out;
+    ret = read_full(h, blob, len, r->goff[0] + off);
+    if (ret)
+        goto out;
+    ret = pcr_tok_decode(s->model, blob, len, f->height, f->width, grid);
+    if (ret) {
+        pcr_log(PCR_LOG_ERR, "token file %llu: its blob does not decode to %ux%u tokens",
+                (unsigned long long)f->id, f->height, f->width);
+        ret = -EIO;
+        goto out;
+    }
+    if (pcr_npy_write_grid(f->height, f->width, grid, h->mem, h->size) != h->size) {
+        ret = -EIO;
+        goto out;
+    }
+    count(&s->stats.level[1].opens, 1);
+    *out = h;
+    h = NULL;
+    ret = 0;
+out:
+    if (ret == -EIO)
+        count(&s->stats.errors, 1);
+    if (h)
+        free(h->mem);
+    free(h);
+    free(blob);
+    free(grid);
+    return ret;
+}
+
 int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
                     struct pcr_handle **out)
 {
@@ -1009,11 +1188,14 @@ int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned leve
         count(&s->stats.errors, 1);
         return fd;
     }
+    if (f->kind == PCR_KIND_TOKENS)
+        return token_open(s, f, r, out);
     h = malloc(sizeof(*h) + m * sizeof(h->seg[0]));
     if (!h)
         return -ENOMEM;
     h->s = s;
     h->r = r;
+    h->mem = NULL;
     h->level = level < 1 ? 1 : level > s->levels ? s->levels : level;
     h->nseg = m;
     h->eoi = f->kind == PCR_KIND_JPEG;
@@ -1111,6 +1293,10 @@ ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t of
     if (len > h->size - off)
         len = (size_t)(h->size - off);
     count(&h->s->stats.level[h->level].reads, 1);
+    if (h->mem) {
+        memcpy(out, h->mem + off, len);
+        return (ssize_t)len;
+    }
     for (unsigned i = 0; i < h->nseg && done < len; i++) {
         uint64_t end = pos + h->seg[i].len;
         if (off + done < end) {
@@ -1135,6 +1321,8 @@ ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t of
 
 void pcr_handle_close(struct pcr_handle *h)
 {
+    if (h)
+        free(h->mem);
     free(h);
 }
 

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "pcrfs/writer.h"
+#include "pcrfs/tokens.h"
 #include "index.h"
 #include "internal.h"
 #include "record.h"
@@ -34,10 +35,14 @@ struct pcr_writer {
     struct pcr_index *idx;
     bool force;
     unsigned levels;
-    uint64_t ndirs, nfiles, nrecs; /* added so far */
-    uint64_t files_declared;      /* sum of nfiles over the directories */
-    uint64_t last_dir;            /* directory of the last file added, and its name: */
-    char last_name[256];          /* names must increase within a directory */
+    struct wtree {
+        uint64_t ndirs, nfiles, nrecs; /* added so far */
+        uint64_t files_declared;      /* sum of nfiles over the directories */
+        uint64_t last_dir;            /* directory of the last file added, and its name: */
+        char last_name[256];          /* names must increase within a directory */
+    } t[2];                           /* [PCR_TREE_IMAGES], [PCR_TREE_TOKENS] */
+    const struct pcr_tok_model *model; /* encodes token grids (pcr_writer_set_tok_model) */
+    int tokfd;                        /* tokens/ directory, created on first use */
     uint8_t *wbuf;                /* record write buffer */
     size_t wlen;
     int wfd;
@@ -127,6 +132,8 @@ static void writer_free(struct pcr_writer *w)
         close(w->wfd);
     if (w->recfd >= 0)
         close(w->recfd);
+    if (w->tokfd >= 0)
+        close(w->tokfd);
     if (w->tmpfd >= 0)
         close(w->tmpfd);
     if (w->parentfd >= 0)
@@ -172,7 +179,7 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,
     w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
-    w->parentfd = w->tmpfd = w->recfd = w->wfd = -1;
+    w->parentfd = w->tmpfd = w->recfd = w->wfd = w->tokfd = -1;
     w->force = opts->force;
     w->levels = opts->levels;
     w->path = strdup(path);
@@ -302,12 +309,13 @@ static bool name_ok(const char *n)
     return l > 0 && l <= 255 && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
 }
 
-int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row)
+static int add_dir(struct pcr_writer *w, enum pcr_index_tree tree, const struct pcr_dir_row *row)
 {
+    struct wtree *t = &w->t[tree];
     struct pcr_index_dir d;
     int ret;
 
-    if (row->id != w->ndirs + 1 || (row->id == PCR_ROOT_DIR) != (row->name[0] == '\0') ||
+    if (row->id != t->ndirs + 1 || (row->id == PCR_ROOT_DIR) != (row->name[0] == '\0') ||
         (row->id != PCR_ROOT_DIR && (!name_ok(row->name) || row->parent >= row->id)) ||
         (row->id == PCR_ROOT_DIR && row->parent != PCR_ROOT_DIR)) {
         pcr_errf(w->err, sizeof(w->err), "directory %llu: bad numbering or name",
@@ -324,14 +332,24 @@ int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row)
         .first_file = (int64_t)row->first_file,
         .nfiles = (int64_t)row->nfiles,
     };
-    ret = pcr_index_put_dir(w->idx, &d);
+    ret = pcr_index_put_dir(w->idx, tree, &d);
     if (ret) {
         pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
         return ret;
     }
-    w->ndirs++;
-    w->files_declared += row->nfiles;
+    t->ndirs++;
+    t->files_declared += row->nfiles;
     return 0;
+}
+
+int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row)
+{
+    return add_dir(w, PCR_TREE_IMAGES, row);
+}
+
+int pcr_writer_add_tok_dir(struct pcr_writer *w, const struct pcr_dir_row *row)
+{
+    return add_dir(w, PCR_TREE_TOKENS, row);
 }
 
 /* ---- record output, through one buffer ---- */
@@ -393,7 +411,8 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
 {
     const struct pcr_split *sp = it->split;
 
-    if (it->id != want || it->dir < 1 || it->dir > w->ndirs || !it->name || !name_ok(it->name))
+    if (it->id != want || it->dir < 1 || it->dir > w->t[PCR_TREE_IMAGES].ndirs || !it->name ||
+        !name_ok(it->name))
         return -EINVAL;
     if (it->kind == PCR_KIND_VERBATIM)
         return it->len == 0 || it->data ? 0 : -EINVAL;
@@ -408,17 +427,18 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
 }
 
 /* Files come grouped by directory, in directory order, sorted by name within one. */
-static int check_order(struct pcr_writer *w, const struct pcr_item *it)
+static int check_order(struct wtree *t, uint64_t dir, const char *name)
 {
-    if (it->dir < w->last_dir || (it->dir == w->last_dir && strcmp(w->last_name, it->name) >= 0))
+    if (dir < t->last_dir || (dir == t->last_dir && strcmp(t->last_name, name) >= 0))
         return -EINVAL;
-    w->last_dir = it->dir;
-    snprintf(w->last_name, sizeof(w->last_name), "%s", it->name);
+    t->last_dir = dir;
+    snprintf(t->last_name, sizeof(t->last_name), "%s", name);
     return 0;
 }
 
 int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n)
 {
+    struct wtree *t = &w->t[PCR_TREE_IMAGES];
     uint8_t hdr[PCR_RECORD_HDR], gblob[(PCR_MAX_CHUNKS + 1) * 10];
     uint8_t cblob[PCR_MAX_CHUNKS * 20];
     uint64_t goff[PCR_MAX_CHUNKS + 1], pos;
@@ -430,7 +450,8 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
     if (n == 0)
         return -EINVAL;
     for (unsigned i = 0; i < n; i++) {
-        if (check_item(w, &items[i], w->nfiles + 1 + i) || check_order(w, &items[i])) {
+        if (check_item(w, &items[i], t->nfiles + 1 + i) ||
+            check_order(t, items[i].dir, items[i].name)) {
             pcr_errf(w->err, sizeof(w->err), "file %llu (%s): bad numbering or chunk table",
                      (unsigned long long)items[i].id, items[i].name ? items[i].name : "?");
             return -EINVAL;
@@ -452,8 +473,8 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
     }
     goff[ngroups] = pos;
 
-    w->nrecs++;
-    pcr_record_name(w->nrecs, name);
+    t->nrecs++;
+    pcr_record_name(t->nrecs, name);
     w->wfd = openat(w->recfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->wfd < 0) {
         ret = -errno;
@@ -485,7 +506,7 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
 
     for (unsigned g = 0; g <= ngroups; g++)
         glen += pcr_varint_put(gblob + glen, goff[g]);
-    ret = pcr_index_put_record(w->idx, &(struct pcr_index_record){.id = (int64_t)w->nrecs,
+    ret = pcr_index_put_record(w->idx, PCR_TREE_IMAGES, &(struct pcr_index_record){.id = (int64_t)t->nrecs,
                                                                   .name = name,
                                                                   .size = (int64_t)pos,
                                                                   .nimages = n,
@@ -506,13 +527,13 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
             gpos[g] += l;
         }
         ret = pcr_index_put_file(
-            w->idx, &(struct pcr_index_file){
+            w->idx, PCR_TREE_IMAGES, &(struct pcr_index_file){
                         .id = (int64_t)it->id,
                         .dir = (int64_t)it->dir,
                         .name = (const uint8_t *)it->name,
                         .namelen = strlen(it->name),
                         .kind = it->kind,
-                        .record = (int64_t)w->nrecs,
+                        .record = (int64_t)t->nrecs,
                         .slot = i,
                         .nchunks = nc,
                         .chunks = cblob,
@@ -530,7 +551,7 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
         pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
         return ret;
     }
-    w->nfiles += n;
+    t->nfiles += n;
     return 0;
 fail:
     if (w->wfd >= 0) {
@@ -539,6 +560,161 @@ fail:
     }
     pcr_errf(w->err, sizeof(w->err), "writing %s/records/%s: %s", w->tmppath, name,
              strerror(-ret));
+    return ret;
+}
+
+/* ---- tokens ---- */
+
+int pcr_writer_set_blob(struct pcr_writer *w, const char *key, const void *data, size_t len)
+{
+    int ret = pcr_index_put_blob(w->idx, key, data, len);
+    if (ret)
+        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
+    return ret;
+}
+
+int pcr_writer_set_tok_model(struct pcr_writer *w, const struct pcr_tok_model *m)
+{
+    size_t len;
+    const void *blob = pcr_tok_model_blob(m, &len);
+    int ret = pcr_writer_set_blob(w, "tok_model", blob, len);
+
+    if (!ret)
+        ret = pcr_writer_set_meta(w, "tok_coder", pcr_tok_coder_name(pcr_tok_model_coder(m)));
+    if (!ret)
+        w->model = m;
+    return ret;
+}
+
+/* Write one token shard (tokens/NNNNNN.tks) and its rows: each grid encoded with the
+ * model, each file a one-chunk row whose record is the shard (see pcrfs(5)). */
+int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *items, unsigned n)
+{
+    struct wtree *t = &w->t[PCR_TREE_TOKENS];
+    struct pcr_tokshard_writer *sw = NULL;
+    uint8_t *blob = NULL, *npy = NULL, gblob[20], cblob[20];
+    size_t cap = 0, npycap = 0;
+    uint64_t *offs = NULL, *lens = NULL, size = PCR_TOKSHARD_HEADER;
+    char name[32], path[PATH_MAX];
+    int ret = 0;
+
+    if (!w->model || n == 0) {
+        pcr_errf(w->err, sizeof(w->err), "token shard: %s", n ? "no model set" : "empty");
+        return -EINVAL;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const struct pcr_tok_item *it = &items[i];
+        if (it->id != t->nfiles + 1 + i || it->dir < 1 || it->dir > t->ndirs || !it->name ||
+            !name_ok(it->name) || !it->grid || it->h < 1 || it->w < 1 ||
+            it->h > PCR_TOK_MAX_SIDE || it->w > PCR_TOK_MAX_SIDE ||
+            (uint64_t)it->h * it->w > PCR_TOK_MAX_TOKENS || check_order(t, it->dir, it->name)) {
+            pcr_errf(w->err, sizeof(w->err), "token file %llu (%s): bad numbering or shape",
+                     (unsigned long long)it->id, it->name ? it->name : "?");
+            return -EINVAL;
+        }
+    }
+    if (w->tokfd < 0) {
+        if ((mkdirat(w->tmpfd, "tokens", 0755) != 0 && errno != EEXIST) ||
+            (w->tokfd = openat(w->tmpfd, "tokens", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+            ret = -errno;
+            pcr_errf(w->err, sizeof(w->err), "%s/tokens: %s", w->tmppath, strerror(errno));
+            return ret;
+        }
+    }
+    offs = calloc(n, sizeof(*offs));
+    lens = calloc(n, sizeof(*lens));
+    if (!offs || !lens) {
+        ret = -ENOMEM;
+        goto out;
+    }
+    t->nrecs++;
+    snprintf(name, sizeof(name), "%06llu.tks", (unsigned long long)t->nrecs);
+    snprintf(path, sizeof(path), "%s/tokens/%s", w->tmppath, name);
+    ret = pcr_tokshard_create(path, pcr_tok_model_id(w->model), &sw, w->err, sizeof(w->err));
+    for (unsigned i = 0; !ret && i < n; i++) {
+        size_t need = pcr_tok_encode_bound(w->model, (size_t)items[i].h * items[i].w);
+        ssize_t bl;
+        if (need > cap) {
+            uint8_t *nb = realloc(blob, need);
+            if (!nb) {
+                ret = -ENOMEM;
+                break;
+            }
+            blob = nb;
+            cap = need;
+        }
+        bl = pcr_tok_encode(w->model, items[i].grid, items[i].h, items[i].w, blob, cap);
+        if (bl <= 0) {
+            ret = bl < 0 ? (int)bl : -EINVAL;
+            pcr_errf(w->err, sizeof(w->err), "token file %s: cannot encode", items[i].name);
+            break;
+        }
+        ret = pcr_tokshard_add(sw, blob, (size_t)bl, &offs[i]);
+        lens[i] = (uint64_t)bl;
+        size += (uint64_t)bl;
+    }
+    if (ret) {
+        if (sw)
+            pcr_tokshard_abort(sw);
+        if (!w->err[0])
+            pcr_errf(w->err, sizeof(w->err), "writing %s: %s", path, strerror(-ret));
+        goto out;
+    }
+    ret = pcr_tokshard_finish(sw, w->err, sizeof(w->err));
+    if (ret)
+        goto out;
+    size_t gl = pcr_varint_put(gblob, PCR_TOKSHARD_HEADER);
+    gl += pcr_varint_put(gblob + gl, size);
+    ret = pcr_index_put_record(w->idx, PCR_TREE_TOKENS,
+                               &(struct pcr_index_record){.id = (int64_t)t->nrecs,
+                                                          .name = name,
+                                                          .size = (int64_t)size,
+                                                          .nimages = n,
+                                                          .groups = gblob,
+                                                          .groups_len = gl});
+    for (unsigned i = 0; !ret && i < n; i++) {
+        const struct pcr_tok_item *it = &items[i];
+        size_t nsz = pcr_npy_grid_size(it->h, it->w);
+        if (nsz > npycap) {
+            uint8_t *nb = realloc(npy, nsz);
+            if (!nb) {
+                ret = -ENOMEM;
+                break;
+            }
+            npy = nb;
+            npycap = nsz;
+        }
+        pcr_npy_write_grid(it->h, it->w, it->grid, npy, nsz);
+        size_t cl = pcr_varint_put(cblob, offs[i] - PCR_TOKSHARD_HEADER);
+        cl += pcr_varint_put(cblob + cl, lens[i]);
+        ret = pcr_index_put_file(w->idx, PCR_TREE_TOKENS,
+                                 &(struct pcr_index_file){
+                                     .id = (int64_t)it->id,
+                                     .dir = (int64_t)it->dir,
+                                     .name = (const uint8_t *)it->name,
+                                     .namelen = strlen(it->name),
+                                     .kind = PCR_KIND_TOKENS,
+                                     .record = (int64_t)t->nrecs,
+                                     .slot = i,
+                                     .nchunks = 1,
+                                     .chunks = cblob,
+                                     .chunks_len = cl,
+                                     .size = (int64_t)nsz,
+                                     .width = it->w,
+                                     .height = it->h,
+                                     .src_size = (int64_t)lens[i],
+                                     .checksum = pcr_xxh64(npy, nsz),
+                                 });
+    }
+    if (ret)
+        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
+    else
+        t->nfiles += n;
+out:
+    free(offs);
+    free(lens);
+    free(blob);
+    free(npy);
     return ret;
 }
 
@@ -553,21 +729,29 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
     char v[32];
     int ret, fd;
 
-    if (w->ndirs == 0 || w->files_declared != w->nfiles) {
-        pcr_errf(err, errlen, "store numbering incomplete: %llu directories, %llu of %llu files",
-                 (unsigned long long)w->ndirs, (unsigned long long)w->nfiles,
-                 (unsigned long long)w->files_declared);
+    struct wtree *ti = &w->t[PCR_TREE_IMAGES], *tt = &w->t[PCR_TREE_TOKENS];
+    if (ti->ndirs == 0 || ti->files_declared != ti->nfiles ||
+        tt->files_declared != tt->nfiles) {
+        pcr_errf(err, errlen,
+                 "store numbering incomplete: %llu directories, %llu of %llu files, "
+                 "%llu of %llu token files",
+                 (unsigned long long)ti->ndirs, (unsigned long long)ti->nfiles,
+                 (unsigned long long)ti->files_declared, (unsigned long long)tt->nfiles,
+                 (unsigned long long)tt->files_declared);
         ret = -EINVAL;
         goto fail;
     }
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)w->nfiles);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)ti->nfiles);
     ret = pcr_index_put_meta(w->idx, "files", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)w->ndirs);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)ti->ndirs);
     if (!ret)
         ret = pcr_index_put_meta(w->idx, "dirs", v);
-    snprintf(v, sizeof(v), "%llu", (unsigned long long)w->nrecs);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)ti->nrecs);
     if (!ret)
         ret = pcr_index_put_meta(w->idx, "records", v);
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)tt->nfiles);
+    if (!ret)
+        ret = pcr_index_put_meta(w->idx, "tokens", v);
     if (!ret)
         ret = pcr_index_commit(w->idx, err, errlen);
     else
@@ -585,7 +769,8 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
         goto fail;
     }
     close(fd);
-    if ((ret = sync_dir(w->recfd)) || (ret = sync_dir(w->tmpfd))) {
+    if ((ret = sync_dir(w->recfd)) || (w->tokfd >= 0 && (ret = sync_dir(w->tokfd))) ||
+        (ret = sync_dir(w->tmpfd))) {
         pcr_errf(err, errlen, "%s: %s", w->tmppath, strerror(-ret));
         goto fail;
     }
