@@ -1,0 +1,79 @@
+/* pcrfs — the FUSE driver's shared state (not installed).
+ *
+ * main.c parses the command line, opens the store and runs the session; ops.c holds
+ * the low-level handlers; control.c renders the /.pcrfs files. Everything below is
+ * written once before the session starts and only read afterwards, except the
+ * per-view counters, which are relaxed atomics.
+ */
+#ifndef PCRFS_FUSE_FS_H
+#define PCRFS_FUSE_FS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <sys/types.h>
+#include <fuse_lowlevel.h>
+
+#include "pcrfs/store.h"
+
+/* Views are numbered 1..L (scanK) and L+1 (full); see inode.h. */
+#define PCRFS_MAX_VIEWS (PCR_MAX_LEVELS + 2)
+
+/* Counters kept by the driver, per view: the library counts per level and cannot
+ * tell full/ from scanL/, which serve the same level. */
+struct view_counters {
+    atomic_uint_fast64_t opens;  /* successful opens */
+    atomic_uint_fast64_t reads;  /* READ requests answered with data or EOF */
+    atomic_uint_fast64_t bytes;  /* bytes returned to the kernel */
+    atomic_uint_fast64_t errors; /* opens and reads that failed (EIO) */
+};
+
+/* An open file (fi->fh): the library's handle for a view's file, or the snapshot of
+ * /.pcrfs/stats taken at open. Listed on pcrfs.open_files; see ops.c. */
+struct open_file {
+    struct open_file *prev, *next; /* under pcrfs.open_lock */
+    struct pcr_handle *h;          /* a view's file, else NULL */
+    char *snap;                    /* /.pcrfs/stats as rendered at open, else NULL */
+    size_t snap_len;
+};
+
+struct pcrfs {
+    struct pcr_store *store;
+    const char *store_path; /* absolute, for /.pcrfs/info */
+    unsigned levels;        /* L */
+    double timeout;         /* entry, attr and negative-entry timeout, s */
+    bool keep_cache;        /* open files with FOPEN_KEEP_CACHE (default) */
+    bool debug;             /* -d: debug messages */
+    uint64_t bwlimit;       /* bytes/s from records, 0 = none (-o bwlimit=) */
+    uid_t uid;              /* every node is owned by the mounting user */
+    gid_t gid;
+    int64_t mtime;                         /* every node's times: the store's build time */
+    int64_t started;                       /* CLOCK_MONOTONIC seconds at mount, for stats */
+    struct fuse_conn_info_opts *conn_opts; /* -o max_readahead=... etc. (libfuse's) */
+    char *info;                            /* /.pcrfs/info, rendered once */
+    size_t info_len;
+    struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1]; [0] unused */
+    pthread_mutex_t open_lock;                   /* guards open_files */
+    struct open_file open_files;                 /* list head (ops.c) */
+};
+
+/* control.c */
+
+/* Render /.pcrfs/info into fs->info. @return 0 or -ENOMEM. */
+int pcrfs_info_render(struct pcrfs *fs);
+/* Render a snapshot of /.pcrfs/stats into a malloc()ed buffer.
+ * @return 0 and *out / *len; -ENOMEM. */
+int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len);
+
+/* ops.c */
+extern const struct fuse_lowlevel_ops pcrfs_ops;
+/* Free the calling thread's read buffer (libfuse's workers free theirs on exit; the
+ * main thread of a single-threaded loop calls this). */
+void pcrfs_ops_thread_done(void);
+/* Close the files the kernel left open (its RELEASE may not arrive before the session
+ * ends). Only once the session loop has returned. */
+void pcrfs_ops_close_all(struct pcrfs *fs);
+
+#endif

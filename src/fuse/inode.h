@@ -1,0 +1,75 @@
+/* pcrfs — FUSE inode numbers, computed from (view, node).
+ *
+ * The inode scheme. Every inode number the daemon hands to the kernel is a pure
+ * function of what it names, and every request's inode decodes back without a table:
+ *
+ *    63        56 55 54                                                  0
+ *   +------------+--+-----------------------------------------------------+
+ *   |    view    |F |  id: the library's directory id (F=0) or file id (F=1)|
+ *   +------------+--+-----------------------------------------------------+
+ *
+ *   view 0        the daemon's own namespace: directory 1 is the mount root
+ *                 (so the root is exactly FUSE_ROOT_ID = 1), directory 2 is /.pcrfs,
+ *                 files 1 and 2 are /.pcrfs/info and /.pcrfs/stats;
+ *   view 1..L     scan1/ .. scanL/ (L = pcr_store_levels() <= PCR_MAX_LEVELS = 64),
+ *                 serving level K = view;
+ *   view L+1      full/, serving level L: the same bytes as scanL/ but its own
+ *                 inode numbers, so `cp -a`, `du` and `tar` never take a file of full/
+ *                 for a hard link of its twin in scanL/.
+ *
+ * A view's root directory is the store's root directory (PCR_ROOT_DIR) in that view.
+ * Eight bits hold 66 views; 55 bits of id hold far more files than SQLite rows. Id 0
+ * never occurs (library ids start at 1) so inode 0 stays free for negative entries.
+ *
+ * Why no inode table and no forget bookkeeping: FUSE counts lookups so that a
+ * filesystem can keep an inode's state alive while the kernel still names it, and
+ * free it on FORGET. Here an inode has no state at all. The store is immutable, its
+ * ids are valid until pcr_store_close(), and the number itself says which view and
+ * which node it is, so any number the kernel ever held stays valid for the life of
+ * the mount; FORGET has nothing to free and lookup counts are never looked at.
+ * It also makes inode numbers stable across mounts of the same store (for NFS
+ * export and for tools that remember st_ino), and costs no memory per file: RSS does
+ * not grow with the number of files the kernel has seen.
+ */
+#ifndef PCRFS_FUSE_INODE_H
+#define PCRFS_FUSE_INODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define INO_VIEW_SHIFT 56
+#define INO_FILE_BIT   (UINT64_C(1) << 55)
+#define INO_ID_MASK    (INO_FILE_BIT - 1)
+
+/* The daemon's own nodes, in view 0. */
+#define VIEW_SELF      0
+#define SELF_DIR_ROOT  1 /* the mount root; ino 1 == FUSE_ROOT_ID */
+#define SELF_DIR_CTL   2 /* /.pcrfs */
+#define SELF_FILE_INFO 1 /* /.pcrfs/info */
+#define SELF_FILE_STAT 2 /* /.pcrfs/stats */
+
+struct ino_parts {
+    unsigned view;
+    bool is_file;
+    uint64_t id;
+};
+
+/* @return the inode number, or 0 if @id does not fit (never for a real store). */
+static inline uint64_t ino_make(unsigned view, bool is_file, uint64_t id)
+{
+    if (id == 0 || id > INO_ID_MASK || view > 0xff)
+        return 0;
+    return ((uint64_t)view << INO_VIEW_SHIFT) | (is_file ? INO_FILE_BIT : 0) | id;
+}
+
+static inline struct ino_parts ino_split(uint64_t ino)
+{
+    struct ino_parts p = {
+        .view = (unsigned)(ino >> INO_VIEW_SHIFT),
+        .is_file = (ino & INO_FILE_BIT) != 0,
+        .id = ino & INO_ID_MASK,
+    };
+    return p;
+}
+
+#endif

@@ -1,0 +1,396 @@
+/* pcrfs — mount a pcrfs store: the command line and the daemon's life cycle.
+ *
+ *   pcrfs STORE MOUNTPOINT [-o opts] [-f] [-d] [-s]
+ *
+ * Order matters: the store is opened and validated before anything is mounted or
+ * the process detaches, so a bad store fails with a message on the terminal, exit
+ * status 1 and no mount left behind. Then: mount, detach (unless -f), serve until
+ * fusermount3 -u or SIGTERM/SIGINT/SIGHUP, unmount, exit 0.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "pcrfs/log.h"
+
+#define EXIT_USAGE      2
+#define DEFAULT_TIMEOUT 86400.0
+
+/* What the command line says beyond libfuse's own options. */
+struct cli {
+    char *store; /* the first non-option argument */
+    double timeout;
+    int nokeep_cache;
+    char *bwlimit; /* -o bwlimit=RATE, as given */
+    bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
+};
+
+enum {
+    KEY_RO,
+    KEY_RW,
+    KEY_DEFPERM,
+    KEY_FSNAME,
+    KEY_SUBTYPE,
+};
+
+static const struct fuse_opt cli_spec[] = {
+    {"timeout=%lf", offsetof(struct cli, timeout), 0},
+    {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
+    {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
+    FUSE_OPT_KEY("ro", KEY_RO),
+    FUSE_OPT_KEY("rw", KEY_RW),
+    FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
+    FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+    FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
+    FUSE_OPT_END,
+};
+
+/* Take STORE (the first non-option) out of the arguments, leave MOUNTPOINT for
+ * fuse_parse_cmdline(), and note which mount options the user gave; those are kept
+ * (return 1) for fuse_session_new(). */
+static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+    struct cli *c = data;
+
+    (void)outargs;
+    switch (key) {
+    case FUSE_OPT_KEY_NONOPT:
+        if (c->store)
+            return 1;
+        c->store = strdup(arg);
+        return c->store ? 0 : -1;
+    case KEY_RO:
+        c->has_ro = true;
+        return 1;
+    case KEY_RW:
+        c->has_rw = true;
+        return 1;
+    case KEY_DEFPERM:
+        c->has_defperm = true;
+        return 1;
+    case KEY_FSNAME:
+        c->has_fsname = true;
+        return 1;
+    case KEY_SUBTYPE:
+        c->has_subtype = true;
+        return 1;
+    default:
+        return 1;
+    }
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: pcrfs STORE MOUNTPOINT [options]\n"
+                 "       pcrfs --help | --version\n");
+}
+
+static void help(void)
+{
+    usage(stdout);
+    printf("\n"
+           "Mount the pcrfs store STORE (built by mkpcrfs) read-only at MOUNTPOINT.\n"
+           "Views: scan1/ .. scanL/ (the first K scans of every JPEG), full/ (every\n"
+           "scan: the original pixels), .pcrfs/info and .pcrfs/stats (JSON).\n"
+           "Unmount with: fusermount3 -u MOUNTPOINT\n"
+           "\n"
+           "pcrfs options:\n"
+           "    -o timeout=SECS        entry, attribute and negative-lookup timeout\n"
+           "                           (default 86400; the store never changes)\n"
+           "    -o nokeep_cache        let the kernel drop a file's cached pages when it\n"
+           "                           is opened again (for cold-read measurements)\n"
+           "    -o bwlimit=RATE        read at most RATE bytes/s from the records, all\n"
+           "                           threads together (suffix k, M, G: powers of 1000);\n"
+           "                           emulates slow storage for benchmarks\n"
+           "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
+           "    -o readdirplus=yes|no|auto, max_readahead=N, max_background=N,\n"
+           "       congestion_threshold=N, [no_]splice_read, async_read, sync_read\n"
+           "                           kernel connection options (libfuse's)\n"
+           "\n"
+           "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
+           "unless given otherwise.\n"
+           "\n"
+           "FUSE options:\n");
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+}
+
+/* ---- logging -----------------------------------------------------------------------
+ * The library's hook and libfuse's both go to stderr while the daemon has a terminal
+ * and to syslog once it has detached. log_syslog is written once, after
+ * fuse_daemonize() and before any worker thread exists, and only read afterwards. */
+
+static bool log_syslog;
+
+static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
+{
+    static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
+    static const char *const tag[] = {"error: ", "warning: ", "", "debug: "};
+    unsigned l = (unsigned)level < 4 ? (unsigned)level : 3;
+
+    (void)ctx;
+    if (log_syslog)
+        syslog(prio[l], "%s", msg);
+    else
+        fprintf(stderr, "pcrfs: %s%s\n", tag[l], msg);
+}
+
+/* libfuse's levels are syslog's priorities (FUSE_LOG_EMERG = LOG_EMERG = 0 ...). */
+static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+    vsyslog((int)level, fmt, ap);
+}
+
+/* "12500000", "12.5M", "100k": bytes per second. @return 0 or -1. */
+static int parse_rate(const char *s, uint64_t *out)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0))
+        return -1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        v *= 1e3, end++;
+        break;
+    case 'M':
+        v *= 1e6, end++;
+        break;
+    case 'G':
+        v *= 1e9, end++;
+        break;
+    }
+    if (*end || v >= 1.8e19)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* "pcrfs: STORE: message". The library's messages mostly start with the path
+ * already ("STORE/index.db: not a pcrfs index"); it is not repeated then. */
+static void store_error(const char *store, const char *msg)
+{
+    size_t n = strlen(store);
+
+    if (strncmp(msg, store, n) == 0 && (msg[n] == ':' || msg[n] == '/'))
+        fprintf(stderr, "pcrfs: %s\n", msg);
+    else
+        fprintf(stderr, "pcrfs: %s: %s\n", store, msg);
+}
+
+/* Append "-o NAME=VALUE" with VALUE escaped for libfuse's option parser (a store
+ * path may hold commas). */
+static int add_opt_value(struct fuse_args *args, const char *name, const char *value)
+{
+    char *opt, *opts = NULL;
+    int rc;
+
+    if (asprintf(&opt, "%s=%s", name, value) < 0)
+        return -1;
+    rc = fuse_opt_add_opt_escaped(&opts, opt);
+    free(opt);
+    if (rc == 0)
+        rc = fuse_opt_add_arg(args, "-o");
+    if (rc == 0)
+        rc = fuse_opt_add_arg(args, opts);
+    free(opts);
+    return rc;
+}
+
+int main(int argc, char *argv[])
+{
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    struct fuse_cmdline_opts opts;
+    struct fuse_loop_config *loop_cfg = NULL;
+    struct fuse_session *se = NULL;
+    struct cli cli = {.timeout = DEFAULT_TIMEOUT};
+    static struct pcrfs fs; /* big (per-view counters); lives as long as the process */
+    struct timespec now;
+    char err[512] = "";
+    char *store_abs = NULL;
+    int ret = 1, rc;
+
+    memset(&opts, 0, sizeof(opts));
+    if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc) != 0) {
+        ret = EXIT_USAGE;
+        goto out_args;
+    }
+    /* Before fuse_parse_cmdline(), which would otherwise name the type after argv[0]:
+     * mount(8) and /proc/mounts then show "fuse.pcrfs" however we were started. */
+    if (!cli.has_subtype && !cli.has_fsname && fuse_opt_add_arg(&args, "-osubtype=pcrfs") != 0)
+        goto out_args;
+    if (fuse_parse_cmdline(&args, &opts) != 0) {
+        usage(stderr);
+        ret = EXIT_USAGE;
+        goto out_args;
+    }
+    if (opts.show_help) {
+        help();
+        ret = 0;
+        goto out_opts;
+    }
+    if (opts.show_version) {
+        printf("pcrfs %s\nFUSE library version %s\n", PCR_VERSION, fuse_pkgversion());
+        fflush(stdout); /* fuse_lowlevel_version() runs fusermount3, which prints too */
+        fuse_lowlevel_version();
+        ret = 0;
+        goto out_opts;
+    }
+    if (!cli.store || !opts.mountpoint) {
+        fprintf(stderr, "pcrfs: missing %s\n", cli.store ? "MOUNTPOINT" : "STORE");
+        usage(stderr);
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
+    if (!(cli.timeout >= 0.0)) {
+        fprintf(stderr, "pcrfs: timeout must be a number >= 0\n");
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
+    if (cli.bwlimit && parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
+        fprintf(stderr, "pcrfs: bwlimit=%s: not a rate (bytes/s, e.g. 50M)\n", cli.bwlimit);
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
+    /* libfuse's connection options (readdirplus=, max_readahead=, ...): taken out of
+     * args here, applied in the init handler. */
+    fs.conn_opts = fuse_parse_conn_info_opts(&args);
+    if (!fs.conn_opts) {
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
+
+    /* "ro": the kernel then refuses every write itself (EROFS, no round trip), mount
+     * and statvfs(2) say read-only so cp -a, rsync and tar do not try, and the write
+     * handlers in ops.c are only a second line for "-o rw".
+     * "default_permissions": the kernel checks the modes we report (0444 files,
+     * 0555 directories) itself; without it FUSE grants every access that reaches the
+     * daemon and the daemon would have to check permissions on every request. */
+    if (!cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
+        goto out_conn;
+    if (!cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+        goto out_conn;
+
+    pcr_log_set_hook(log_hook, NULL, opts.debug ? PCR_LOG_DEBUG : PCR_LOG_INFO);
+
+    /* Opened with the path as given, so messages name what the user typed (the
+     * library keeps a directory descriptor and SQLite an absolute path, so the
+     * daemon's chdir("/") when it detaches does not matter). */
+    rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
+    if (rc) {
+        store_error(cli.store, err[0] ? err : strerror(-rc));
+        goto out_conn;
+    }
+    /* absolute for /.pcrfs/info and for the mount table (fsname) */
+    store_abs = realpath(cli.store, NULL);
+    if (!store_abs) {
+        store_error(cli.store, strerror(errno));
+        goto out_store;
+    }
+    fs.store_path = store_abs;
+    fs.levels = pcr_store_levels(fs.store);
+    if (fs.levels < 1 || fs.levels > PCR_MAX_LEVELS) {
+        fprintf(stderr, "pcrfs: %s: the store has %u levels\n", cli.store, fs.levels);
+        goto out_store;
+    }
+    fs.timeout = cli.timeout;
+    fs.keep_cache = !cli.nokeep_cache;
+    fs.debug = opts.debug;
+    fs.uid = getuid();
+    fs.gid = getgid();
+    fs.mtime = pcr_store_mtime(fs.store);
+    if (fs.bwlimit)
+        pcr_store_set_bwlimit(fs.store, fs.bwlimit);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    fs.started = now.tv_sec;
+    pthread_mutex_init(&fs.open_lock, NULL);
+    fs.open_files.prev = fs.open_files.next = &fs.open_files;
+    if (pcrfs_info_render(&fs) != 0) {
+        fprintf(stderr, "pcrfs: out of memory\n");
+        goto out_store;
+    }
+    if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
+        goto out_store;
+
+    se = fuse_session_new(&args, &pcrfs_ops, sizeof(pcrfs_ops), &fs);
+    if (!se)
+        goto out_store; /* libfuse said why (e.g. an unknown option) */
+    if (fuse_set_signal_handlers(se) != 0)
+        goto out_session;
+    if (fuse_session_mount(se, opts.mountpoint) != 0)
+        goto out_signals;
+    if (fuse_daemonize(opts.foreground) != 0)
+        goto out_unmount;
+    if (!opts.foreground) {
+        openlog("pcrfs", LOG_PID, LOG_DAEMON);
+        fuse_set_log_func(fuse_log_hook);
+        log_syslog = true;
+    }
+
+    /* Threads, measured on the 2-core machine (BENCHMARKS.md: 5000 images, full/,
+     * cold, 4 reader threads): libfuse's defaults (up to 10 workers, one /dev/fuse
+     * descriptor) 2700-2900 files/s; -s 920-1800; max_threads=2 2180-2390; 4 and 16
+     * within noise of 10; clone_fd 2530-2960, no gain. Cold reads block in pread(2)
+     * inside the library, so more workers than cores keep the disk busy; clone_fd
+     * pays off only when many cores contend for one descriptor. So libfuse's
+     * defaults stay, and clone_fd is off unless asked for. */
+    if (opts.singlethread) {
+        rc = fuse_session_loop(se);
+    } else {
+        loop_cfg = fuse_loop_cfg_create();
+        if (!loop_cfg) {
+            log_hook(PCR_LOG_ERR, "out of memory", NULL);
+            goto out_unmount;
+        }
+        fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
+        /* UINT_MAX is libfuse's "not given": keep the library's default then */
+        if (opts.max_idle_threads != UINT_MAX)
+            fuse_loop_cfg_set_idle_threads(loop_cfg, opts.max_idle_threads);
+        fuse_loop_cfg_set_max_threads(loop_cfg, opts.max_threads);
+        rc = fuse_session_loop_mt(se, loop_cfg);
+    }
+    /* The loop returns 0 after fusermount3 -u, the signal's number after the handlers
+     * installed above stopped it (a requested, clean stop), a negative errno when the
+     * channel failed. */
+    ret = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 1;
+    if (ret)
+        log_hook(PCR_LOG_ERR, "session loop failed", NULL);
+
+out_unmount:
+    fuse_session_unmount(se);
+out_signals:
+    fuse_remove_signal_handlers(se);
+out_session:
+    fuse_session_destroy(se);
+out_store:
+    if (fs.open_files.next)
+        pcrfs_ops_close_all(&fs);
+    pcrfs_ops_thread_done();
+    if (loop_cfg)
+        fuse_loop_cfg_destroy(loop_cfg);
+    pcr_store_close(fs.store);
+    free(fs.info);
+out_conn:
+    free(fs.conn_opts);
+    free(store_abs);
+out_opts:
+    free(opts.mountpoint);
+out_args:
+    free(cli.store);
+    free(cli.bwlimit);
+    fuse_opt_free_args(&args);
+    if (log_syslog)
+        closelog();
+    return ret;
+}

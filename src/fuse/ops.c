@@ -1,0 +1,817 @@
+/* pcrfs — the low-level FUSE handlers.
+ *
+ * Each handler decodes its arguments, calls one worker that returns 0 or a negative
+ * errno, and sends exactly one reply. Workers never reply. Inode numbers are
+ * computed, not stored (see inode.h), so there is no inode table, no lock on the
+ * lookup, getattr, readdir or read paths, and no FORGET handler: libfuse answers
+ * FORGET itself when the filesystem has none.
+ *
+ * What the kernel is told, and why (the store is immutable for the life of the mount):
+ *   - entry, attribute and negative-entry timeouts of fs->timeout (a day by default):
+ *     after the first walk, lookups and stats never leave the kernel;
+ *   - FOPEN_KEEP_CACHE on every open file: the page cache survives close/open, so a
+ *     second epoch over a dataset that fits in RAM does no FUSE reads at all
+ *     (measured, full/, 4 readers: 21-28 k files/s warm with it, 5-7 k without);
+ *   - readdirplus, always (not "auto"): one READDIRPLUS answers for the names and the
+ *     attributes of a whole directory, so ImageFolder's scandir + open of every file,
+ *     `ls -l` and `find` cost no LOOKUP per file. Measured (BENCHMARKS.md, 5000
+ *     files): cold `ls -lR` 0.08-0.12 s with it, 0.31-0.49 s without (native disk
+ *     0.11-0.15 s); listing + reading scan1/ costs the daemon 22-27 ticks of CPU with
+ *     "yes", 27-33 with "auto", 30-47 with "no";
+ *   - FOPEN_CACHE_DIR on directories: a second listing is served by the kernel;
+ *   - FOPEN_NOFLUSH: nothing is ever written, so close() costs no FLUSH round trip;
+ *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it;
+ *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "fs.h"
+#include "inode.h"
+
+#define PCRFS_BLKSIZE     (1u << 20)
+#define TLS_BUF_MIN       (128u << 10)
+#define ROOT_NSUBDIRS(fs) ((fs)->levels + 2) /* scan1..scanL, full, .pcrfs */
+
+static struct pcrfs *fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+static bool view_valid(const struct pcrfs *fs, unsigned view)
+{
+    return view >= 1 && view <= fs->levels + 1;
+}
+
+/* full/ (view L+1) serves level L. */
+static unsigned view_level(const struct pcrfs *fs, unsigned view)
+{
+    return view > fs->levels ? fs->levels : view;
+}
+
+static void count(atomic_uint_fast64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* ---- the read buffer --------------------------------------------------------------
+ *
+ * READ replies are assembled in a buffer that belongs to the worker thread: grown to
+ * the largest request seen (the kernel asks at most max_pages at a time, 1 MiB with
+ * libfuse 3.14), never shrunk, freed by the key's destructor when libfuse retires the
+ * thread. A READ therefore allocates nothing. READDIR replies use it too (a worker
+ * handles one request at a time, and the reply is copied out before it returns).
+ */
+struct tls_buf {
+    char *p;
+    size_t cap;
+};
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static __thread struct tls_buf *tls;
+
+static void tls_free(void *arg)
+{
+    struct tls_buf *b = arg;
+
+    if (b) {
+        free(b->p);
+        free(b);
+    }
+}
+
+static void tls_key_init(void)
+{
+    if (pthread_key_create(&tls_key, tls_free) != 0)
+        abort(); /* only fails when the process is out of keys: nothing to recover */
+}
+
+static char *tls_get(size_t size)
+{
+    struct tls_buf *b = tls;
+    size_t cap;
+    char *p;
+
+    if (!b) {
+        pthread_once(&tls_once, tls_key_init);
+        b = calloc(1, sizeof(*b));
+        if (!b)
+            return NULL;
+        if (pthread_setspecific(tls_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+        tls = b;
+    }
+    if (size > b->cap || !b->p) {
+        for (cap = b->cap ? b->cap : TLS_BUF_MIN; cap < size; cap *= 2)
+            ;
+        p = realloc(b->p, cap);
+        if (!p)
+            return NULL;
+        b->p = p;
+        b->cap = cap;
+    }
+    return b->p;
+}
+
+void pcrfs_ops_thread_done(void)
+{
+    if (tls) {
+        pthread_setspecific(tls_key, NULL);
+        tls_free(tls);
+        tls = NULL;
+    }
+}
+
+/* ---- attributes ------------------------------------------------------------------ */
+
+static void stat_common(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino)
+{
+    st->st_ino = ino;
+    st->st_uid = fs->uid;
+    st->st_gid = fs->gid;
+    st->st_blksize = PCRFS_BLKSIZE;
+    st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = (time_t)fs->mtime;
+}
+
+static void stat_dir(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, uint64_t nsubdirs)
+{
+    stat_common(fs, st, ino);
+    st->st_mode = S_IFDIR | 0555;
+    /* exact, so find(1)'s leaf optimisation stays correct */
+    st->st_nlink = (nlink_t)(2 + nsubdirs);
+    /* directories have no bytes of their own: `du -sb` then sums file sizes only */
+    st->st_size = 0;
+}
+
+static void stat_file(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, uint64_t size)
+{
+    stat_common(fs, st, ino);
+    st->st_mode = S_IFREG | 0444;
+    st->st_nlink = 1;
+    st->st_size = (off_t)size;
+    st->st_blocks = (blkcnt_t)((size + 511) / 512);
+}
+
+static bool is_stats(fuse_ino_t ino)
+{
+    return ino == ino_make(VIEW_SELF, true, SELF_FILE_STAT);
+}
+
+/* The stats file changes under the reader: its size is that of a snapshot taken now,
+ * and the kernel must not cache it. */
+static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
+{
+    return is_stats(ino) ? 0.0 : fs->timeout;
+}
+
+static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struct stat *st)
+{
+    char *snap;
+    size_t len;
+    int rc;
+
+    if (!p.is_file && p.id == SELF_DIR_ROOT) {
+        stat_dir(fs, st, ino, ROOT_NSUBDIRS(fs));
+    } else if (!p.is_file && p.id == SELF_DIR_CTL) {
+        stat_dir(fs, st, ino, 0);
+    } else if (p.is_file && p.id == SELF_FILE_INFO) {
+        stat_file(fs, st, ino, fs->info_len);
+    } else if (p.is_file && p.id == SELF_FILE_STAT) {
+        rc = pcrfs_stats_render(fs, &snap, &len);
+        if (rc)
+            return rc;
+        free(snap);
+        stat_file(fs, st, ino, len);
+    } else {
+        return -ENOENT;
+    }
+    return 0;
+}
+
+static int node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
+{
+    struct ino_parts p = ino_split(ino);
+    const struct pcr_file *f;
+    struct pcr_dirinfo di;
+    int rc;
+
+    memset(st, 0, sizeof(*st));
+    if (p.view == VIEW_SELF)
+        return self_stat(fs, ino, p, st);
+    if (!view_valid(fs, p.view))
+        return -ENOENT;
+    if (p.is_file) {
+        rc = pcr_store_file(fs->store, p.id, &f);
+        if (rc)
+            return rc;
+        stat_file(fs, st, ino, pcr_file_size(f, view_level(fs, p.view)));
+    } else {
+        rc = pcr_store_dir(fs->store, p.id, &di);
+        if (rc)
+            return rc;
+        stat_dir(fs, st, ino, di.nsubdirs);
+    }
+    return 0;
+}
+
+/* ---- names ------------------------------------------------------------------------ */
+
+/* "scanK" with 1 <= K <= L and no leading zero, else 0. */
+static unsigned parse_scan(const struct pcrfs *fs, const char *name)
+{
+    unsigned k = 0;
+    const char *c;
+
+    if (strncmp(name, "scan", 4) != 0 || name[4] < '1' || name[4] > '9')
+        return 0;
+    for (c = name + 4; *c; c++) {
+        if (*c < '0' || *c > '9' || k > fs->levels)
+            return 0;
+        k = k * 10 + (unsigned)(*c - '0');
+    }
+    return k <= fs->levels ? k : 0;
+}
+
+static fuse_ino_t self_lookup(const struct pcrfs *fs, uint64_t dir, const char *name)
+{
+    unsigned k;
+
+    if (dir == SELF_DIR_ROOT) {
+        if (strcmp(name, "full") == 0)
+            return ino_make(fs->levels + 1, false, PCR_ROOT_DIR);
+        if (strcmp(name, ".pcrfs") == 0)
+            return ino_make(VIEW_SELF, false, SELF_DIR_CTL);
+        k = parse_scan(fs, name);
+        return k ? ino_make(k, false, PCR_ROOT_DIR) : 0;
+    }
+    if (dir == SELF_DIR_CTL) {
+        if (strcmp(name, "info") == 0)
+            return ino_make(VIEW_SELF, true, SELF_FILE_INFO);
+        if (strcmp(name, "stats") == 0)
+            return ino_make(VIEW_SELF, true, SELF_FILE_STAT);
+    }
+    return 0;
+}
+
+/* A miss is an answer, not an error: it is returned as a negative entry (ino 0) so
+ * the kernel caches it for the entry timeout, and probing for absent files (as
+ * loaders that look for optional sidecar files do) stays in the kernel. */
+static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
+                     struct fuse_entry_param *e)
+{
+    struct ino_parts p = ino_split(parent);
+    struct pcr_node node;
+    fuse_ino_t ino = 0;
+    int rc;
+
+    memset(e, 0, sizeof(*e));
+    if (p.is_file)
+        return -ENOTDIR;
+    if (p.view == VIEW_SELF) {
+        if (p.id != SELF_DIR_ROOT && p.id != SELF_DIR_CTL)
+            return -ENOENT;
+        ino = self_lookup(fs, p.id, name);
+    } else if (view_valid(fs, p.view)) {
+        rc = pcr_store_lookup(fs->store, p.id, name, &node);
+        if (rc == 0) {
+            ino = ino_make(p.view, !node.is_dir, node.id);
+            if (!ino)
+                return -EOVERFLOW;
+        } else if (rc != -ENOENT) {
+            return rc;
+        }
+    } else {
+        return -ENOENT;
+    }
+    e->entry_timeout = fs->timeout;
+    if (!ino)
+        return 0;
+    rc = node_stat(fs, ino, &e->attr);
+    if (rc)
+        return rc;
+    e->ino = ino;
+    e->attr_timeout = attr_timeout(fs, ino);
+    return 0;
+}
+
+/* Entry @idx of directory @dir: 0 is ".", 1 is "..", then the children. @namebuf
+ * holds generated names ("scanK").
+ * @return 0; -ENOENT past the end; -EIO and friends from the store. */
+static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char **name,
+                     fuse_ino_t *child, char *namebuf, size_t namelen)
+{
+    struct ino_parts p = ino_split(dir);
+    struct pcr_dirinfo di;
+    struct pcr_dirent de;
+    uint64_t pos;
+    int rc;
+
+    if (idx == 0) {
+        *name = ".";
+        *child = dir;
+        return 0;
+    }
+    if (idx == 1) {
+        *name = "..";
+        if (p.view == VIEW_SELF || p.id == PCR_ROOT_DIR) {
+            *child = FUSE_ROOT_ID;
+            return 0;
+        }
+        rc = pcr_store_dir(fs->store, p.id, &di);
+        if (rc)
+            return rc;
+        *child = ino_make(p.view, false, di.parent);
+        return *child ? 0 : -EOVERFLOW;
+    }
+    pos = idx - 2;
+    if (p.view == VIEW_SELF && p.id == SELF_DIR_ROOT) {
+        if (pos < fs->levels) {
+            snprintf(namebuf, namelen, "scan%u", (unsigned)pos + 1);
+            *name = namebuf;
+            *child = ino_make((unsigned)pos + 1, false, PCR_ROOT_DIR);
+        } else if (pos == fs->levels) {
+            *name = "full";
+            *child = ino_make(fs->levels + 1, false, PCR_ROOT_DIR);
+        } else if (pos == fs->levels + 1) {
+            *name = ".pcrfs";
+            *child = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
+        } else {
+            return -ENOENT;
+        }
+        return 0;
+    }
+    if (p.view == VIEW_SELF) {
+        if (pos > 1)
+            return -ENOENT;
+        *name = pos == 0 ? "info" : "stats";
+        *child = ino_make(VIEW_SELF, true, pos == 0 ? SELF_FILE_INFO : SELF_FILE_STAT);
+        return 0;
+    }
+    rc = pcr_store_readdir(fs->store, p.id, pos, &de);
+    if (rc)
+        return rc;
+    *name = de.name;
+    *child = ino_make(p.view, !de.node.is_dir, de.node.id);
+    return *child ? 0 : -EOVERFLOW;
+}
+
+static int check_dir(struct pcrfs *fs, fuse_ino_t ino)
+{
+    struct ino_parts p = ino_split(ino);
+    struct pcr_dirinfo di;
+
+    if (p.is_file)
+        return -ENOTDIR;
+    if (p.view == VIEW_SELF)
+        return p.id == SELF_DIR_ROOT || p.id == SELF_DIR_CTL ? 0 : -ENOENT;
+    if (!view_valid(fs, p.view))
+        return -ENOENT;
+    return pcr_store_dir(fs->store, p.id, &di);
+}
+
+/* Fill up to @size bytes of directory entries starting at entry @off into the
+ * thread's buffer. Each entry's offset is the index of the next one, so the kernel
+ * resumes exactly where a full buffer stopped. */
+static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t size, off_t off,
+                      bool plus, const char **out, size_t *outlen)
+{
+    struct fuse_entry_param e;
+    char namebuf[32];
+    const char *name;
+    fuse_ino_t child;
+    size_t used = 0, need;
+    uint64_t idx;
+    char *buf;
+    int rc;
+
+    if (off < 0)
+        return -EINVAL;
+    rc = check_dir(fs, dir);
+    if (rc)
+        return rc;
+    buf = tls_get(size);
+    if (!buf)
+        return -ENOMEM;
+    for (idx = (uint64_t)off;; idx++) {
+        rc = dir_entry(fs, dir, idx, &name, &child, namebuf, sizeof(namebuf));
+        if (rc == -ENOENT)
+            break;
+        if (rc) {
+            if (used)
+                break; /* send what we have; the error comes back on the next call */
+            return rc;
+        }
+        memset(&e, 0, sizeof(e));
+        if (plus) {
+            rc = node_stat(fs, child, &e.attr);
+            if (rc) {
+                if (used)
+                    break;
+                return rc;
+            }
+            e.ino = child;
+            e.entry_timeout = fs->timeout;
+            e.attr_timeout = attr_timeout(fs, child);
+            need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
+        } else {
+            e.attr.st_ino = child;
+            e.attr.st_mode = ino_split(child).is_file ? S_IFREG : S_IFDIR;
+            need = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, (off_t)(idx + 1));
+        }
+        if (need > size - used)
+            break;
+        used += need;
+    }
+    *out = buf;
+    *outlen = used;
+    return 0;
+}
+
+/* ---- files ------------------------------------------------------------------------
+ *
+ * An open file is a struct open_file in fi->fh: the library's handle for a view's
+ * file, or the snapshot for /.pcrfs/stats (/.pcrfs/info needs nothing: fh 0). Open
+ * files are also kept on a list, because the kernel does not always send RELEASE
+ * before the session ends (close(2) queues it in the background, so SIGTERM right
+ * after a close, or an unmount, can overtake it): pcrfs_ops_close_all() closes what
+ * is left once the loop has stopped. The list costs one uncontended lock per open
+ * and per release, never one per read.
+ */
+static void of_link(struct pcrfs *fs, struct open_file *of)
+{
+    pthread_mutex_lock(&fs->open_lock);
+    of->prev = &fs->open_files;
+    of->next = fs->open_files.next;
+    of->next->prev = of;
+    fs->open_files.next = of;
+    pthread_mutex_unlock(&fs->open_lock);
+}
+
+static void of_free(struct open_file *of)
+{
+    if (of->h)
+        pcr_handle_close(of->h);
+    free(of->snap);
+    free(of);
+}
+
+static void of_unlink_free(struct pcrfs *fs, struct open_file *of)
+{
+    pthread_mutex_lock(&fs->open_lock);
+    of->prev->next = of->next;
+    of->next->prev = of->prev;
+    pthread_mutex_unlock(&fs->open_lock);
+    of_free(of);
+}
+
+void pcrfs_ops_close_all(struct pcrfs *fs)
+{
+    struct open_file *of;
+
+    while ((of = fs->open_files.next) != &fs->open_files)
+        of_unlink_free(fs, of);
+}
+
+static int do_open(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct ino_parts p = ino_split(ino);
+    const struct pcr_file *f;
+    struct open_file *of;
+    int rc;
+
+    if (!p.is_file)
+        return -EISDIR;
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
+        return -EROFS;
+    fi->noflush = 1;
+    if (p.view == VIEW_SELF && p.id == SELF_FILE_INFO) {
+        fi->fh = 0;
+        fi->keep_cache = 1;
+        return 0;
+    }
+    if (p.view == VIEW_SELF ? p.id != SELF_FILE_STAT : !view_valid(fs, p.view))
+        return -ENOENT;
+    of = calloc(1, sizeof(*of));
+    if (!of)
+        return -ENOMEM;
+    if (p.view == VIEW_SELF) {
+        rc = pcrfs_stats_render(fs, &of->snap, &of->snap_len);
+        /* reads go to this snapshot whatever size the kernel last saw */
+        fi->direct_io = 1;
+    } else {
+        rc = pcr_store_file(fs->store, p.id, &f);
+        if (rc == 0)
+            rc = pcr_handle_open(fs->store, f, view_level(fs, p.view), &of->h);
+        if (rc == -EIO)
+            count(&fs->views[p.view].errors, 1);
+        else if (rc == 0)
+            count(&fs->views[p.view].opens, 1);
+        fi->keep_cache = fs->keep_cache;
+    }
+    if (rc) {
+        free(of);
+        return rc;
+    }
+    of_link(fs, of);
+    fi->fh = (uintptr_t)of;
+    return 0;
+}
+
+static void slice(const char *data, size_t len, size_t size, off_t off, const char **out,
+                  size_t *outlen)
+{
+    if ((uint64_t)off >= len) {
+        *out = data;
+        *outlen = 0;
+        return;
+    }
+    *out = data + off;
+    *outlen = len - (size_t)off < size ? len - (size_t)off : size;
+}
+
+static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, size_t size,
+                   off_t off, const char **out, size_t *outlen)
+{
+    struct ino_parts p = ino_split(ino);
+    const struct open_file *of = (const struct open_file *)(uintptr_t)fi->fh;
+    ssize_t n;
+    char *buf;
+
+    if (off < 0)
+        return -EINVAL;
+    if (p.view == VIEW_SELF && p.id == SELF_FILE_INFO) {
+        slice(fs->info, fs->info_len, size, off, out, outlen);
+        return 0;
+    }
+    if (!of)
+        return -EBADF;
+    if (of->snap) {
+        /* Replied from a copy: the kernel may complete this READ, and the reader
+         * close the file (its RELEASE freeing the snapshot in another worker), while
+         * fuse_reply_buf() is still returning; nothing may touch the snapshot then
+         * (a sanitizer's writev interceptor does). */
+        slice(of->snap, of->snap_len, size, off, out, outlen);
+        buf = tls_get(*outlen);
+        if (!buf)
+            return -ENOMEM;
+        memcpy(buf, *out, *outlen);
+        *out = buf;
+        return 0;
+    }
+    if (!view_valid(fs, p.view) || !of->h)
+        return -EBADF;
+    buf = tls_get(size);
+    if (!buf)
+        return -ENOMEM;
+    n = pcr_handle_read(of->h, buf, size, (uint64_t)off);
+    if (n < 0) {
+        count(&fs->views[p.view].errors, 1);
+        return (int)n;
+    }
+    count(&fs->views[p.view].reads, 1);
+    count(&fs->views[p.view].bytes, (uint64_t)n);
+    *out = buf;
+    *outlen = (size_t)n;
+    return 0;
+}
+
+static void do_release(struct pcrfs *fs, struct fuse_file_info *fi)
+{
+    struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+
+    if (of)
+        of_unlink_free(fs, of);
+}
+
+/* ---- handlers --------------------------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+    struct pcrfs *fs = userdata;
+
+    /* Data never changes, so there is nothing for the kernel to invalidate when it
+     * sees attributes: auto_inval_data would only add attribute checks to reads. */
+    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+    if (conn->capable & FUSE_CAP_READDIRPLUS) {
+        conn->want |= FUSE_CAP_READDIRPLUS;
+        conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    }
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+        conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    /* the user's -o options (readdirplus=, max_readahead=, ...) have the last word */
+    if (fs->conn_opts)
+        fuse_apply_conn_info_opts(fs->conn_opts, conn);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct fuse_entry_param e;
+    int rc = do_lookup(fs_of(req), parent, name, &e);
+
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_entry(req, &e);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct pcrfs *fs = fs_of(req);
+    struct stat st;
+    int rc = node_stat(fs, ino, &st);
+
+    (void)fi;
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, attr_timeout(fs, ino));
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    int rc = check_dir(fs_of(req), ino);
+
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+    const char *buf = NULL;
+    size_t len = 0;
+    int rc = do_readdir(fs_of(req), req, ino, size, off, false, &buf, &len);
+
+    (void)fi;
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_buf(req, buf, len);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                           struct fuse_file_info *fi)
+{
+    const char *buf = NULL;
+    size_t len = 0;
+    int rc = do_readdir(fs_of(req), req, ino, size, off, true, &buf, &len);
+
+    (void)fi;
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_buf(req, buf, len);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    int rc = do_open(fs_of(req), ino, fi);
+
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else if (fuse_reply_open(req, fi) == -ENOENT)
+        do_release(fs_of(req), fi); /* the opener was interrupted: no RELEASE will come */
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    const char *buf = NULL;
+    size_t len = 0;
+    int rc = do_read(fs_of(req), ino, fi, size, off, &buf, &len);
+
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_buf(req, buf, len);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    do_release(fs_of(req), fi);
+    fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    struct pcrfs *fs = fs_of(req);
+    uint64_t views = fs->levels + 1;
+    struct statvfs sv;
+
+    (void)ino;
+    memset(&sv, 0, sizeof(sv));
+    sv.f_bsize = PCRFS_BLKSIZE;
+    sv.f_frsize = PCRFS_BLKSIZE;
+    sv.f_files = views * (pcr_store_nfiles(fs->store) + pcr_store_ndirs(fs->store)) + 4;
+    sv.f_namemax = 255;
+    fuse_reply_statfs(req, &sv);
+}
+
+/* Every operation that would change the tree. With the default "-o ro" the kernel
+ * refuses these itself and they never arrive; they are here for mounts made with
+ * "-o rw", where without a handler some would fail with ENOSYS instead of EROFS. */
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi)
+{
+    (void)ino, (void)attr, (void)to_set, (void)fi;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+    (void)parent, (void)name, (void)mode, (void)rdev;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+    (void)parent, (void)name, (void)mode;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_remove(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    (void)parent, (void)name;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+    (void)link, (void)parent, (void)name;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags)
+{
+    (void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+    (void)ino, (void)newparent, (void)newname;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+    (void)parent, (void)name, (void)mode, (void)fi;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags)
+{
+    (void)ino, (void)name, (void)value, (void)size, (void)flags;
+    fuse_reply_err(req, EROFS);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+    (void)ino, (void)name;
+    fuse_reply_err(req, EROFS);
+}
+
+/* No getxattr/listxattr: the kernel's first ENOSYS makes it answer EOPNOTSUPP itself
+ * from then on. No access: default_permissions makes the kernel check modes. No
+ * forget: see inode.h. No releasedir: a directory handle holds nothing. */
+const struct fuse_lowlevel_ops pcrfs_ops = {
+    .init = op_init,
+    .lookup = op_lookup,
+    .getattr = op_getattr,
+    .setattr = op_setattr,
+    .mknod = op_mknod,
+    .mkdir = op_mkdir,
+    .unlink = op_remove,
+    .rmdir = op_remove,
+    .symlink = op_symlink,
+    .rename = op_rename,
+    .link = op_link,
+    .open = op_open,
+    .read = op_read,
+    .release = op_release,
+    .opendir = op_opendir,
+    .readdir = op_readdir,
+    .readdirplus = op_readdirplus,
+    .statfs = op_statfs,
+    .setxattr = op_setxattr,
+    .removexattr = op_removexattr,
+    .create = op_create,
+};
