@@ -2,7 +2,8 @@
  *
  * Both are JSON so that scripts read them with one call. info never changes and is
  * rendered once at mount; stats is rendered when it is opened (a snapshot per open,
- * served with direct_io, see ops.c).
+ * served with direct_io, see ops.c). The third, /.pcrfs/level (dynamic mounts), is
+ * one number, rendered and parsed in ops.c and pcrfs_parse_level() below.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -179,12 +180,29 @@ int pcrfs_info_render(struct pcrfs *fs)
     sb_printf(&b, ",\n  \"records\": %llu", (unsigned long long)pcr_store_nrecords(fs->store));
     sb_printf(&b, ",\n  \"built\": %lld", (long long)fs->mtime);
     sb_printf(&b, ",\n  \"bwlimit\": %llu", (unsigned long long)fs->bwlimit);
+    sb_printf(&b, ",\n  \"dynamic\": %s", fs->dynamic ? "true" : "false");
+    /* the token tree (tokens/): its size and coder, or null */
+    if (fs->tokstore) {
+        sb_printf(&b, ",\n  \"tokens\": {\"files\": %llu, \"dirs\": %llu, \"shards\": %llu",
+                  (unsigned long long)pcr_store_nfiles(fs->tokstore),
+                  (unsigned long long)pcr_store_ndirs(fs->tokstore),
+                  (unsigned long long)pcr_store_nrecords(fs->tokstore));
+        sb_puts(&b, ", \"coder\": ");
+        sb_json_meta(&b, fs->store, "tok_coder");
+        sb_printf(&b, ", \"codebook\": %s}", fs->codebook ? "true" : "false");
+    } else {
+        sb_puts(&b, ",\n  \"tokens\": null");
+    }
     sb_puts(&b, ",\n  \"views\": [");
     for (v = 1; v <= fs->levels + 1; v++) {
         sb_puts(&b, v > 1 ? ", \"" : "\"");
         sb_puts(&b, view_name(fs, v, name, sizeof(name)));
         sb_puts(&b, "\"");
     }
+    if (fs->dynamic)
+        sb_puts(&b, ", \"dynamic\"");
+    if (fs->tokstore)
+        sb_puts(&b, ", \"tokens\"");
     sb_printf(&b, "],\n  \"pcrfs_version\": \"%s\"\n}\n", PCR_VERSION);
     if (b.oom) {
         free(b.p);
@@ -208,6 +226,21 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
 
     sb_printf(&b, "{\n  \"uptime_s\": %lld,\n  \"views\": {\n",
               (long long)(now.tv_sec - fs->started));
+    /* tokens/ first: scan1 always follows, so the comma is always right */
+    if (fs->tokstore) {
+        const struct view_counters *c = &fs->tok_view;
+        struct pcr_stats ts;
+
+        pcr_store_stats(fs->tokstore, &ts);
+        sb_printf(&b,
+                  "    \"tokens\": {\"level\": 1, \"opens\": %llu, \"reads\": %llu, "
+                  "\"bytes\": %llu, \"errors\": %llu, \"shard_bytes\": %llu},\n",
+                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed),
+                  (unsigned long long)ts.level[1].bytes);
+    }
     for (v = 1; v <= fs->levels + 1; v++) {
         const struct view_counters *c = &fs->views[v];
         sb_printf(&b,
@@ -218,7 +251,19 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
                   (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
                   (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
                   (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed),
-                  v <= fs->levels ? "," : "");
+                  v <= fs->levels || fs->dynamic ? "," : "");
+    }
+    if (fs->dynamic) {
+        const struct view_counters *c = &fs->views[fs->levels + 2];
+        sb_printf(&b,
+                  "    \"dynamic\": {\"level\": %u, \"switches\": %llu, \"opens\": %llu, "
+                  "\"reads\": %llu, \"bytes\": %llu, \"errors\": %llu}\n",
+                  atomic_load(&fs->level_now),
+                  (unsigned long long)atomic_load_explicit(&fs->switches, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed));
     }
     sb_puts(&b, "  },\n  \"levels\": [\n");
     for (k = 1; k <= fs->levels; k++)
@@ -239,4 +284,24 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
     *out = b.p;
     *len = b.len;
     return 0;
+}
+
+unsigned pcrfs_parse_level(const struct pcrfs *fs, const char *s, size_t len)
+{
+    unsigned k = 0;
+    size_t i = 0, digits = 0;
+
+    while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == ' ' || s[len - 1] == '\t' ||
+                       s[len - 1] == '\r' || s[len - 1] == '\0'))
+        len--;
+    if (len == 4 && memcmp(s, "full", 4) == 0)
+        return fs->levels;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        k = k * 10 + (unsigned)(s[i] - '0');
+        if (++digits > 3 || k > fs->levels)
+            return 0; /* also stops overflow */
+    }
+    return digits && k >= 1 ? k : 0;
 }

@@ -18,8 +18,9 @@
 
 #include "pcrfs/store.h"
 
-/* Views are numbered 1..L (scanK) and L+1 (full); see inode.h. */
-#define PCRFS_MAX_VIEWS (PCR_MAX_LEVELS + 2)
+/* Views are numbered 1..L (scanK) and L+1 (full); see inode.h. Counters have one
+ * more slot, L+2, for dynamic/ (whose inodes use views VIEW_DYN + K). */
+#define PCRFS_MAX_VIEWS (PCR_MAX_LEVELS + 3)
 
 /* Counters kept by the driver, per view: the library counts per level and cannot
  * tell full/ from scanL/, which serve the same level. */
@@ -41,6 +42,9 @@ struct open_file {
 
 struct pcrfs {
     struct pcr_store *store;
+    struct pcr_store *tokstore; /* the token tree (tokens/), NULL if the store has none */
+    const void *codebook;       /* /.pcrfs/codebook.npy (owned by store), or NULL */
+    size_t codebook_len;
     const char *store_path; /* absolute, for /.pcrfs/info */
     unsigned levels;        /* L */
     double timeout;         /* entry, attr and negative-entry timeout, s */
@@ -54,7 +58,14 @@ struct pcrfs {
     struct fuse_conn_info_opts *conn_opts; /* -o max_readahead=... etc. (libfuse's) */
     char *info;                            /* /.pcrfs/info, rendered once */
     size_t info_len;
-    struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1]; [0] unused */
+    /* The dynamic view (-o level=K; see ops.c). dynamic is written once at mount;
+     * level_now is the level dynamic/ serves to new lookups, changed by a write to
+     * /.pcrfs/level or setxattr user.pcrfs.level; switches counts the changes. */
+    bool dynamic;
+    atomic_uint level_now;
+    atomic_uint_fast64_t switches;
+    struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1], [L+2] dynamic; [0] unused */
+    struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
     pthread_mutex_t open_lock;                   /* guards open_files */
     struct open_file open_files;                 /* list head (ops.c) */
 };
@@ -66,6 +77,10 @@ int pcrfs_info_render(struct pcrfs *fs);
 /* Render a snapshot of /.pcrfs/stats into a malloc()ed buffer.
  * @return 0 and *out / *len; -ENOMEM. */
 int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len);
+/* Parse a level as /.pcrfs/level, -o level= and user.pcrfs.level take it: "K"
+ * (1..L, decimal, no sign) or "full", optionally followed by white space (echo's
+ * newline). @return the level, or 0 if @s is not one. */
+unsigned pcrfs_parse_level(const struct pcrfs *fs, const char *s, size_t len);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops pcrfs_ops;

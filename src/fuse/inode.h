@@ -15,7 +15,27 @@
  *                 serving level K = view;
  *   view L+1      full/, serving level L: the same bytes as scanL/ but its own
  *                 inode numbers, so `cp -a`, `du` and `tar` never take a file of full/
- *                 for a hard link of its twin in scanL/.
+ *                 for a hard link of its twin in scanL/;
+ *   view 0x80     dynamic/ (only with -o level=K): its directories;
+ *   view 0x80+K   dynamic/'s files *as served at level K* (1 <= K <= L);
+ *   view 0x7F     tokens/, when the store holds token grids: its ids are those of
+ *                 the store's token tree (pcr_store_open_tokens()), a namespace of its
+ *                 own, hence a view of its own; a fixed number (below dynamic/'s
+ *                 range, above any L+1) keeps its inodes the same whatever L is.
+ *                 /.pcrfs/codebook.npy is file 4 of view 0.
+ *
+ * The dynamic view changes level at run time, yet its inodes stay stateless and
+ * immutable: a file's inode names the level it serves, and a lookup in dynamic/
+ * returns the inode of the level current at that moment, with an entry timeout of
+ * 0 so that every path walk asks again. After a switch, a path resolves to another
+ * inode, whose attributes and page cache are the new level's from the start; the
+ * old inode keeps serving the old level to whoever still has it open, and its
+ * cached pages stay right for it (the store is immutable), so nothing is ever
+ * invalidated and nothing stale can be reached by name. (Stable inode numbers with
+ * fuse_lowlevel_notify_inval_inode() would not do: the page cache and i_size
+ * belong to the inode, not to the open file, so a reader that opened before a
+ * switch could be served pages another reader fetched after it, or be cut at the
+ * new size.)
  *
  * A view's root directory is the store's root directory (PCR_ROOT_DIR) in that view.
  * Eight bits hold 66 views; 55 bits of id hold far more files than SQLite rows. Id 0
@@ -42,11 +62,19 @@
 #define INO_ID_MASK    (INO_FILE_BIT - 1)
 
 /* The daemon's own nodes, in view 0. */
-#define VIEW_SELF      0
-#define SELF_DIR_ROOT  1 /* the mount root; ino 1 == FUSE_ROOT_ID */
-#define SELF_DIR_CTL   2 /* /.pcrfs */
-#define SELF_FILE_INFO 1 /* /.pcrfs/info */
-#define SELF_FILE_STAT 2 /* /.pcrfs/stats */
+#define VIEW_SELF          0
+#define SELF_DIR_ROOT      1 /* the mount root; ino 1 == FUSE_ROOT_ID */
+#define SELF_DIR_CTL       2 /* /.pcrfs */
+#define SELF_FILE_INFO     1 /* /.pcrfs/info */
+#define SELF_FILE_STAT     2 /* /.pcrfs/stats */
+#define SELF_FILE_LEVEL    3 /* /.pcrfs/level (with -o level=K) */
+#define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
+
+/* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */
+#define VIEW_DYN 0x80
+
+/* tokens/: the store's token tree (when it has one). */
+#define VIEW_TOKENS 0x7F
 
 struct ino_parts {
     unsigned view;

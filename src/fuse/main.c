@@ -30,6 +30,7 @@ struct cli {
     double timeout;
     int nokeep_cache;
     char *bwlimit; /* -o bwlimit=RATE, as given */
+    char *level;   /* -o level=K: the dynamic view's first level, as given */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -45,6 +46,7 @@ static const struct fuse_opt cli_spec[] = {
     {"timeout=%lf", offsetof(struct cli, timeout), 0},
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
     {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
+    {"level=%s", offsetof(struct cli, level), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -99,7 +101,8 @@ static void help(void)
     printf("\n"
            "Mount the pcrfs store STORE (built by mkpcrfs) read-only at MOUNTPOINT.\n"
            "Views: scan1/ .. scanL/ (the first K scans of every JPEG), full/ (every\n"
-           "scan: the original pixels), .pcrfs/info and .pcrfs/stats (JSON).\n"
+           "scan: the original pixels), tokens/ (token grids as NumPy .tok files, if\n"
+           "the store has them), .pcrfs/info and .pcrfs/stats (JSON).\n"
            "Unmount with: fusermount3 -u MOUNTPOINT\n"
            "\n"
            "pcrfs options:\n"
@@ -110,13 +113,18 @@ static void help(void)
            "    -o bwlimit=RATE        read at most RATE bytes/s from the records, all\n"
            "                           threads together (suffix k, M, G: powers of 1000);\n"
            "                           emulates slow storage for benchmarks\n"
+           "    -o level=K             add dynamic/, serving level K (1..L or full) until\n"
+           "                           another is written to .pcrfs/level (echo 5 >\n"
+           "                           MNT/.pcrfs/level) or set with setfattr -n\n"
+           "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
+           "                           not \"ro\" (every other write still fails with EROFS)\n"
            "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
            "    -o readdirplus=yes|no|auto, max_readahead=N, max_background=N,\n"
            "       congestion_threshold=N, [no_]splice_read, async_read, sync_read\n"
            "                           kernel connection options (libfuse's)\n"
            "\n"
            "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
-           "unless given otherwise.\n"
+           "unless given otherwise (with -o level=K: only fsname and subtype).\n"
            "\n"
            "FUSE options:\n");
     fuse_cmdline_help();
@@ -277,10 +285,18 @@ int main(int argc, char *argv[])
      * "default_permissions": the kernel checks the modes we report (0444 files,
      * 0555 directories) itself; without it FUSE grants every access that reaches the
      * daemon and the daemon would have to check permissions on every request. */
-    if (!cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
+    /* With -o level=K (the dynamic view), neither: "ro" would make the kernel refuse
+     * the write to /.pcrfs/level before the daemon sees it, and with
+     * default_permissions the kernel would answer other users' writes with EACCES;
+     * without them every write reaches the daemon, which refuses it with EROFS
+     * (ops.c) except the level change, and answers access(2). */
+    if (!cli.level && !cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
         goto out_conn;
-    if (!cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+    if (!cli.level && !cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
         goto out_conn;
+    if (cli.level && cli.has_ro)
+        fprintf(stderr, "pcrfs: warning: -o ro: the kernel will refuse every write, so the "
+                        "level of dynamic/ cannot be changed\n");
 
     pcr_log_set_hook(log_hook, NULL, opts.debug ? PCR_LOG_DEBUG : PCR_LOG_INFO);
 
@@ -299,10 +315,31 @@ int main(int argc, char *argv[])
         goto out_store;
     }
     fs.store_path = store_abs;
+    /* tokens/ and /.pcrfs/codebook.npy when the store has them; a token tree that
+     * does not open is a damaged store, refused like any other */
+    rc = pcr_store_open_tokens(fs.store, &fs.tokstore, err, sizeof(err));
+    if (rc && rc != -ENOENT) {
+        store_error(cli.store, err[0] ? err : strerror(-rc));
+        goto out_store;
+    }
+    if (pcr_store_codebook(fs.store, &fs.codebook, &fs.codebook_len) != 0)
+        fs.codebook = NULL;
     fs.levels = pcr_store_levels(fs.store);
     if (fs.levels < 1 || fs.levels > PCR_MAX_LEVELS) {
         fprintf(stderr, "pcrfs: %s: the store has %u levels\n", cli.store, fs.levels);
         goto out_store;
+    }
+    if (cli.level) {
+        unsigned k = pcrfs_parse_level(&fs, cli.level, strlen(cli.level));
+
+        if (!k) {
+            fprintf(stderr, "pcrfs: level=%s: not a level of this store (1..%u or full)\n",
+                    cli.level, fs.levels);
+            ret = EXIT_USAGE;
+            goto out_store;
+        }
+        fs.dynamic = true;
+        atomic_store(&fs.level_now, k);
     }
     fs.timeout = cli.timeout;
     fs.keep_cache = !cli.nokeep_cache;
@@ -379,6 +416,7 @@ out_store:
     pcrfs_ops_thread_done();
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
+    pcr_store_close(fs.tokstore); /* before the store it belongs to */
     pcr_store_close(fs.store);
     free(fs.info);
 out_conn:
@@ -389,6 +427,7 @@ out_opts:
 out_args:
     free(cli.store);
     free(cli.bwlimit);
+    free(cli.level);
     fuse_opt_free_args(&args);
     if (log_syslog)
         closelog();

@@ -22,6 +22,22 @@
  *   - FOPEN_NOFLUSH: nothing is ever written, so close() costs no FLUSH round trip;
  *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it;
  *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
+ *
+ * The dynamic view (-o level=K). dynamic/ serves the level in fs->level_now, which a
+ * write to /.pcrfs/level (or setxattr user.pcrfs.level on dynamic/) changes while
+ * the mount is in use. How it stays exact without invalidating anything is told in
+ * inode.h: a file's inode names its level, lookups in dynamic/ hand out the current
+ * level's inode with an entry timeout of 0, and an open file keeps the level of the
+ * inode it was opened through, so a read never mixes levels, whatever switches
+ * happen while it runs. Costs against a scanK/ view: one LOOKUP per open of a file
+ * (the kernel revalidates the name), directory listings not cached by the kernel.
+ * Everything else keeps the timeouts and caching above; in particular each level's
+ * pages stay in the page cache across switches.
+ * Such a mount is not read-only (the kernel would refuse the control write itself),
+ * and not default_permissions (the kernel would answer EACCES, not EROFS, to writes
+ * by other users than root): every other write reaches the daemon and fails with
+ * EROFS here, access(2) is answered by op_access, and only the mounting user (or
+ * root) may change the level.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,13 +47,15 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "fs.h"
 #include "inode.h"
 
 #define PCRFS_BLKSIZE     (1u << 20)
 #define TLS_BUF_MIN       (128u << 10)
-#define ROOT_NSUBDIRS(fs) ((fs)->levels + 2) /* scan1..scanL, full, .pcrfs */
+/* scanK, full, [dynamic,] [tokens,] .pcrfs */
+#define ROOT_NSUBDIRS(fs) ((fs)->levels + 2 + (fs)->dynamic + ((fs)->tokstore != NULL))
 
 static struct pcrfs *fs_of(fuse_req_t req)
 {
@@ -46,13 +64,99 @@ static struct pcrfs *fs_of(fuse_req_t req)
 
 static bool view_valid(const struct pcrfs *fs, unsigned view)
 {
-    return view >= 1 && view <= fs->levels + 1;
+    return (view >= 1 && view <= fs->levels + 1) || (view == VIEW_TOKENS && fs->tokstore);
 }
 
-/* full/ (view L+1) serves level L. */
+/* The store a view's ids belong to: tokens/ has its own tree (inode.h). */
+static struct pcr_store *view_store(const struct pcrfs *fs, unsigned view)
+{
+    return view == VIEW_TOKENS ? fs->tokstore : fs->store;
+}
+
+/* full/ (view L+1) serves level L; a dynamic/ file VIEW_DYN+K serves level K. */
 static unsigned view_level(const struct pcrfs *fs, unsigned view)
 {
+    if (view == VIEW_TOKENS)
+        return 1; /* the token tree's one level */
+    if (view > VIEW_DYN)
+        return view - VIEW_DYN;
     return view > fs->levels ? fs->levels : view;
+}
+
+/* Is @p a node of a store view (scanK/, full/, dynamic/)? */
+static bool node_valid(const struct pcrfs *fs, struct ino_parts p)
+{
+    if (p.view >= VIEW_DYN) {
+        if (!fs->dynamic)
+            return false;
+        if (!p.is_file)
+            return p.view == VIEW_DYN;
+        return p.view > VIEW_DYN && p.view - VIEW_DYN <= fs->levels;
+    }
+    return view_valid(fs, p.view);
+}
+
+static unsigned dyn_level(const struct pcrfs *fs)
+{
+    return atomic_load_explicit(&fs->level_now, memory_order_acquire);
+}
+
+/* The inode of node @id as a child in view @view: in dynamic/, a file's inode is
+ * the one of the level current now (see inode.h). */
+static fuse_ino_t child_ino(const struct pcrfs *fs, unsigned view, bool is_file, uint64_t id)
+{
+    if (view >= VIEW_DYN)
+        return ino_make(is_file ? VIEW_DYN + dyn_level(fs) : VIEW_DYN, is_file, id);
+    return ino_make(view, is_file, id);
+}
+
+/* How long the kernel may keep a name -> @child: dynamic/ files not at all, so a
+ * path walk after a switch finds the new level's inode. */
+static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
+{
+    struct ino_parts p = ino_split(child);
+
+    return p.is_file && p.view > VIEW_DYN ? 0.0 : fs->timeout;
+}
+
+static struct view_counters *counters(struct pcrfs *fs, unsigned view)
+{
+    if (view == VIEW_TOKENS)
+        return &fs->tok_view;
+    return &fs->views[view >= VIEW_DYN ? fs->levels + 2 : view];
+}
+
+static bool is_level_file(const struct pcrfs *fs, fuse_ino_t ino)
+{
+    return fs->dynamic && ino == ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
+}
+
+/* Only the mounting user and root may change the level (the daemon checks: such a
+ * mount has no default_permissions). */
+static bool may_control(const struct pcrfs *fs, fuse_req_t req)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+    return ctx && (ctx->uid == 0 || ctx->uid == fs->uid);
+}
+
+/* The current level as /.pcrfs/level shows it: "K\n". */
+static size_t level_render(const struct pcrfs *fs, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%u\n", dyn_level(fs));
+
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void set_level(struct pcrfs *fs, unsigned k)
+{
+    unsigned old = atomic_exchange_explicit(&fs->level_now, k, memory_order_acq_rel);
+
+    if (old != k) {
+        atomic_fetch_add_explicit(&fs->switches, 1, memory_order_relaxed);
+        if (fs->debug)
+            fprintf(stderr, "pcrfs: dynamic/: level %u -> %u\n", old, k);
+    }
 }
 
 static void count(atomic_uint_fast64_t *c, uint64_t n)
@@ -166,11 +270,11 @@ static bool is_stats(fuse_ino_t ino)
     return ino == ino_make(VIEW_SELF, true, SELF_FILE_STAT);
 }
 
-/* The stats file changes under the reader: its size is that of a snapshot taken now,
- * and the kernel must not cache it. */
+/* The stats and level files change under the reader: their size is that of what
+ * they hold now, and the kernel must not cache it. */
 static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
 {
-    return is_stats(ino) ? 0.0 : fs->timeout;
+    return is_stats(ino) || is_level_file(fs, ino) ? 0.0 : fs->timeout;
 }
 
 static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struct stat *st)
@@ -185,12 +289,19 @@ static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struc
         stat_dir(fs, st, ino, 0);
     } else if (p.is_file && p.id == SELF_FILE_INFO) {
         stat_file(fs, st, ino, fs->info_len);
+    } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
+        stat_file(fs, st, ino, fs->codebook_len);
     } else if (p.is_file && p.id == SELF_FILE_STAT) {
         rc = pcrfs_stats_render(fs, &snap, &len);
         if (rc)
             return rc;
         free(snap);
         stat_file(fs, st, ino, len);
+    } else if (p.is_file && p.id == SELF_FILE_LEVEL && fs->dynamic) {
+        char buf[16];
+
+        stat_file(fs, st, ino, level_render(fs, buf, sizeof(buf)));
+        st->st_mode = S_IFREG | 0644; /* the mounting user may write it */
     } else {
         return -ENOENT;
     }
@@ -207,15 +318,15 @@ static int node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
     memset(st, 0, sizeof(*st));
     if (p.view == VIEW_SELF)
         return self_stat(fs, ino, p, st);
-    if (!view_valid(fs, p.view))
+    if (!node_valid(fs, p))
         return -ENOENT;
     if (p.is_file) {
-        rc = pcr_store_file(fs->store, p.id, &f);
+        rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
         if (rc)
             return rc;
         stat_file(fs, st, ino, pcr_file_size(f, view_level(fs, p.view)));
     } else {
-        rc = pcr_store_dir(fs->store, p.id, &di);
+        rc = pcr_store_dir(view_store(fs, p.view), p.id, &di);
         if (rc)
             return rc;
         stat_dir(fs, st, ino, di.nsubdirs);
@@ -250,6 +361,10 @@ static fuse_ino_t self_lookup(const struct pcrfs *fs, uint64_t dir, const char *
             return ino_make(fs->levels + 1, false, PCR_ROOT_DIR);
         if (strcmp(name, ".pcrfs") == 0)
             return ino_make(VIEW_SELF, false, SELF_DIR_CTL);
+        if (fs->dynamic && strcmp(name, "dynamic") == 0)
+            return ino_make(VIEW_DYN, false, PCR_ROOT_DIR);
+        if (fs->tokstore && strcmp(name, "tokens") == 0)
+            return ino_make(VIEW_TOKENS, false, PCR_ROOT_DIR);
         k = parse_scan(fs, name);
         return k ? ino_make(k, false, PCR_ROOT_DIR) : 0;
     }
@@ -258,6 +373,10 @@ static fuse_ino_t self_lookup(const struct pcrfs *fs, uint64_t dir, const char *
             return ino_make(VIEW_SELF, true, SELF_FILE_INFO);
         if (strcmp(name, "stats") == 0)
             return ino_make(VIEW_SELF, true, SELF_FILE_STAT);
+        if (fs->dynamic && strcmp(name, "level") == 0)
+            return ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
+        if (fs->codebook && strcmp(name, "codebook.npy") == 0)
+            return ino_make(VIEW_SELF, true, SELF_FILE_CODEBOOK);
     }
     return 0;
 }
@@ -280,10 +399,10 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
         if (p.id != SELF_DIR_ROOT && p.id != SELF_DIR_CTL)
             return -ENOENT;
         ino = self_lookup(fs, p.id, name);
-    } else if (view_valid(fs, p.view)) {
-        rc = pcr_store_lookup(fs->store, p.id, name, &node);
+    } else if (node_valid(fs, p)) {
+        rc = pcr_store_lookup(view_store(fs, p.view), p.id, name, &node);
         if (rc == 0) {
-            ino = ino_make(p.view, !node.is_dir, node.id);
+            ino = child_ino(fs, p.view, !node.is_dir, node.id);
             if (!ino)
                 return -EOVERFLOW;
         } else if (rc != -ENOENT) {
@@ -292,13 +411,14 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
     } else {
         return -ENOENT;
     }
-    e->entry_timeout = fs->timeout;
+    e->entry_timeout = fs->timeout; /* also for a miss: names do not depend on the level */
     if (!ino)
         return 0;
     rc = node_stat(fs, ino, &e->attr);
     if (rc)
         return rc;
     e->ino = ino;
+    e->entry_timeout = entry_timeout(fs, ino);
     e->attr_timeout = attr_timeout(fs, ino);
     return 0;
 }
@@ -326,7 +446,7 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char 
             *child = FUSE_ROOT_ID;
             return 0;
         }
-        rc = pcr_store_dir(fs->store, p.id, &di);
+        rc = pcr_store_dir(view_store(fs, p.view), p.id, &di);
         if (rc)
             return rc;
         *child = ino_make(p.view, false, di.parent);
@@ -341,7 +461,13 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char 
         } else if (pos == fs->levels) {
             *name = "full";
             *child = ino_make(fs->levels + 1, false, PCR_ROOT_DIR);
-        } else if (pos == fs->levels + 1) {
+        } else if (fs->dynamic && pos == fs->levels + 1) {
+            *name = "dynamic";
+            *child = ino_make(VIEW_DYN, false, PCR_ROOT_DIR);
+        } else if (fs->tokstore && pos == fs->levels + 1 + fs->dynamic) {
+            *name = "tokens";
+            *child = ino_make(VIEW_TOKENS, false, PCR_ROOT_DIR);
+        } else if (pos == fs->levels + 1 + fs->dynamic + (fs->tokstore != NULL)) {
             *name = ".pcrfs";
             *child = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
         } else {
@@ -350,17 +476,24 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char 
         return 0;
     }
     if (p.view == VIEW_SELF) {
-        if (pos > 1)
+        static const char *const names[] = {"info", "stats", "level", "codebook.npy"};
+        static const uint64_t ids[] = {SELF_FILE_INFO, SELF_FILE_STAT, SELF_FILE_LEVEL,
+                                       SELF_FILE_CODEBOOK};
+
+        /* "level" only with -o level=K, "codebook.npy" only when the store has one */
+        if (pos >= 2 && !fs->dynamic)
+            pos++;
+        if (pos > 3 || (pos == 3 && !fs->codebook))
             return -ENOENT;
-        *name = pos == 0 ? "info" : "stats";
-        *child = ino_make(VIEW_SELF, true, pos == 0 ? SELF_FILE_INFO : SELF_FILE_STAT);
+        *name = names[pos];
+        *child = ino_make(VIEW_SELF, true, ids[pos]);
         return 0;
     }
-    rc = pcr_store_readdir(fs->store, p.id, pos, &de);
+    rc = pcr_store_readdir(view_store(fs, p.view), p.id, pos, &de);
     if (rc)
         return rc;
     *name = de.name;
-    *child = ino_make(p.view, !de.node.is_dir, de.node.id);
+    *child = child_ino(fs, p.view, !de.node.is_dir, de.node.id);
     return *child ? 0 : -EOVERFLOW;
 }
 
@@ -373,9 +506,9 @@ static int check_dir(struct pcrfs *fs, fuse_ino_t ino)
         return -ENOTDIR;
     if (p.view == VIEW_SELF)
         return p.id == SELF_DIR_ROOT || p.id == SELF_DIR_CTL ? 0 : -ENOENT;
-    if (!view_valid(fs, p.view))
+    if (!node_valid(fs, p))
         return -ENOENT;
-    return pcr_store_dir(fs->store, p.id, &di);
+    return pcr_store_dir(view_store(fs, p.view), p.id, &di);
 }
 
 /* Fill up to @size bytes of directory entries starting at entry @off into the
@@ -419,7 +552,7 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
                 return rc;
             }
             e.ino = child;
-            e.entry_timeout = fs->timeout;
+            e.entry_timeout = entry_timeout(fs, child);
             e.attr_timeout = attr_timeout(fs, child);
             need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
         } else {
@@ -481,7 +614,7 @@ void pcrfs_ops_close_all(struct pcrfs *fs)
         of_unlink_free(fs, of);
 }
 
-static int do_open(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
+static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct ino_parts p = ino_split(ino);
     const struct pcr_file *f;
@@ -490,15 +623,24 @@ static int do_open(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
 
     if (!p.is_file)
         return -EISDIR;
+    fi->noflush = 1;
+    if (is_level_file(fs, ino)) {
+        /* Written in place (O_TRUNC is what `echo K >` asks: nothing to truncate). */
+        if ((fi->flags & O_ACCMODE) != O_RDONLY && !may_control(fs, req))
+            return -EACCES;
+        fi->fh = 0;
+        fi->direct_io = 1; /* its size changes with the level */
+        return 0;
+    }
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
         return -EROFS;
-    fi->noflush = 1;
-    if (p.view == VIEW_SELF && p.id == SELF_FILE_INFO) {
+    if (p.view == VIEW_SELF &&
+        (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook))) {
         fi->fh = 0;
         fi->keep_cache = 1;
         return 0;
     }
-    if (p.view == VIEW_SELF ? p.id != SELF_FILE_STAT : !view_valid(fs, p.view))
+    if (p.view == VIEW_SELF ? p.id != SELF_FILE_STAT : !node_valid(fs, p))
         return -ENOENT;
     of = calloc(1, sizeof(*of));
     if (!of)
@@ -508,13 +650,16 @@ static int do_open(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi)
         /* reads go to this snapshot whatever size the kernel last saw */
         fi->direct_io = 1;
     } else {
-        rc = pcr_store_file(fs->store, p.id, &f);
+        /* The level is the inode's: for dynamic/ the one current when the name was
+         * looked up, held by this handle until it is closed. */
+        rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
+        /* a token file is decoded here, whole (about 2 kB): its reads are copies */
         if (rc == 0)
-            rc = pcr_handle_open(fs->store, f, view_level(fs, p.view), &of->h);
+            rc = pcr_handle_open(view_store(fs, p.view), f, view_level(fs, p.view), &of->h);
         if (rc == -EIO)
-            count(&fs->views[p.view].errors, 1);
+            count(&counters(fs, p.view)->errors, 1);
         else if (rc == 0)
-            count(&fs->views[p.view].opens, 1);
+            count(&counters(fs, p.view)->opens, 1);
         fi->keep_cache = fs->keep_cache;
     }
     if (rc) {
@@ -552,6 +697,22 @@ static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, 
         slice(fs->info, fs->info_len, size, off, out, outlen);
         return 0;
     }
+    if (p.view == VIEW_SELF && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
+        slice(fs->codebook, fs->codebook_len, size, off, out, outlen);
+        return 0;
+    }
+    if (is_level_file(fs, ino)) {
+        char now[16];
+        size_t n = level_render(fs, now, sizeof(now));
+
+        slice(now, n, size, off, out, outlen);
+        buf = tls_get(*outlen);
+        if (!buf)
+            return -ENOMEM;
+        memcpy(buf, *out, *outlen);
+        *out = buf;
+        return 0;
+    }
     if (!of)
         return -EBADF;
     if (of->snap) {
@@ -567,20 +728,35 @@ static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, 
         *out = buf;
         return 0;
     }
-    if (!view_valid(fs, p.view) || !of->h)
+    if (!node_valid(fs, p) || !of->h)
         return -EBADF;
     buf = tls_get(size);
     if (!buf)
         return -ENOMEM;
     n = pcr_handle_read(of->h, buf, size, (uint64_t)off);
     if (n < 0) {
-        count(&fs->views[p.view].errors, 1);
+        count(&counters(fs, p.view)->errors, 1);
         return (int)n;
     }
-    count(&fs->views[p.view].reads, 1);
-    count(&fs->views[p.view].bytes, (uint64_t)n);
+    count(&counters(fs, p.view)->reads, 1);
+    count(&counters(fs, p.view)->bytes, (uint64_t)n);
     *out = buf;
     *outlen = (size_t)n;
+    return 0;
+}
+
+/* Only /.pcrfs/level is ever open for writing. The whole value comes in one write
+ * ("5", "5\n", "full"); the offset does not matter. */
+static int do_write(struct pcrfs *fs, fuse_ino_t ino, const char *buf, size_t size)
+{
+    unsigned k;
+
+    if (!is_level_file(fs, ino))
+        return -EROFS;
+    k = pcrfs_parse_level(fs, buf, size);
+    if (!k)
+        return -EINVAL;
+    set_level(fs, k);
     return 0;
 }
 
@@ -607,6 +783,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     }
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */
+    if (fs->dynamic && (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
+        conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     /* the user's -o options (readdirplus=, max_readahead=, ...) have the last word */
     if (fs->conn_opts)
         fuse_apply_conn_info_opts(fs->conn_opts, conn);
@@ -644,8 +823,11 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         fuse_reply_err(req, -rc);
         return;
     }
-    fi->cache_readdir = 1;
-    fi->keep_cache = 1;
+    /* A cached listing of dynamic/ would carry the inode numbers of an old level. */
+    if (ino_split(ino).view != VIEW_DYN) {
+        fi->cache_readdir = 1;
+        fi->keep_cache = 1;
+    }
     fuse_reply_open(req, fi);
 }
 
@@ -679,7 +861,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    int rc = do_open(fs_of(req), ino, fi);
+    int rc = do_open(fs_of(req), req, ino, fi);
 
     if (rc)
         fuse_reply_err(req, -rc);
@@ -700,6 +882,18 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_buf(req, buf, len);
 }
 
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+    int rc = do_write(fs_of(req), ino, buf, size);
+
+    (void)off, (void)fi;
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_write(req, size);
+}
+
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
@@ -710,14 +904,16 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
     struct pcrfs *fs = fs_of(req);
-    uint64_t views = fs->levels + 1;
+    uint64_t views = fs->levels + 1 + fs->dynamic;
     struct statvfs sv;
 
     (void)ino;
     memset(&sv, 0, sizeof(sv));
     sv.f_bsize = PCRFS_BLKSIZE;
     sv.f_frsize = PCRFS_BLKSIZE;
-    sv.f_files = views * (pcr_store_nfiles(fs->store) + pcr_store_ndirs(fs->store)) + 4;
+    sv.f_files = views * (pcr_store_nfiles(fs->store) + pcr_store_ndirs(fs->store)) + 5;
+    if (fs->tokstore)
+        sv.f_files += pcr_store_nfiles(fs->tokstore) + pcr_store_ndirs(fs->tokstore);
     sv.f_namemax = 255;
     fuse_reply_statfs(req, &sv);
 }
@@ -728,7 +924,22 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                        struct fuse_file_info *fi)
 {
-    (void)ino, (void)attr, (void)to_set, (void)fi;
+    struct pcrfs *fs = fs_of(req);
+    struct stat st;
+
+    (void)fi;
+    /* Truncating /.pcrfs/level to 0 before a write (O_TRUNC on a kernel without
+     * atomic_o_trunc) is a no-op; every other change is refused. */
+    if (is_level_file(fs, ino) && to_set == FUSE_SET_ATTR_SIZE && attr->st_size == 0) {
+        if (!may_control(fs, req)) {
+            fuse_reply_err(req, EACCES);
+        } else if (node_stat(fs, ino, &st) != 0) {
+            fuse_reply_err(req, EIO);
+        } else {
+            fuse_reply_attr(req, &st, 0.0);
+        }
+        return;
+    }
     fuse_reply_err(req, EROFS);
 }
 
@@ -776,11 +987,48 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     fuse_reply_err(req, EROFS);
 }
 
+/* setxattr user.pcrfs.level=K on dynamic/ (or on /.pcrfs/level) sets the level;
+ * every other attribute change is refused. */
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                         size_t size, int flags)
 {
-    (void)ino, (void)name, (void)value, (void)size, (void)flags;
+    struct pcrfs *fs = fs_of(req);
+    unsigned k;
+
+    (void)flags;
+    if (fs->dynamic && strcmp(name, "user.pcrfs.level") == 0 &&
+        (ino == ino_make(VIEW_DYN, false, PCR_ROOT_DIR) || is_level_file(fs, ino))) {
+        if (!may_control(fs, req)) {
+            fuse_reply_err(req, EPERM);
+            return;
+        }
+        k = pcrfs_parse_level(fs, value, size);
+        if (!k) {
+            fuse_reply_err(req, EINVAL);
+            return;
+        }
+        set_level(fs, k);
+        fuse_reply_err(req, 0);
+        return;
+    }
     fuse_reply_err(req, EROFS);
+}
+
+/* Sent only by mounts without default_permissions (the dynamic view's): the modes
+ * say it all (everything readable, directories searchable), and the one writable
+ * file is /.pcrfs/level, for its owner; writing anything else is EROFS, as on a
+ * read-only mount. */
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+    struct pcrfs *fs = fs_of(req);
+    struct stat st;
+    int rc = node_stat(fs, ino, &st);
+
+    if (rc == 0 && (mask & W_OK))
+        rc = !is_level_file(fs, ino) ? -EROFS : may_control(fs, req) ? 0 : -EACCES;
+    if (rc == 0 && (mask & X_OK) && !(st.st_mode & S_IXUSR))
+        rc = -EACCES;
+    fuse_reply_err(req, -rc);
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
@@ -790,8 +1038,9 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 }
 
 /* No getxattr/listxattr: the kernel's first ENOSYS makes it answer EOPNOTSUPP itself
- * from then on. No access: default_permissions makes the kernel check modes. No
- * forget: see inode.h. No releasedir: a directory handle holds nothing. */
+ * from then on (the level is read from /.pcrfs/level). access: only without
+ * default_permissions (dynamic mounts). No forget: see inode.h. No releasedir: a
+ * directory handle holds nothing. */
 const struct fuse_lowlevel_ops pcrfs_ops = {
     .init = op_init,
     .lookup = op_lookup,
@@ -806,6 +1055,7 @@ const struct fuse_lowlevel_ops pcrfs_ops = {
     .link = op_link,
     .open = op_open,
     .read = op_read,
+    .write = op_write,
     .release = op_release,
     .opendir = op_opendir,
     .readdir = op_readdir,
@@ -813,5 +1063,6 @@ const struct fuse_lowlevel_ops pcrfs_ops = {
     .statfs = op_statfs,
     .setxattr = op_setxattr,
     .removexattr = op_removexattr,
+    .access = op_access,
     .create = op_create,
 };

@@ -2,7 +2,8 @@
  *
  * The transcode is `jpegtran -progressive -copy all` done in-process with libjpeg:
  * the DCT coefficients are read (jpeg_read_coefficients) and written again with
- * libjpeg's default progressive scan script, so no pixel is ever recomputed. We use
+ * libjpeg's default progressive scan script (or a script from scanscript.c, as
+ * `jpegtran -scans FILE -copy all` would), so no pixel is ever recomputed. We use
  * the libjpeg API rather than TurboJPEG's tjTransform() because the latter refuses
  * images whose subsampling it cannot name (e.g. 4:1:1 with odd factors, or CMYK with
  * unusual factors), and every such file would then be stored verbatim.
@@ -182,6 +183,8 @@ struct transcode {
     struct jpeg_decompress_struct probe; /* decoder set up on the output */
     struct memdst out;
     bool src_made, dst_made, probe_made; /* jpeg_create_*() completed: destroy needed */
+    const struct pcr_scripts *scripts;   /* NULL: libjpeg's default script */
+    jpeg_scan_info scans[PCR_MAX_SCANS]; /* the script handed to libjpeg, if any */
 };
 
 enum { RUN_OK, RUN_LIBJPEG, RUN_INCOMPLETE };
@@ -222,6 +225,41 @@ static void copy_markers(struct transcode *t)
     }
 }
 
+/* Give libjpeg the script for this image's class, or its own default. Called after
+ * jpeg_copy_critical_parameters(), which resets the scan script. */
+static void set_scan_script(struct transcode *t)
+{
+    const struct pcr_script *sc = NULL;
+    enum pcr_script_class cls;
+
+    cls =
+        pcr_script_class_of((unsigned)t->dst.num_components, t->dst.jpeg_color_space == JCS_YCbCr);
+    if (t->scripts && cls < PCR_CLASS_COUNT)
+        sc = &t->scripts->by_class[cls];
+    if (!sc || sc->nscans == 0 || sc->nscans > PCR_MAX_SCANS) {
+        /* Exactly what jpegtran -progressive does: the bytes stay identical. */
+        jpeg_simple_progression(&t->dst);
+        return;
+    }
+    for (unsigned i = 0; i < sc->nscans; i++) {
+        const struct pcr_scan *s = &sc->scan[i];
+
+        memset(&t->scans[i], 0, sizeof(t->scans[i]));
+        t->scans[i].comps_in_scan = s->ncomps;
+        for (unsigned j = 0; j < s->ncomps && j < 4; j++)
+            t->scans[i].component_index[j] = s->comp[j];
+        t->scans[i].Ss = s->ss;
+        t->scans[i].Se = s->se;
+        t->scans[i].Ah = s->ah;
+        t->scans[i].Al = s->al;
+    }
+    t->dst.scan_info = t->scans;
+    t->dst.num_scans = (int)sc->nscans;
+    /* libjpeg optimizes the Huffman tables of progressive scans by itself; a
+     * multi-scan sequential script would otherwise get the standard tables. */
+    t->dst.optimize_coding = TRUE;
+}
+
 static int transcode_run(struct transcode *t, const uint8_t *buf, size_t len, bool keep_markers)
 {
     jvirt_barray_ptr *coef;
@@ -250,7 +288,7 @@ static int transcode_run(struct transcode *t, const uint8_t *buf, size_t len, bo
         return RUN_INCOMPLETE;
 
     jpeg_copy_critical_parameters(&t->src, &t->dst);
-    jpeg_simple_progression(&t->dst);
+    set_scan_script(t);
     t->out.pub.init_destination = memdst_init;
     t->out.pub.empty_output_buffer = memdst_grow;
     t->out.pub.term_destination = memdst_term;
@@ -302,6 +340,7 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
 
     memset(&t, 0, sizeof(t));
     jerr_init(&t.err);
+    t.scripts = opts ? opts->scripts : NULL;
     /* The progressive output is usually a little smaller than the source (its
      * Huffman tables are optimized); the slack covers headers of tiny files. */
     t.out.cap = len + len / 8 + 4096;
@@ -440,6 +479,123 @@ int pcr_jpeg_decode(const uint8_t *buf, size_t len, uint8_t **pixels, size_t *np
             if (npixels)
                 *npixels = t.npix;
         }
+    } else if (run == DEC_TOOBIG) {
+        pcr_errf(why, whylen, "image too large (%zu bytes of pixels, more than %ld MiB)", t.npix,
+                 (long)(PCR_JPEG_MAX_MEMORY >> 20));
+        rc = -EINVAL;
+    } else if (run == DEC_NOMEM) {
+        pcr_errf(why, whylen, "out of memory");
+        rc = -ENOMEM;
+    } else {
+        rc = jerr_reason(&t.err, why, whylen);
+    }
+    if (t.made)
+        jpeg_destroy_decompress(&t.d);
+    free(t.pix);
+    free(t.rows);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------ */
+/* Luma decoding, for the fidelity measures (pcrfs/fidelity.h).
+ *
+ * libjpeg converts YCbCr, RGB and gray to gray itself, and for YCbCr it then skips
+ * the chroma IDCT and upsampling, so the luma of a photo costs less than its RGB.
+ * It has no CMYK->gray conversion: those are decoded as CMYK and converted here. */
+
+struct luma {
+    struct jerr err;
+    struct jpeg_decompress_struct d;
+    bool made;     /* jpeg_create_decompress() completed */
+    uint8_t *pix;  /* the luma plane */
+    uint8_t *rows; /* CMYK scratch rows */
+    size_t npix;
+};
+
+/* Inverted (Adobe) CMYK, as libjpeg returns it (255 = no ink), to BT.601 luma of the
+ * RGB it stands for: R = C*K/255, G = M*K/255, B = Y*K/255. Integer arithmetic:
+ * deterministic everywhere. */
+static uint8_t cmyk_luma(const JSAMPLE *p)
+{
+    unsigned k = p[3];
+    unsigned y = (299u * p[0] + 587u * p[1] + 114u * p[2]) * k; /* <= 1000 * 255 * 255 */
+
+    return (uint8_t)((y + 1000u * 255u / 2) / (1000u * 255u));
+}
+
+static int luma_run(struct luma *t, const uint8_t *buf, size_t len)
+{
+    enum { BATCH = 16 };
+    JSAMPROW rows[BATCH];
+    bool cmyk;
+    size_t w, stride;
+
+    if (setjmp(t->err.jb))
+        return DEC_LIBJPEG;
+
+    t->d.err = &t->err.pub;
+    jpeg_create_decompress(&t->d);
+    t->made = true;
+    limit_memory((j_common_ptr)&t->d);
+    jpeg_mem_src(&t->d, buf, (unsigned long)len);
+    jpeg_read_header(&t->d, TRUE);
+    cmyk = t->d.jpeg_color_space == JCS_CMYK || t->d.jpeg_color_space == JCS_YCCK;
+    /* Anything else libjpeg cannot make gray fails in jpeg_start_decompress(). */
+    t->d.out_color_space = cmyk ? JCS_CMYK : JCS_GRAYSCALE;
+    jpeg_start_decompress(&t->d);
+
+    w = t->d.output_width;
+    t->npix = w * t->d.output_height;
+    if (t->npix > (size_t)PCR_JPEG_MAX_MEMORY)
+        return DEC_TOOBIG;
+    t->pix = malloc(t->npix ? t->npix : 1);
+    if (!t->pix)
+        return DEC_NOMEM;
+    stride = w * (size_t)t->d.output_components;
+    if (cmyk) {
+        t->rows = malloc(stride * BATCH);
+        if (!t->rows)
+            return DEC_NOMEM;
+    }
+    while (t->d.output_scanline < t->d.output_height) {
+        JDIMENSION y = t->d.output_scanline;
+        JDIMENSION n = t->d.output_height - y;
+        if (n > BATCH)
+            n = BATCH;
+        for (JDIMENSION i = 0; i < n; i++)
+            rows[i] = cmyk ? t->rows + i * stride : t->pix + (size_t)(y + i) * w;
+        n = jpeg_read_scanlines(&t->d, rows, n);
+        if (cmyk) {
+            for (JDIMENSION i = 0; i < n; i++)
+                for (size_t x = 0; x < w; x++)
+                    t->pix[(size_t)(y + i) * w + x] = cmyk_luma(rows[i] + 4 * x);
+        }
+    }
+    jpeg_finish_decompress(&t->d);
+    return DEC_OK;
+}
+
+int pcr_jpeg_decode_luma(const uint8_t *buf, size_t len, uint8_t **luma, unsigned *width,
+                         unsigned *height, char *why, size_t whylen)
+{
+    struct luma t;
+    int rc, run;
+
+    *luma = NULL;
+    *width = *height = 0;
+    pcr_errf(why, whylen, "%s", "");
+    rc = quick_reject(buf, len, why, whylen);
+    if (rc)
+        return rc;
+
+    memset(&t, 0, sizeof(t));
+    jerr_init(&t.err);
+    run = luma_run(&t, buf, len);
+    if (run == DEC_OK) {
+        *luma = t.pix;
+        *width = t.d.output_width;
+        *height = t.d.output_height;
+        t.pix = NULL;
     } else if (run == DEC_TOOBIG) {
         pcr_errf(why, whylen, "image too large (%zu bytes of pixels, more than %ld MiB)", t.npix,
                  (long)(PCR_JPEG_MAX_MEMORY >> 20));

@@ -42,8 +42,7 @@
 #define DEFAULT_PER_RECORD 1024
 #define MAX_PER_RECORD     (1u << 20)
 #define MAX_JOBS           1024
-#define LEVELS             10 /* libjpeg's default script: 10 scans for YCbCr */
-#define SCRIPT             "libjpeg-default"
+#define MAX_SCRIPT_BYTES   (1u << 20) /* a --scans FILE larger than this is refused */
 enum { EXCL_NONE, EXCL_TMP, EXCL_STORE };
 
 /* Records a worker may run ahead of the one being written, plus that one. */
@@ -81,6 +80,7 @@ struct build {
     int srcfd;
     unsigned jobs, per_record;
     bool force, drop_markers, quiet, progress, verbose;
+    struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
 
     struct dnode *dirs;
     uint64_t ndirs, dircap;
@@ -554,7 +554,8 @@ static int read_file(int fd, uint64_t hint, uint8_t **out, size_t *outlen)
 static int process(struct build *b, uint64_t i, struct slot *s)
 {
     const struct fnode *f = &b->files[i];
-    const struct pcr_transcode_opts topts = {.drop_markers = b->drop_markers};
+    const struct pcr_transcode_opts topts = {.drop_markers = b->drop_markers,
+                                             .scripts = &b->scripts};
     struct tool_buf esc = {0};
     char *rel = join(b->dirs[f->dir - 1].rel, f->name);
     uint8_t *src = NULL, *out = NULL;
@@ -811,14 +812,41 @@ static int transcode_all(struct build *b)
 
 /* ---- Phase 3 and main ---- */
 
+/* Meta "scans.CLASS": each class's script in jpegtran -scans syntax, or
+ * "libjpeg-default"; with "script" (the name) it says exactly how the store was cut. */
+static int set_script_meta(struct build *b)
+{
+    static const char *const key[PCR_CLASS_COUNT] = {
+        [PCR_CLASS_GRAY] = "scans.gray",
+        [PCR_CLASS_YCC] = "scans.ycc",
+        [PCR_CLASS_RGB] = "scans.rgb",
+        [PCR_CLASS_CMYK] = "scans.cmyk",
+    };
+    char text[PCR_MAX_SCANS * 40];
+    int rc;
+
+    for (unsigned c = 0; c < PCR_CLASS_COUNT; c++) {
+        const struct pcr_script *sc = &b->scripts.by_class[c];
+
+        if (sc->nscans)
+            pcr_script_format(sc, text, sizeof(text));
+        else
+            snprintf(text, sizeof(text), "libjpeg-default");
+        rc = pcr_writer_set_meta(b->w, key[c], text);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int set_meta(struct build *b)
 {
     char v[64];
     int rc;
 
     snprintf(v, sizeof(v), "%u", b->per_record);
-    if ((rc = pcr_writer_set_meta(b->w, "script", SCRIPT)) < 0 ||
-        (rc = pcr_writer_set_meta(b->w, "per_record", v)) < 0 ||
+    if ((rc = pcr_writer_set_meta(b->w, "script", b->scripts.name)) < 0 ||
+        (rc = set_script_meta(b)) < 0 || (rc = pcr_writer_set_meta(b->w, "per_record", v)) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "drop_markers", b->drop_markers ? "1" : "0")) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "source", b->src)) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "created_by", "mkpcrfs " PCR_VERSION)) < 0)
@@ -888,6 +916,9 @@ static void usage(FILE *f)
             "  -j, --jobs N          transcoding threads (default: online CPUs)\n"
             "  -n, --per-record N    images per record (default %u)\n"
             "  -f, --force           replace STORE if it is a pcrfs store\n"
+            "      --scans SCRIPT    scan script: 'default' (libjpeg's, 10 levels), 'fast'\n"
+            "                        (spectral selection only: faster full-fidelity\n"
+            "                        decoding, 9 levels) or a file in jpegtran -scans syntax\n"
             "      --drop-markers    drop APPn/COM markers (EXIF, ICC, comments)\n"
             "  -q, --quiet           no progress bar, no summary\n"
             "      --progress        show the progress bar even if stderr is not a terminal\n"
@@ -900,7 +931,39 @@ static void usage(FILE *f)
             DEFAULT_PER_RECORD);
 }
 
-enum { OPT_DROP_MARKERS = 256, OPT_PROGRESS };
+enum { OPT_DROP_MARKERS = 256, OPT_PROGRESS, OPT_SCANS };
+
+/* --scans: a preset name, else a file in jpegtran -scans syntax. Exits 2 (usage) if
+ * the file cannot be read or is not a valid lossless script. */
+static void load_scripts(const char *arg, struct pcr_scripts *out)
+{
+    const char *base = strrchr(arg, '/');
+    char why[256] = "";
+    char *text;
+    size_t len = 0;
+    FILE *f;
+
+    if (pcr_scripts_preset(arg, out) == 0)
+        return;
+    f = fopen(arg, "rb");
+    if (!f)
+        tool_usage_error("--scans: '%s' is neither 'default', 'fast' nor a readable file: %s", arg,
+                         strerror(errno));
+    text = xmalloc(MAX_SCRIPT_BYTES + 1);
+    len = fread(text, 1, MAX_SCRIPT_BYTES + 1, f);
+    if (ferror(f)) {
+        int e = errno;
+
+        fclose(f);
+        tool_usage_error("--scans: reading %s: %s", arg, strerror(e));
+    }
+    fclose(f);
+    if (len > MAX_SCRIPT_BYTES)
+        tool_usage_error("--scans: %s: larger than %u bytes", arg, MAX_SCRIPT_BYTES);
+    if (pcr_scripts_parse(text, len, base ? base + 1 : arg, out, why, sizeof(why)) < 0)
+        tool_usage_error("--scans: %s: %s", arg, why);
+    free(text);
+}
 
 int main(int argc, char **argv)
 {
@@ -909,6 +972,7 @@ int main(int argc, char **argv)
         {"per-record", required_argument, NULL, 'n'},
         {"force", no_argument, NULL, 'f'},
         {"drop-markers", no_argument, NULL, OPT_DROP_MARKERS},
+        {"scans", required_argument, NULL, OPT_SCANS},
         {"quiet", no_argument, NULL, 'q'},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"verbose", no_argument, NULL, 'v'},
@@ -917,12 +981,13 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct build b = {.per_record = DEFAULT_PER_RECORD};
-    struct pcr_writer_opts wopts = {.levels = LEVELS, .script = SCRIPT};
+    struct pcr_writer_opts wopts = {0};
     struct sigaction sa;
     sigset_t block, old;
     unsigned long long v;
     char err[1024] = "";
     bool force_progress = false;
+    const char *scans_arg = "default";
     double t0 = tool_now();
     long ncpu;
     int c, rc, status = 0;
@@ -949,6 +1014,9 @@ int main(int argc, char **argv)
         case OPT_DROP_MARKERS:
             b.drop_markers = true;
             break;
+        case OPT_SCANS:
+            scans_arg = optarg;
+            break;
         case 'q':
             b.quiet = true;
             break;
@@ -974,6 +1042,9 @@ int main(int argc, char **argv)
         tool_usage_error("too many arguments: '%s'", argv[optind + 2]);
     b.src = argv[optind];
     b.store = argv[optind + 1];
+    load_scripts(scans_arg, &b.scripts);
+    wopts.levels = b.scripts.levels;
+    wopts.script = b.scripts.name;
     b.progress = force_progress || (!b.quiet && isatty(STDERR_FILENO));
     wopts.force = b.force;
     tool_log_init(b.verbose);

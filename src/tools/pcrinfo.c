@@ -8,11 +8,16 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "internal.h" /* pcr_xxh64() */
+#include "pcrfs/fidelity.h"
 #include "pcrfs/jpeg.h"
 #include "pcrfs/store.h"
 #include "summary.h"
@@ -20,11 +25,32 @@
 
 #define IO_CHUNK (1u << 20)
 
-enum mode { MODE_SUMMARY, MODE_JSON, MODE_VERIFY, MODE_LIST, MODE_CAT, MODE_EXTRACT };
+#define FID_SAMPLE    300 /* default --sample */
+#define FID_MAX       100000
+#define FID_THRESHOLD 0.95 /* PCR: levels with MS-SSIM >= 0.95 keep accuracy */
+/* MS-SSIM holds two double-precision pyramids of an image per thread (about 21 bytes
+ * a pixel): images larger than this are left out of --fidelity (and counted). */
+#define FID_MAX_PIXELS (48u << 20)
+#define MAX_JOBS       256
+
+enum mode {
+    MODE_SUMMARY,
+    MODE_JSON,
+    MODE_VERIFY,
+    MODE_LIST,
+    MODE_CAT,
+    MODE_EXTRACT,
+    MODE_FIDELITY
+};
 
 static const char *const mode_opt[] = {
-    [MODE_SUMMARY] = "",    [MODE_JSON] = "--json", [MODE_VERIFY] = "--verify",
-    [MODE_LIST] = "--list", [MODE_CAT] = "--cat",   [MODE_EXTRACT] = "--extract",
+    [MODE_SUMMARY] = "",
+    [MODE_JSON] = "--json",
+    [MODE_VERIFY] = "--verify",
+    [MODE_LIST] = "--list",
+    [MODE_CAT] = "--cat",
+    [MODE_EXTRACT] = "--extract",
+    [MODE_FIDELITY] = "--fidelity",
 };
 
 /* The path of file @id into @b (raw bytes). @return 0 or a negative errno. */
@@ -409,6 +435,402 @@ static int do_extract(struct pcr_store *s, const char *dest, unsigned level)
     return rc < 0 ? 1 : 0;
 }
 
+/* ---- --fidelity: MS-SSIM, bytes and decode time per level ----
+ *
+ * A seeded sample of the store's JPEGs (splitmix64 driving a partial Fisher-Yates
+ * shuffle of the file ids, so the same seed picks the same images on any machine
+ * and any number of threads), each read at every level through the library. For
+ * each level: the luma MS-SSIM against the highest level (pcrfs/fidelity.h), the
+ * bytes served, and the CPU time of a complete libjpeg decode to RGB, the work a
+ * data loader does per image (thread CPU time, so other load on the machine does
+ * not inflate it). Per-image results are summed in sample order: the output does
+ * not depend on the number of threads, except the times.
+ */
+
+struct fid_image {
+    uint64_t id;
+    unsigned scales; /* MS-SSIM scales its size allows */
+    bool failed;     /* a level did not read or decode: not counted */
+    bool too_large;  /* over FID_MAX_PIXELS: left out */
+    unsigned level;  /* the level that failed */
+    char why[256];   /* what failed */
+    double *ssim;    /* [1..L] */
+    double *dec;     /* [1..L], seconds */
+    uint64_t *bytes; /* [1..L] */
+};
+
+struct fidelity {
+    struct pcr_store *s;
+    unsigned L;
+    struct fid_image *img;
+    size_t n;
+    atomic_size_t next; /* next image a worker takes */
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
+
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static double thread_cpu(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Read @f at @level into *buf (grown as needed). @return bytes, or a negative errno. */
+static ssize_t read_level(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                          uint8_t **buf, size_t *cap)
+{
+    uint64_t size = pcr_file_size(f, level);
+    ssize_t got;
+
+    if (size > SIZE_MAX / 2)
+        return -EFBIG;
+    if (size + 1 > *cap) {
+        uint8_t *p = realloc(*buf, (size_t)size + 1);
+
+        if (!p)
+            return -ENOMEM;
+        *buf = p;
+        *cap = (size_t)size + 1;
+    }
+    got = pcr_store_read(s, f, level, *buf, (size_t)size + 1, 0);
+    if (got >= 0 && (uint64_t)got != size)
+        return -EIO;
+    return got;
+}
+
+static void fid_one(struct fidelity *fx, struct fid_image *im, uint8_t **buf, size_t *cap,
+                    uint8_t **full, size_t *fullcap)
+{
+    const struct pcr_file *f;
+    struct pcr_msssim_ref *ref = NULL;
+    uint8_t *luma = NULL;
+    unsigned w, h, L = fx->L, k;
+    ssize_t nfull, n;
+    double t;
+    int rc;
+
+    if (pcr_store_file(fx->s, im->id, &f) == 0) {
+        struct pcr_file_info fi;
+
+        pcr_file_info(f, &fi);
+        if ((uint64_t)fi.width * fi.height > FID_MAX_PIXELS) {
+            im->too_large = true;
+            return;
+        }
+    }
+    if ((rc = pcr_store_file(fx->s, im->id, &f)) < 0 ||
+        (nfull = read_level(fx->s, f, L, full, fullcap)) < 0) {
+        if (rc == 0)
+            rc = (int)nfull;
+        snprintf(im->why, sizeof(im->why), "read: %s", strerror(-rc));
+        im->level = L;
+        goto fail;
+    }
+    t = thread_cpu();
+    rc = pcr_jpeg_decode(*full, (size_t)nfull, NULL, NULL, NULL, im->why, sizeof(im->why));
+    im->dec[L] = thread_cpu() - t;
+    if (rc == 0)
+        rc = pcr_jpeg_decode_luma(*full, (size_t)nfull, &luma, &w, &h, im->why, sizeof(im->why));
+    if (rc == 0)
+        rc = pcr_msssim_ref_new(luma, w, h, w, &ref);
+    free(luma);
+    luma = NULL;
+    if (rc < 0) {
+        if (!im->why[0])
+            snprintf(im->why, sizeof(im->why), "%s", strerror(-rc));
+        im->level = L;
+        goto fail;
+    }
+    im->scales = pcr_msssim_ref_scales(ref);
+    im->ssim[L] = 1.0;
+    im->bytes[L] = (uint64_t)nfull;
+    for (k = 1; k < L; k++) {
+        unsigned lw, lh;
+
+        n = read_level(fx->s, f, k, buf, cap);
+        if (n < 0) {
+            snprintf(im->why, sizeof(im->why), "read: %s", strerror((int)-n));
+            im->level = k;
+            goto fail;
+        }
+        im->bytes[k] = (uint64_t)n;
+        if (n == nfull && memcmp(*buf, *full, (size_t)n) == 0) {
+            /* This image has at most k scans: level k is the full image. */
+            im->ssim[k] = 1.0;
+            im->dec[k] = im->dec[L];
+            continue;
+        }
+        t = thread_cpu();
+        rc = pcr_jpeg_decode(*buf, (size_t)n, NULL, NULL, NULL, im->why, sizeof(im->why));
+        im->dec[k] = thread_cpu() - t;
+        if (rc == 0)
+            rc = pcr_jpeg_decode_luma(*buf, (size_t)n, &luma, &lw, &lh, im->why, sizeof(im->why));
+        if (rc == 0)
+            rc = pcr_msssim_compare(ref, luma, lw, lh, lw, &im->ssim[k]);
+        free(luma);
+        luma = NULL;
+        if (rc < 0) {
+            if (!im->why[0])
+                snprintf(im->why, sizeof(im->why), "%s", strerror(-rc));
+            im->level = k;
+            goto fail;
+        }
+    }
+    pcr_msssim_ref_free(ref);
+    return;
+fail:
+    pcr_msssim_ref_free(ref);
+    im->failed = true;
+}
+
+static void *fid_worker(void *arg)
+{
+    struct fidelity *fx = arg;
+    uint8_t *buf = NULL, *full = NULL;
+    size_t cap = 0, fullcap = 0, i;
+
+    while ((i = atomic_fetch_add(&fx->next, 1)) < fx->n)
+        fid_one(fx, &fx->img[i], &buf, &cap, &full, &fullcap);
+    free(buf);
+    free(full);
+    return NULL;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    const struct fid_image *x = a, *y = b;
+
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Pick up to @want JPEG ids. @return how many, or -1 (message printed). */
+static ssize_t fid_sample(struct pcr_store *s, size_t want, uint64_t seed, struct fid_image *img,
+                          uint64_t *njpeg_seen, bool *all)
+{
+    uint64_t nfiles = pcr_store_nfiles(s), i, rng = seed;
+    uint64_t *ids;
+    size_t got = 0;
+
+    *njpeg_seen = 0;
+    *all = true;
+    if (nfiles > SIZE_MAX / sizeof(*ids)) {
+        tool_err("too many files");
+        return -1;
+    }
+    ids = malloc((size_t)(nfiles ? nfiles : 1) * sizeof(*ids));
+    if (!ids) {
+        tool_err("out of memory");
+        return -1;
+    }
+    for (i = 0; i < nfiles; i++)
+        ids[i] = i + 1;
+    /* Draw files in a seeded random order until @want JPEGs are found: on a big
+     * store only about @want files are looked at. */
+    for (i = 0; i < nfiles && got < want; i++) {
+        uint64_t r = splitmix64(&rng);
+        uint64_t j = i + (uint64_t)(((unsigned __int128)r * (nfiles - i)) >> 64);
+        uint64_t t = ids[i];
+        const struct pcr_file *f;
+        struct pcr_file_info fi;
+
+        ids[i] = ids[j];
+        ids[j] = t;
+        if (pcr_store_file(s, ids[i], &f) < 0)
+            continue;
+        pcr_file_info(f, &fi);
+        if (fi.kind == PCR_KIND_JPEG) {
+            img[got++].id = ids[i];
+            (*njpeg_seen)++;
+        }
+    }
+    if (i < nfiles)
+        *all = false; /* stopped early: the JPEG count below is a lower bound */
+    free(ids);
+    qsort(img, got, sizeof(*img), cmp_id); /* read in store order */
+    return (ssize_t)got;
+}
+
+struct fid_args {
+    size_t sample;
+    uint64_t seed;
+    double threshold;
+    unsigned jobs;
+    bool json;
+};
+
+static void json_string(const char *str)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7F)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+static int do_fidelity(struct pcr_store *s, const struct fid_args *a)
+{
+    struct fidelity fx = {.s = s, .L = pcr_store_levels(s)};
+    unsigned L = fx.L, k, t, started = 0, reduced = 0, large = 0, recommended;
+    size_t i, ok = 0, failures = 0;
+    uint64_t njpeg = 0;
+    pthread_t tids[MAX_JOBS];
+    double *sum_ssim, *min_ssim, *sum_dec, *sum_bytes;
+    char script[128] = "";
+    bool all;
+    ssize_t n;
+
+    if (pcr_store_meta(s, "script", script, sizeof(script)) < 0)
+        script[0] = '\0';
+    fx.img = calloc(a->sample ? a->sample : 1, sizeof(*fx.img));
+    sum_ssim = calloc(L + 1, sizeof(double));
+    min_ssim = calloc(L + 1, sizeof(double));
+    sum_dec = calloc(L + 1, sizeof(double));
+    sum_bytes = calloc(L + 1, sizeof(double));
+    if (!fx.img || !sum_ssim || !min_ssim || !sum_dec || !sum_bytes)
+        tool_oom();
+    n = fid_sample(s, a->sample, a->seed, fx.img, &njpeg, &all);
+    if (n < 0)
+        return 1;
+    fx.n = (size_t)n;
+    for (i = 0; i < fx.n; i++) {
+        fx.img[i].ssim = calloc(L + 1, sizeof(double));
+        fx.img[i].dec = calloc(L + 1, sizeof(double));
+        fx.img[i].bytes = calloc(L + 1, sizeof(uint64_t));
+        if (!fx.img[i].ssim || !fx.img[i].dec || !fx.img[i].bytes)
+            tool_oom();
+    }
+    for (t = 0; t < a->jobs && t < MAX_JOBS && (t == 0 || t < fx.n); t++) {
+        if (pthread_create(&tids[t], NULL, fid_worker, &fx) != 0)
+            break;
+        started++;
+    }
+    if (!started)
+        fid_worker(&fx);
+    for (t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+
+    for (k = 1; k <= L; k++)
+        min_ssim[k] = 1.0;
+    for (i = 0; i < fx.n; i++) {
+        struct fid_image *im = &fx.img[i];
+
+        if (im->too_large) {
+            large++;
+            continue;
+        }
+        if (im->failed) {
+            struct tool_buf path = {0}, esc = {0};
+
+            if (file_path(s, im->id, &path) == 0) {
+                tool_escape(&esc, path.s, path.len);
+                tool_err("%s: level %u: %s", esc.s, im->level, im->why);
+            } else {
+                tool_err("file %" PRIu64 ": level %u: %s", im->id, im->level, im->why);
+            }
+            tool_buf_free(&path);
+            tool_buf_free(&esc);
+            failures++;
+            continue;
+        }
+        ok++;
+        if (im->scales < PCR_MSSSIM_SCALES)
+            reduced++;
+        for (k = 1; k <= L; k++) {
+            sum_ssim[k] += im->ssim[k];
+            if (im->ssim[k] < min_ssim[k])
+                min_ssim[k] = im->ssim[k];
+            sum_dec[k] += im->dec[k];
+            sum_bytes[k] += (double)im->bytes[k];
+        }
+    }
+    /* The lowest level whose mean reaches the threshold; L always does (1.0). */
+    recommended = L;
+    for (k = 1; ok && k <= L; k++) {
+        if (sum_ssim[k] / (double)ok >= a->threshold) {
+            recommended = k;
+            break;
+        }
+    }
+
+    if (a->json) {
+        printf("{\"script\":");
+        if (script[0])
+            json_string(script);
+        else
+            fputs("null", stdout);
+        printf(",\"levels\":%u,\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"scales\":%d,"
+               "\"jpeg\":%" PRIu64 ",\"jpeg_counted\":%s,\"sample\":%zu,\"seed\":%" PRIu64
+               ",\"threshold\":%.6g,\"failures\":%zu,\"reduced_scales\":%u,\"too_large\":%u,"
+               "\"table\":[",
+               L, PCR_MSSSIM_SCALES, njpeg, all ? "true" : "false", ok, a->seed, a->threshold,
+               failures, reduced, large);
+        for (k = 1; ok && k <= L; k++) {
+            printf("%s{\"level\":%u,\"msssim\":%.6f,\"msssim_min\":%.6f,\"mean_bytes\":%.3f,"
+                   "\"ratio_to_full\":%.6f,\"decode_ms\":%.4f}",
+                   k > 1 ? "," : "", k, sum_ssim[k] / (double)ok, min_ssim[k],
+                   sum_bytes[k] / (double)ok, sum_bytes[L] > 0 ? sum_bytes[k] / sum_bytes[L] : 0.0,
+                   1e3 * sum_dec[k] / (double)ok);
+        }
+        printf("],\"recommended\":");
+        if (ok)
+            printf("%u}\n", recommended);
+        else
+            printf("null}\n");
+    } else {
+        printf("fidelity      %zu of %s%" PRIu64 " JPEGs (seed %" PRIu64
+               "): luma MS-SSIM of each level against level %u\n",
+               ok, all ? "" : "more than ", njpeg, a->seed, L);
+        printf("              script %s; decode = CPU time of a full libjpeg decode to RGB\n",
+               script[0] ? script : "?");
+        if (reduced)
+            printf("              %u image%s smaller than %d px used fewer than %d scales\n",
+                   reduced, reduced == 1 ? "" : "s", PCR_MSSSIM_WINDOW << (PCR_MSSSIM_SCALES - 1),
+                   PCR_MSSSIM_SCALES);
+        if (large)
+            printf("              %u image%s over %u Mpixels left out\n", large,
+                   large == 1 ? "" : "s", FID_MAX_PIXELS >> 20);
+        if (failures)
+            printf("              %zu image%s failed (see the messages above)\n", failures,
+                   failures == 1 ? "" : "s");
+        printf("\nlevel  MS-SSIM     min  mean bytes  ratio to full  decode ms\n");
+        if (!ok)
+            printf("    -  no JPEG in this store\n");
+        for (k = 1; ok && k <= L; k++)
+            printf("%5u  %7.4f  %6.4f  %10.0f  %13.3f  %9.3f\n", k, sum_ssim[k] / (double)ok,
+                   min_ssim[k], sum_bytes[k] / (double)ok,
+                   sum_bytes[L] > 0 ? sum_bytes[k] / sum_bytes[L] : 0.0,
+                   1e3 * sum_dec[k] / (double)ok);
+        if (ok)
+            printf("\nrecommended   level %u: the lowest whose mean MS-SSIM >= %g\n", recommended,
+                   a->threshold);
+    }
+    for (i = 0; i < fx.n; i++) {
+        free(fx.img[i].ssim);
+        free(fx.img[i].dec);
+        free(fx.img[i].bytes);
+    }
+    free(fx.img);
+    free(sum_ssim);
+    free(min_ssim);
+    free(sum_dec);
+    free(sum_bytes);
+    return failures ? 1 : 0;
+}
+
 static void usage(FILE *f)
 {
     fputs("Usage: pcrinfo [OPTIONS] STORE\n"
@@ -422,6 +844,12 @@ static void usage(FILE *f)
           "      --cat PATH  write the file PATH to standard output (at --level)\n"
           "      --extract DIR  write the whole tree into the new directory DIR (at --level)\n"
           "      --level K   1..L or 'full' (default: full)\n"
+          "      --fidelity  per level: mean luma MS-SSIM against full fidelity, mean bytes,\n"
+          "                  decode time, and the recommended level (with --json: JSON)\n"
+          "      --sample N  images to sample for --fidelity (default 300)\n"
+          "      --seed S    seed of the sample (default 1)\n"
+          "      --threshold T  MS-SSIM the recommended level must reach (default 0.95)\n"
+          "  -j, --jobs N    threads for --fidelity (default: online CPUs)\n"
           "  -v, --verbose   show the library's informational and debug messages\n"
           "  -h, --help      show this help and exit\n"
           "  -V, --version   show the version and exit\n"
@@ -431,7 +859,18 @@ static void usage(FILE *f)
           f);
 }
 
-enum { OPT_JSON = 256, OPT_VERIFY, OPT_LIST, OPT_CAT, OPT_EXTRACT, OPT_LEVEL };
+enum {
+    OPT_JSON = 256,
+    OPT_VERIFY,
+    OPT_LIST,
+    OPT_CAT,
+    OPT_EXTRACT,
+    OPT_LEVEL,
+    OPT_FIDELITY,
+    OPT_SAMPLE,
+    OPT_SEED,
+    OPT_THRESHOLD,
+};
 
 int main(int argc, char **argv)
 {
@@ -442,6 +881,11 @@ int main(int argc, char **argv)
         {"cat", required_argument, NULL, OPT_CAT},
         {"extract", required_argument, NULL, OPT_EXTRACT},
         {"level", required_argument, NULL, OPT_LEVEL},
+        {"fidelity", no_argument, NULL, OPT_FIDELITY},
+        {"sample", required_argument, NULL, OPT_SAMPLE},
+        {"seed", required_argument, NULL, OPT_SEED},
+        {"threshold", required_argument, NULL, OPT_THRESHOLD},
+        {"jobs", required_argument, NULL, 'j'},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
@@ -451,26 +895,67 @@ int main(int argc, char **argv)
     const char *arg = NULL, *level_arg = NULL, *path;
     struct pcr_store *s;
     char err[1024] = "";
-    bool verbose = false;
+    bool verbose = false, json = false, fid_opt = false;
+    struct fid_args fa = {.sample = FID_SAMPLE, .seed = 1, .threshold = FID_THRESHOLD};
+    unsigned long long v;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned level;
     int c, rc;
 
     tool_prog = "pcrinfo";
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":vhV", longopts, NULL)) != -1) {
+    fa.jobs = ncpu > 0 ? (ncpu > MAX_JOBS ? MAX_JOBS : (unsigned)ncpu) : 1;
+    while ((c = getopt_long(argc, argv, ":j:vhV", longopts, NULL)) != -1) {
         enum mode m;
 
         switch (c) {
         case OPT_JSON:
+            /* Not a mode of its own: the JSON form of the summary or of --fidelity. */
+            json = true;
+            break;
+        case OPT_FIDELITY:
+            if (mode != MODE_SUMMARY && mode != MODE_FIDELITY)
+                tool_usage_error("%s and --fidelity cannot be used together", mode_opt[mode]);
+            mode = MODE_FIDELITY;
+            break;
+        case OPT_SAMPLE:
+            if (tool_parse_uint(optarg, 1, FID_MAX, &v) < 0)
+                tool_usage_error("invalid sample size '%s' (1..%d)", optarg, FID_MAX);
+            fa.sample = (size_t)v;
+            fid_opt = true;
+            break;
+        case OPT_SEED:
+            if (tool_parse_uint(optarg, 0, UINT64_MAX, &v) < 0)
+                tool_usage_error("invalid seed '%s'", optarg);
+            fa.seed = v;
+            fid_opt = true;
+            break;
+        case OPT_THRESHOLD: {
+            char *end;
+            double d;
+
+            errno = 0;
+            d = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(d > 0 && d <= 1))
+                tool_usage_error("invalid threshold '%s' (a number in (0, 1])", optarg);
+            fa.threshold = d;
+            fid_opt = true;
+            break;
+        }
+        case 'j':
+            if (tool_parse_uint(optarg, 1, MAX_JOBS, &v) < 0)
+                tool_usage_error("invalid number of jobs '%s' (1..%d)", optarg, MAX_JOBS);
+            fa.jobs = (unsigned)v;
+            fid_opt = true;
+            break;
         case OPT_VERIFY:
         case OPT_LIST:
         case OPT_CAT:
         case OPT_EXTRACT:
-            m = c == OPT_JSON     ? MODE_JSON
-                : c == OPT_VERIFY ? MODE_VERIFY
-                : c == OPT_LIST   ? MODE_LIST
-                : c == OPT_CAT    ? MODE_CAT
-                                  : MODE_EXTRACT;
+            m = c == OPT_VERIFY ? MODE_VERIFY
+                : c == OPT_LIST ? MODE_LIST
+                : c == OPT_CAT  ? MODE_CAT
+                                : MODE_EXTRACT;
             if (mode != MODE_SUMMARY && mode != m)
                 tool_usage_error("%s and %s cannot be used together", mode_opt[mode], mode_opt[m]);
             mode = m;
@@ -497,6 +982,15 @@ int main(int argc, char **argv)
         tool_usage_error("missing STORE");
     if (argc - optind > 1)
         tool_usage_error("too many arguments: '%s'", argv[optind + 1]);
+    if (json) {
+        if (mode != MODE_SUMMARY && mode != MODE_FIDELITY)
+            tool_usage_error("--json and %s cannot be used together", mode_opt[mode]);
+        if (mode == MODE_SUMMARY)
+            mode = MODE_JSON;
+    }
+    fa.json = json;
+    if (fid_opt && mode != MODE_FIDELITY)
+        tool_usage_error("--sample, --seed, --threshold and --jobs apply only to --fidelity");
     if (level_arg && mode != MODE_CAT && mode != MODE_EXTRACT)
         tool_usage_error("--level applies only to --cat and --extract");
     path = argv[optind];
@@ -549,6 +1043,9 @@ int main(int argc, char **argv)
         break;
     case MODE_EXTRACT:
         rc = do_extract(s, arg, level);
+        break;
+    case MODE_FIDELITY:
+        rc = do_fidelity(s, &fa);
         break;
     }
     pcr_store_close(s);

@@ -23,9 +23,14 @@ struct reason {
     uint64_t count;
 };
 
+/* The scan script of each image class, as mkpcrfs records it (meta "scans.CLASS"). */
+static const char *const scan_class[] = {"gray", "ycc", "rgb", "cmyk"};
+#define NCLASS (sizeof(scan_class) / sizeof(scan_class[0]))
+
 struct summary {
     char *path;
     char script[128], per_record[32], format[32], skipped[32];
+    char scans[NCLASS][64 * 40]; /* "" if the store does not record it */
     unsigned levels;
     uint64_t nfiles, ndirs, nrecords, njpeg, nverbatim;
     uint64_t src_bytes, index_bytes, record_bytes;
@@ -138,6 +143,12 @@ int summary_compute(struct pcr_store *s, const char *path, struct summary **out,
     meta(s, "per_record", sm->per_record, sizeof(sm->per_record));
     meta(s, "format_version", sm->format, sizeof(sm->format));
     meta(s, "skipped", sm->skipped, sizeof(sm->skipped));
+    for (k = 0; k < NCLASS; k++) {
+        char key[32];
+
+        snprintf(key, sizeof(key), "scans.%s", scan_class[k]);
+        meta(s, key, sm->scans[k], sizeof(sm->scans[k]));
+    }
 
     for (id = 1; id <= sm->nfiles; id++) {
         const struct pcr_file *f;
@@ -341,7 +352,17 @@ void summary_print_json(const struct summary *sm, FILE *f)
         else
             fputs("null}", f);
     }
-    fputs("],\"verbatim_files\":[", f);
+    fputs("],\"scans\":", f);
+    if (sm->scans[1][0]) {
+        for (k = 0; k < NCLASS; k++) {
+            fprintf(f, "%s\"%s\":", k ? "," : "{", scan_class[k]);
+            json_str(f, sm->scans[k]);
+        }
+        fputc('}', f);
+    } else {
+        fputs("null", f);
+    }
+    fputs(",\"verbatim_files\":[", f);
     for (i = 0; i < sm->nverbatim; i++) {
         fprintf(f, "%s{\"path\":", i ? "," : "");
         json_str(f, sm->vfiles[i].path);
