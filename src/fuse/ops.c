@@ -52,8 +52,8 @@
 #include "fs.h"
 #include "inode.h"
 
-#define PCRFS_BLKSIZE     (1u << 20)
-#define TLS_BUF_MIN       (128u << 10)
+#define PCRFS_BLKSIZE (1u << 20)
+#define TLS_BUF_MIN   (128u << 10)
 /* scanK, full, [dynamic,] [tokens,] .pcrfs */
 #define ROOT_NSUBDIRS(fs) ((fs)->levels + 2 + (fs)->dynamic + ((fs)->tokstore != NULL))
 

@@ -16,6 +16,10 @@
  *  3. Record the build options, commit (the writer renames the temporary
  *     directory into place), then open the new store and print its summary with the
  *     same code as pcrinfo.
+ * Token grids (--tokens, --seit; tokimport.h) are read, checked and trained on
+ * before phase 1, so that a bad token input fails before any image is transcoded,
+ * and written to the store between phases 2 and 3. With tokens SRC may be left
+ * out: the image tree is then its root alone.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -37,6 +41,7 @@
 #include "pcrfs/writer.h"
 #include "progress.h"
 #include "summary.h"
+#include "tokimport.h"
 #include "tool.h"
 
 #define DEFAULT_PER_RECORD 1024
@@ -447,7 +452,8 @@ static int walk(struct build *b)
     struct stat st;
     uint64_t d;
 
-    if (fstat(b->srcfd, &st) < 0) {
+    memset(&st, 0, sizeof(st));
+    if (b->srcfd >= 0 && fstat(b->srcfd, &st) < 0) {
         tool_err("%s: %s", b->src, strerror(errno));
         return -1;
     }
@@ -459,6 +465,8 @@ static int walk(struct build *b)
     b->dirs[0].dev = st.st_dev;
     b->dirs[0].ino = st.st_ino;
     b->ndirs = 1;
+    if (b->srcfd < 0)
+        return 0; /* tokens only: the image tree is its root */
     /* The array is the BFS queue: children are appended as their parent is read. */
     for (d = 1; d <= b->ndirs; d++) {
         if (interrupted || walk_dir(b, d) < 0)
@@ -848,7 +856,7 @@ static int set_meta(struct build *b)
     if ((rc = pcr_writer_set_meta(b->w, "script", b->scripts.name)) < 0 ||
         (rc = set_script_meta(b)) < 0 || (rc = pcr_writer_set_meta(b->w, "per_record", v)) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "drop_markers", b->drop_markers ? "1" : "0")) < 0 ||
-        (rc = pcr_writer_set_meta(b->w, "source", b->src)) < 0 ||
+        (rc = pcr_writer_set_meta(b->w, "source", b->src ? b->src : "")) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "created_by", "mkpcrfs " PCR_VERSION)) < 0)
         return rc;
     snprintf(v, sizeof(v), "%" PRIu64, b->skipped);
@@ -909,6 +917,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: mkpcrfs [OPTIONS] SRC STORE\n"
+            "       mkpcrfs [OPTIONS] --tokens DIR | --seit DATA ... [SRC | -] STORE\n"
             "Build the pcrfs store STORE from the image tree SRC (any depth).\n"
             "JPEGs are transcoded losslessly to progressive JPEG; every other file is\n"
             "stored verbatim (with a warning).\n"
@@ -925,10 +934,12 @@ static void usage(FILE *f)
             "  -v, --verbose         show the library's informational and debug messages\n"
             "  -h, --help            show this help and exit\n"
             "  -V, --version         show the version and exit\n"
-            "\n"
-            "Exit status: 0 success, 1 failure (nothing is left behind), 2 usage error,\n"
-            "130 interrupted. See mkpcrfs(1).\n",
+            "\n",
             DEFAULT_PER_RECORD);
+    tokimport_usage(f);
+    fprintf(f, "\n"
+               "Exit status: 0 success, 1 failure (nothing is left behind), 2 usage error,\n"
+               "130 interrupted. See mkpcrfs(1).\n");
 }
 
 enum { OPT_DROP_MARKERS = 256, OPT_PROGRESS, OPT_SCANS };
@@ -978,9 +989,13 @@ int main(int argc, char **argv)
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
+        TOKIMPORT_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     struct build b = {.per_record = DEFAULT_PER_RECORD};
+    struct tokimport_opts topts = {0};
+    struct tokimport *tok = NULL;
+    bool tokens;
     struct pcr_writer_opts wopts = {0};
     struct sigaction sa;
     sigset_t block, old;
@@ -1033,15 +1048,20 @@ int main(int argc, char **argv)
             printf("mkpcrfs (pcrfs) %s\n", PCR_VERSION);
             return 0;
         default:
-            tool_getopt_error(c, argv);
+            if (!tokimport_option(&topts, c, optarg))
+                tool_getopt_error(c, argv);
         }
     }
-    if (argc - optind < 2)
-        tool_usage_error("missing %s", argc - optind == 0 ? "SRC and STORE" : "STORE");
+    tokens = tokimport_enabled(&topts);
+    if (argc - optind < (tokens ? 1 : 2))
+        tool_usage_error("missing %s", argc - optind == 0 && !tokens ? "SRC and STORE" : "STORE");
     if (argc - optind > 2)
         tool_usage_error("too many arguments: '%s'", argv[optind + 2]);
-    b.src = argv[optind];
-    b.store = argv[optind + 1];
+    /* With tokens, SRC may be omitted (or "-"): a store of tokens only. */
+    b.src = argc - optind == 2 ? argv[optind] : NULL;
+    if (tokens && b.src && strcmp(b.src, "-") == 0)
+        b.src = NULL;
+    b.store = argv[argc - 1];
     load_scripts(scans_arg, &b.scripts);
     wopts.levels = b.scripts.levels;
     wopts.script = b.scripts.name;
@@ -1057,8 +1077,8 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    b.srcfd = open(b.src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (b.srcfd < 0) {
+    b.srcfd = b.src ? open(b.src, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (b.src && b.srcfd < 0) {
         tool_err("%s: %s", b.src, strerror(errno));
         return 1;
     }
@@ -1095,6 +1115,13 @@ int main(int argc, char **argv)
         }
     }
 
+    if (tokens) {
+        topts.progress = b.progress;
+        topts.skip[0] = b.store;
+        topts.skip[1] = pcr_writer_tmpdir(b.w);
+        if (tokimport_scan(&topts, &interrupted, &tok) < 0)
+            goto failed;
+    }
     if (walk(&b) < 0)
         goto failed;
     rc = add_dirs(&b);
@@ -1104,6 +1131,8 @@ int main(int argc, char **argv)
     }
     rc = transcode_all(&b);
     if (rc < 0)
+        goto failed;
+    if (tok && tokimport_write(tok, b.w) < 0)
         goto failed;
     rc = set_meta(&b);
     if (rc < 0) {
@@ -1149,6 +1178,7 @@ failed:
         status = 130;
     }
 out:
+    tokimport_free(tok);
     free(tmpdir_copy);
     build_free(&b);
     return status;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "summary.h"
+#include "tokimport.h"
 #include "tool.h"
 
 /* Verbatim files listed one by one in the text summary (JSON lists them all). */
@@ -38,6 +39,7 @@ struct summary {
     struct vfile *vfiles;
     struct reason *reasons;
     size_t nreasons;
+    struct toksum tok; /* the token part (tokimport.h) */
 };
 
 static void meta(struct pcr_store *s, const char *key, char *buf, size_t len)
@@ -201,6 +203,8 @@ int summary_compute(struct pcr_store *s, const char *path, struct summary **out,
     if (sm->nreasons)
         qsort(sm->reasons, sm->nreasons, sizeof(*sm->reasons), cmp_reason);
     rc = store_sizes(sm, err, errlen);
+    if (rc == 0)
+        rc = toksum_compute(s, path, &sm->tok, err, errlen);
     if (rc < 0)
         goto fail;
     free(pbuf);
@@ -274,6 +278,8 @@ void summary_print_text(const struct summary *sm, FILE *f)
     if (sm->src_bytes)
         fprintf(f, ", %.1f%% of source", 100.0 * (double)store_bytes / (double)sm->src_bytes);
     fprintf(f, "; index %" PRIu64 ", records %" PRIu64 "\n", sm->index_bytes, sm->record_bytes);
+
+    toksum_print_text(&sm->tok, f);
 
     fprintf(f, "\nlevel  mean bytes/JPEG  ratio to full\n");
     if (!sm->njpeg) {
@@ -370,5 +376,7 @@ void summary_print_json(const struct summary *sm, FILE *f)
         json_escaped_str(f, sm->vfiles[i].note);
         fputc('}', f);
     }
-    fputs("]}\n", f);
+    fputs("]", f);
+    toksum_print_json(&sm->tok, f);
+    fputs("}\n", f);
 }
