@@ -142,6 +142,13 @@ void pcr_handle_close(struct pcr_handle *h);
 ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
                        size_t len, uint64_t off);
 
+/* pcr_store_read() without allocating (except for token files, decoded whole per
+ * call): for readers that keep no handle, such as the FUSE driver when the kernel
+ * sends no OPEN. A read at offset 0 is counted as an open in pcr_stats.
+ * @return bytes read (as pcr_handle_read()), or -EIO. */
+ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                        size_t len, uint64_t off);
+
 /* Limit the bytes read from record files, all threads together, to @bytes_per_sec
  * (0 lifts the limit): a token bucket with a burst of 1/8 s of traffic. It emulates
  * slow storage the way PCR's own experiments throttled reads, so that the effect

@@ -1,8 +1,8 @@
 /* pcrfs — the /.pcrfs control files: info (what is mounted) and stats (counters).
  *
  * Both are JSON so that scripts read them with one call. info never changes and is
- * rendered once at mount; stats is rendered when it is opened (a snapshot per open,
- * served with direct_io, see ops.c). The third, /.pcrfs/level (dynamic mounts), is
+ * rendered once at mount; stats is rendered when its name is looked up (a snapshot
+ * per lookup, each with an inode of its own: inode.h). The third, /.pcrfs/level (dynamic mounts), is
  * one number, rendered and parsed in ops.c and pcrfs_parse_level() below.
  */
 #include <errno.h>
@@ -224,8 +224,10 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
     pcr_store_stats(fs->store, st);
     clock_gettime(CLOCK_MONOTONIC, &now);
 
-    sb_printf(&b, "{\n  \"uptime_s\": %lld,\n  \"views\": {\n",
-              (long long)(now.tv_sec - fs->started));
+    /* no_open: "opens" counts READs at offset 0 (ops.c) */
+    sb_printf(&b, "{\n  \"uptime_s\": %lld,\n  \"no_open\": %s,\n  \"views\": {\n",
+              (long long)(now.tv_sec - fs->started),
+              atomic_load_explicit(&fs->no_open, memory_order_relaxed) ? "true" : "false");
     /* tokens/ first: scan1 always follows, so the comma is always right */
     if (fs->tokstore) {
         const struct view_counters *c = &fs->tok_view;

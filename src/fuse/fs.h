@@ -25,19 +25,27 @@
 /* Counters kept by the driver, per view: the library counts per level and cannot
  * tell full/ from scanL/, which serve the same level. */
 struct view_counters {
-    atomic_uint_fast64_t opens;  /* successful opens */
+    atomic_uint_fast64_t opens;  /* successful opens; with no_open, READs at offset 0 */
     atomic_uint_fast64_t reads;  /* READ requests answered with data or EOF */
     atomic_uint_fast64_t bytes;  /* bytes returned to the kernel */
     atomic_uint_fast64_t errors; /* opens and reads that failed (EIO) */
 };
 
-/* An open file (fi->fh): the library's handle for a view's file, or the snapshot of
- * /.pcrfs/stats taken at open. Listed on pcrfs.open_files; see ops.c. */
+/* A snapshot of /.pcrfs/stats, taken when the name was looked up and kept while the
+ * kernel holds its inode (see inode.h and ops.c). */
+struct stat_snap {
+    struct stat_snap *next; /* under pcrfs.snap_lock */
+    uint64_t ino;
+    uint64_t nlookup; /* lookups the kernel has not forgotten yet */
+    size_t len;
+    char *data;
+};
+
+/* An open file (fi->fh) when the kernel sends OPEN: the library's handle for a view's
+ * file. Listed on pcrfs.open_files; see ops.c. */
 struct open_file {
     struct open_file *prev, *next; /* under pcrfs.open_lock */
-    struct pcr_handle *h;          /* a view's file, else NULL */
-    char *snap;                    /* /.pcrfs/stats as rendered at open, else NULL */
-    size_t snap_len;
+    struct pcr_handle *h;
 };
 
 struct pcrfs {
@@ -49,6 +57,9 @@ struct pcrfs {
     unsigned levels;        /* L */
     double timeout;         /* entry, attr and negative-entry timeout, s */
     bool keep_cache;        /* open files with FOPEN_KEEP_CACHE (default) */
+    bool want_no_open;      /* let the kernel skip OPEN if it can (ops.c, op_init) */
+    atomic_bool no_open;    /* it can: every OPEN is answered ENOSYS, reads have no fh */
+    atomic_uint_fast64_t last_err_ino; /* no_open: the last inode whose READ failed */
     bool debug;             /* -d: debug messages */
     uint64_t bwlimit;       /* bytes/s from records, 0 = none (-o bwlimit=) */
     uid_t uid;              /* every node is owned by the mounting user */
@@ -68,6 +79,9 @@ struct pcrfs {
     struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
     pthread_mutex_t open_lock;                   /* guards open_files */
     struct open_file open_files;                 /* list head (ops.c) */
+    pthread_mutex_t snap_lock;                   /* guards snaps */
+    struct stat_snap *snaps;                     /* live /.pcrfs/stats inodes */
+    atomic_uint_fast64_t snap_gen;               /* the last generation handed out */
 };
 
 /* control.c */
@@ -88,7 +102,8 @@ extern const struct fuse_lowlevel_ops pcrfs_ops;
  * main thread of a single-threaded loop calls this). */
 void pcrfs_ops_thread_done(void);
 /* Close the files the kernel left open (its RELEASE may not arrive before the session
- * ends). Only once the session loop has returned. */
+ * ends) and free the stats snapshots it did not forget. Only once the session loop
+ * has returned. */
 void pcrfs_ops_close_all(struct pcrfs *fs);
 
 #endif

@@ -41,7 +41,7 @@
  * Eight bits hold 66 views; 55 bits of id hold far more files than SQLite rows. Id 0
  * never occurs (library ids start at 1) so inode 0 stays free for negative entries.
  *
- * Why no inode table and no forget bookkeeping: FUSE counts lookups so that a
+ * Why no inode table and no forget bookkeeping (save /.pcrfs/stats, below): FUSE counts lookups so that a
  * filesystem can keep an inode's state alive while the kernel still names it, and
  * free it on FORGET. Here an inode has no state at all. The store is immutable, its
  * ids are valid until pcr_store_close(), and the number itself says which view and
@@ -66,9 +66,21 @@
 #define SELF_DIR_ROOT      1 /* the mount root; ino 1 == FUSE_ROOT_ID */
 #define SELF_DIR_CTL       2 /* /.pcrfs */
 #define SELF_FILE_INFO     1 /* /.pcrfs/info */
-#define SELF_FILE_STAT     2 /* /.pcrfs/stats */
+#define SELF_FILE_STAT     2 /* /.pcrfs/stats: id SELF_FILE_STAT | gen << SELF_GEN_SHIFT */
 #define SELF_FILE_LEVEL    3 /* /.pcrfs/level (with -o level=K) */
 #define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
+
+/* /.pcrfs/stats changes all the time, yet with no OPEN (ops.c) the kernel caches a
+ * file's pages for as long as it keeps the inode. So every lookup of "stats" renders
+ * a snapshot and hands out a new inode for it, generation gen >= 1 in the bits above
+ * the file's number, with an entry timeout of 0 (a path walk always looks it up
+ * again, as for dynamic/ files): an inode's bytes and size never change, so its
+ * cached pages are always right, and `cat` always shows counters taken just before.
+ * These are the only inodes with state: the snapshot lives until the kernel forgets
+ * the inode (FORGET), which it does as soon as the name points elsewhere and no one
+ * has the file open. Id SELF_FILE_STAT itself (gen 0) is only a directory entry's
+ * st_ino, never a node the kernel holds. */
+#define SELF_GEN_SHIFT 8
 
 /* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */
 #define VIEW_DYN 0x80
@@ -98,6 +110,14 @@ static inline struct ino_parts ino_split(uint64_t ino)
         .id = ino & INO_ID_MASK,
     };
     return p;
+}
+
+static inline bool ino_is_stats(uint64_t ino)
+{
+    struct ino_parts p = ino_split(ino);
+
+    return p.view == VIEW_SELF && p.is_file && (p.id & ((1u << SELF_GEN_SHIFT) - 1)) ==
+                                                   SELF_FILE_STAT && (p.id >> SELF_GEN_SHIFT) != 0;
 }
 
 #endif

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ struct cli {
     char *store; /* the first non-option argument */
     double timeout;
     int nokeep_cache;
+    int open; /* -o open: an OPEN round trip per open(2), as before no-open */
     char *bwlimit; /* -o bwlimit=RATE, as given */
     char *level;   /* -o level=K: the dynamic view's first level, as given */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
@@ -45,6 +47,7 @@ enum {
 static const struct fuse_opt cli_spec[] = {
     {"timeout=%lf", offsetof(struct cli, timeout), 0},
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
+    {"open", offsetof(struct cli, open), 1},
     {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
     {"level=%s", offsetof(struct cli, level), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
@@ -109,7 +112,11 @@ static void help(void)
            "    -o timeout=SECS        entry, attribute and negative-lookup timeout\n"
            "                           (default 86400; the store never changes)\n"
            "    -o nokeep_cache        let the kernel drop a file's cached pages when it\n"
-           "                           is opened again (for cold-read measurements)\n"
+           "                           is opened again (for cold-read measurements;\n"
+           "                           implies -o open)\n"
+           "    -o open                send every open(2) to the daemon (one round trip\n"
+           "                           each); by default a read-only mount lets the\n"
+           "                           kernel skip OPEN, 1.5-3x faster warm reads\n"
            "    -o bwlimit=RATE        read at most RATE bytes/s from the records, all\n"
            "                           threads together (suffix k, M, G: powers of 1000);\n"
            "                           emulates slow storage for benchmarks\n"
@@ -216,6 +223,20 @@ static int add_opt_value(struct fuse_args *args, const char *name, const char *v
     return rc;
 }
 
+/* The library keeps one descriptor open per record (opened on first use, never
+ * closed while mounted), so a store with more records than the soft RLIMIT_NOFILE
+ * (often 1024: ImageNet at 1,024 images per record has 1,252) would start failing
+ * with EIO. Raise the soft limit to the hard one, as daemons that cache files do. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -230,6 +251,7 @@ int main(int argc, char *argv[])
     int ret = 1, rc;
 
     memset(&opts, 0, sizeof(opts));
+    raise_fd_limit();
     if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc) != 0) {
         ret = EXIT_USAGE;
         goto out_args;
@@ -343,6 +365,13 @@ int main(int argc, char *argv[])
     }
     fs.timeout = cli.timeout;
     fs.keep_cache = !cli.nokeep_cache;
+    /* No OPEN (ops.c, "No OPEN"): warm whole-file reads 60-104 k files/s instead of
+     * 21-29 k (0.6-0.9x plain files instead of 0.4-0.6x). Only on "ro" mounts, where
+     * the kernel refuses write-mode and O_TRUNC opens itself: elsewhere only OPEN can
+     * refuse them. And never with nokeep_cache: the kernel keeps the cache of files
+     * it opens without OPEN. */
+    fs.want_no_open = !cli.open && !cli.nokeep_cache &&
+                      (cli.has_ro || (!cli.level && !cli.has_rw));
     fs.debug = opts.debug;
     fs.uid = getuid();
     fs.gid = getgid();
@@ -353,6 +382,7 @@ int main(int argc, char *argv[])
     fs.started = now.tv_sec;
     pthread_mutex_init(&fs.open_lock, NULL);
     fs.open_files.prev = fs.open_files.next = &fs.open_files;
+    pthread_mutex_init(&fs.snap_lock, NULL);
     if (pcrfs_info_render(&fs) != 0) {
         fprintf(stderr, "pcrfs: out of memory\n");
         goto out_store;

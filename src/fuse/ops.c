@@ -116,7 +116,8 @@ static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
 {
     struct ino_parts p = ino_split(child);
 
-    return p.is_file && p.view > VIEW_DYN ? 0.0 : fs->timeout;
+    /* /.pcrfs/stats neither: each lookup takes a new snapshot (inode.h) */
+    return (p.is_file && p.view > VIEW_DYN) || ino_is_stats(child) ? 0.0 : fs->timeout;
 }
 
 static struct view_counters *counters(struct pcrfs *fs, unsigned view)
@@ -265,21 +266,108 @@ static void stat_file(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, u
     st->st_blocks = (blkcnt_t)((size + 511) / 512);
 }
 
-static bool is_stats(fuse_ino_t ino)
-{
-    return ino == ino_make(VIEW_SELF, true, SELF_FILE_STAT);
-}
-
-/* The stats and level files change under the reader: their size is that of what
- * they hold now, and the kernel must not cache it. */
+/* The level file changes under the reader: its size is that of what it holds now,
+ * and the kernel must not cache it. (A stats inode never changes: inode.h.) */
 static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
 {
-    return is_stats(ino) || is_level_file(fs, ino) ? 0.0 : fs->timeout;
+    return is_level_file(fs, ino) ? 0.0 : fs->timeout;
+}
+
+/* ---- /.pcrfs/stats snapshots (inode.h) ---------------------------------------------
+ * Few (one per name lookup the kernel still holds), looked up rarely: a list under a
+ * mutex. */
+
+/* Render a snapshot for a new inode, with one lookup counted. @return 0 and *ino. */
+static int snap_new(struct pcrfs *fs, fuse_ino_t *ino)
+{
+    struct stat_snap *sn = calloc(1, sizeof(*sn));
+    uint64_t gen;
+    int rc;
+
+    if (!sn)
+        return -ENOMEM;
+    rc = pcrfs_stats_render(fs, &sn->data, &sn->len);
+    if (rc) {
+        free(sn);
+        return rc;
+    }
+    gen = atomic_fetch_add_explicit(&fs->snap_gen, 1, memory_order_relaxed) + 1;
+    sn->ino = ino_make(VIEW_SELF, true, SELF_FILE_STAT | (gen << SELF_GEN_SHIFT));
+    sn->nlookup = 1;
+    pthread_mutex_lock(&fs->snap_lock);
+    sn->next = fs->snaps;
+    fs->snaps = sn;
+    pthread_mutex_unlock(&fs->snap_lock);
+    *ino = sn->ino;
+    return 0;
+}
+
+/* Under snap_lock. */
+static struct stat_snap **snap_find(struct pcrfs *fs, fuse_ino_t ino)
+{
+    struct stat_snap **pp;
+
+    for (pp = &fs->snaps; *pp && (*pp)->ino != ino; pp = &(*pp)->next)
+        ;
+    return pp;
+}
+
+static int snap_size(struct pcrfs *fs, fuse_ino_t ino, size_t *len)
+{
+    struct stat_snap *sn;
+
+    pthread_mutex_lock(&fs->snap_lock);
+    sn = *snap_find(fs, ino);
+    if (sn)
+        *len = sn->len;
+    pthread_mutex_unlock(&fs->snap_lock);
+    return sn ? 0 : -ENOENT;
+}
+
+/* Copy a slice of the snapshot into the thread's buffer: a FORGET in another worker
+ * may free it as soon as the lock is released. */
+static int snap_read(struct pcrfs *fs, fuse_ino_t ino, size_t size, off_t off, const char **out,
+                     size_t *outlen)
+{
+    struct stat_snap *sn;
+    size_t n = 0;
+    char *buf = tls_get(size ? size : 1);
+
+    if (!buf)
+        return -ENOMEM;
+    pthread_mutex_lock(&fs->snap_lock);
+    sn = *snap_find(fs, ino);
+    if (sn && (uint64_t)off < sn->len) {
+        n = sn->len - (size_t)off < size ? sn->len - (size_t)off : size;
+        memcpy(buf, sn->data + off, n);
+    }
+    pthread_mutex_unlock(&fs->snap_lock);
+    *out = buf;
+    *outlen = n;
+    return sn ? 0 : -ENOENT;
+}
+
+static void snap_forget(struct pcrfs *fs, fuse_ino_t ino, uint64_t nlookup)
+{
+    struct stat_snap **pp, *sn = NULL;
+
+    pthread_mutex_lock(&fs->snap_lock);
+    pp = snap_find(fs, ino);
+    if (*pp && (*pp)->nlookup <= nlookup) {
+        sn = *pp;
+        *pp = sn->next;
+    } else if (*pp) {
+        (*pp)->nlookup -= nlookup;
+    }
+    pthread_mutex_unlock(&fs->snap_lock);
+    if (sn) {
+        free(sn->data);
+        free(sn);
+    }
 }
 
 static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struct stat *st)
 {
-    char *snap;
     size_t len;
     int rc;
 
@@ -291,11 +379,10 @@ static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struc
         stat_file(fs, st, ino, fs->info_len);
     } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
         stat_file(fs, st, ino, fs->codebook_len);
-    } else if (p.is_file && p.id == SELF_FILE_STAT) {
-        rc = pcrfs_stats_render(fs, &snap, &len);
+    } else if (ino_is_stats(ino)) {
+        rc = snap_size(fs, ino, &len);
         if (rc)
             return rc;
-        free(snap);
         stat_file(fs, st, ino, len);
     } else if (p.is_file && p.id == SELF_FILE_LEVEL && fs->dynamic) {
         char buf[16];
@@ -399,6 +486,11 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
         if (p.id != SELF_DIR_ROOT && p.id != SELF_DIR_CTL)
             return -ENOENT;
         ino = self_lookup(fs, p.id, name);
+        if (ino == ino_make(VIEW_SELF, true, SELF_FILE_STAT)) {
+            rc = snap_new(fs, &ino); /* counted as looked up: op_lookup undoes it on failure */
+            if (rc)
+                return rc;
+        }
     } else if (node_valid(fs, p)) {
         rc = pcr_store_lookup(view_store(fs, p.view), p.id, name, &node);
         if (rc == 0) {
@@ -544,7 +636,13 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
             return rc;
         }
         memset(&e, 0, sizeof(e));
-        if (plus) {
+        if (plus && child == ino_make(VIEW_SELF, true, SELF_FILE_STAT)) {
+            /* no node (ino 0): the kernel then just lists the name, and a stat of
+             * it is a LOOKUP that takes a snapshot (inode.h) */
+            e.attr.st_ino = child;
+            e.attr.st_mode = S_IFREG | 0444;
+            need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
+        } else if (plus) {
             rc = node_stat(fs, child, &e.attr);
             if (rc) {
                 if (used)
@@ -571,8 +669,29 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
 
 /* ---- files ------------------------------------------------------------------------
  *
- * An open file is a struct open_file in fi->fh: the library's handle for a view's
- * file, or the snapshot for /.pcrfs/stats (/.pcrfs/info needs nothing: fh 0). Open
+ * No OPEN (the default on read-only mounts). Measured warm (page cache full; 5000
+ * images, tests/bench/read_tree.py, 2 cores): with an OPEN per open(2), whole-file
+ * reads ran at 21-29 k files/s, 0.4-0.6x plain local files; with no OPEN at all
+ * 60-104 k files/s, 0.6-0.9x. So when the kernel offers FUSE_CAP_NO_OPEN_SUPPORT
+ * the first OPEN is answered ENOSYS: the kernel then never sends OPEN (nor, after
+ * the first ENOSYS to FLUSH, FLUSH) on this connection and opens every file as if
+ * with FOPEN_KEEP_CACHE. Reads then come with fh 0 and are served from the inode
+ * alone: (view, file id) -> pcr_store_file() (no SQL once the directory is loaded)
+ * -> pcr_store_pread() at the inode's level (no allocation). Consequences:
+ *   - a damaged record fails the read with EIO, not the open;
+ *   - "opens" in /.pcrfs/stats counts READs at offset 0, i.e. files whose first
+ *     bytes came from the daemon (files served from the page cache are not seen);
+ *   - a token file is decoded on every READ (3-7 us per 32x32 grid); the decode is
+ *     deterministic, so a file read in pieces is consistent;
+ *   - the dynamic view's guarantee holds unchanged: the level is the inode's;
+ *   - /.pcrfs/stats is a new inode per lookup (inode.h), so caching cannot stale it.
+ * Only OPEN can refuse a write-mode open (EROFS) before any write, and an
+ * O_TRUNC open with atomic_o_trunc would zero the kernel's size of a file without
+ * asking: so mounts that are not "ro" (-o rw, -o level=K) keep OPEN, as do -o open
+ * and -o nokeep_cache (no-open always keeps the cache). See main.c.
+ *
+ * With OPEN, an open file is a struct open_file in fi->fh: the library's handle for a
+ * view's file (/.pcrfs/info and stats need nothing: fh 0). Open
  * files are also kept on a list, because the kernel does not always send RELEASE
  * before the session ends (close(2) queues it in the background, so SIGTERM right
  * after a close, or an unmount, can overtake it): pcrfs_ops_close_all() closes what
@@ -593,7 +712,6 @@ static void of_free(struct open_file *of)
 {
     if (of->h)
         pcr_handle_close(of->h);
-    free(of->snap);
     free(of);
 }
 
@@ -610,8 +728,15 @@ void pcrfs_ops_close_all(struct pcrfs *fs)
 {
     struct open_file *of;
 
+    struct stat_snap *sn;
+
     while ((of = fs->open_files.next) != &fs->open_files)
         of_unlink_free(fs, of);
+    while ((sn = fs->snaps) != NULL) {
+        fs->snaps = sn->next;
+        free(sn->data);
+        free(sn);
+    }
 }
 
 static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -623,6 +748,8 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
 
     if (!p.is_file)
         return -EISDIR;
+    if (atomic_load_explicit(&fs->no_open, memory_order_relaxed))
+        return -ENOSYS; /* never again: see "No OPEN" above */
     fi->noflush = 1;
     if (is_level_file(fs, ino)) {
         /* Written in place (O_TRUNC is what `echo K >` asks: nothing to truncate). */
@@ -634,34 +761,30 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
     }
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
         return -EROFS;
+    /* info and codebook never change, nor does a stats inode's snapshot */
     if (p.view == VIEW_SELF &&
-        (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook))) {
+        (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
+         ino_is_stats(ino))) {
         fi->fh = 0;
         fi->keep_cache = 1;
         return 0;
     }
-    if (p.view == VIEW_SELF ? p.id != SELF_FILE_STAT : !node_valid(fs, p))
+    if (!node_valid(fs, p))
         return -ENOENT;
     of = calloc(1, sizeof(*of));
     if (!of)
         return -ENOMEM;
-    if (p.view == VIEW_SELF) {
-        rc = pcrfs_stats_render(fs, &of->snap, &of->snap_len);
-        /* reads go to this snapshot whatever size the kernel last saw */
-        fi->direct_io = 1;
-    } else {
-        /* The level is the inode's: for dynamic/ the one current when the name was
-         * looked up, held by this handle until it is closed. */
-        rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
-        /* a token file is decoded here, whole (about 2 kB): its reads are copies */
-        if (rc == 0)
-            rc = pcr_handle_open(view_store(fs, p.view), f, view_level(fs, p.view), &of->h);
-        if (rc == -EIO)
-            count(&counters(fs, p.view)->errors, 1);
-        else if (rc == 0)
-            count(&counters(fs, p.view)->opens, 1);
-        fi->keep_cache = fs->keep_cache;
-    }
+    /* The level is the inode's: for dynamic/ the one current when the name was
+     * looked up, held by this handle until it is closed. */
+    rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
+    /* a token file is decoded here, whole (about 2 kB): its reads are copies */
+    if (rc == 0)
+        rc = pcr_handle_open(view_store(fs, p.view), f, view_level(fs, p.view), &of->h);
+    if (rc == -EIO)
+        count(&counters(fs, p.view)->errors, 1);
+    else if (rc == 0)
+        count(&counters(fs, p.view)->opens, 1);
+    fi->keep_cache = fs->keep_cache;
     if (rc) {
         free(of);
         return rc;
@@ -713,27 +836,33 @@ static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, 
         *out = buf;
         return 0;
     }
-    if (!of)
-        return -EBADF;
-    if (of->snap) {
-        /* Replied from a copy: the kernel may complete this READ, and the reader
-         * close the file (its RELEASE freeing the snapshot in another worker), while
-         * fuse_reply_buf() is still returning; nothing may touch the snapshot then
-         * (a sanitizer's writev interceptor does). */
-        slice(of->snap, of->snap_len, size, off, out, outlen);
-        buf = tls_get(*outlen);
-        if (!buf)
-            return -ENOMEM;
-        memcpy(buf, *out, *outlen);
-        *out = buf;
-        return 0;
-    }
-    if (!node_valid(fs, p) || !of->h)
+    if (ino_is_stats(ino))
+        return snap_read(fs, ino, size, off, out, outlen);
+    if (!node_valid(fs, p))
         return -EBADF;
     buf = tls_get(size);
     if (!buf)
         return -ENOMEM;
-    n = pcr_handle_read(of->h, buf, size, (uint64_t)off);
+    if (of) {
+        if (!of->h)
+            return -EBADF;
+        n = pcr_handle_read(of->h, buf, size, (uint64_t)off);
+    } else {
+        /* No OPEN (see above): no handle either. */
+        const struct pcr_file *f;
+        int rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
+
+        if (rc)
+            return rc;
+        n = pcr_store_pread(view_store(fs, p.view), f, view_level(fs, p.view), buf, size,
+                            (uint64_t)off);
+        if (n >= 0 && off == 0)
+            count(&counters(fs, p.view)->opens, 1);
+        /* The kernel follows a failed readahead READ with a READ of the same page: one
+         * failure of one file, counted once (as the failed open it replaces was). */
+        if (n < 0 && atomic_exchange_explicit(&fs->last_err_ino, ino, memory_order_relaxed) == ino)
+            return (int)n;
+    }
     if (n < 0) {
         count(&counters(fs, p.view)->errors, 1);
         return (int)n;
@@ -786,6 +915,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */
     if (fs->dynamic && (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+    /* No OPEN: see "No OPEN" above; the kernel says whether it understands the ENOSYS
+     * (Linux >= 4.19), nothing needs to be asked for. */
+    if (fs->want_no_open && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT))
+        atomic_store_explicit(&fs->no_open, true, memory_order_relaxed);
     /* the user's -o options (readdirplus=, max_readahead=, ...) have the last word */
     if (fs->conn_opts)
         fuse_apply_conn_info_opts(fs->conn_opts, conn);
@@ -798,8 +931,16 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
     if (rc)
         fuse_reply_err(req, -rc);
-    else
-        fuse_reply_entry(req, &e);
+    else if (fuse_reply_entry(req, &e) != 0 && ino_is_stats(e.ino))
+        snap_forget(fs_of(req), e.ino, 1); /* the kernel did not take it */
+}
+
+/* Only stats inodes have anything to forget (inode.h). */
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    if (ino_is_stats(ino))
+        snap_forget(fs_of(req), ino, nlookup);
+    fuse_reply_none(req);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1039,11 +1180,13 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 /* No getxattr/listxattr: the kernel's first ENOSYS makes it answer EOPNOTSUPP itself
  * from then on (the level is read from /.pcrfs/level). access: only without
- * default_permissions (dynamic mounts). No forget: see inode.h. No releasedir: a
- * directory handle holds nothing. */
+ * default_permissions (dynamic mounts). forget: only stats snapshots (inode.h). No
+ * releasedir: a directory handle holds nothing. No flush: its ENOSYS makes the kernel
+ * stop sending FLUSH (with no OPEN there is no FOPEN_NOFLUSH to do it). */
 const struct fuse_lowlevel_ops pcrfs_ops = {
     .init = op_init,
     .lookup = op_lookup,
+    .forget = op_forget,
     .getattr = op_getattr,
     .setattr = op_setattr,
     .mknod = op_mknod,

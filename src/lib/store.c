@@ -1085,6 +1085,14 @@ static int record_fd(struct pcr_store *s, struct rec *r)
                                 O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)) < 0) {
             /* O_NONBLOCK: a FIFO planted in records/ would block open() (with s->lock
              * held) until a writer came; it is refused just below instead */
+            if (errno == EMFILE || errno == ENFILE) {
+                /* out of descriptors is not damage: fail this open, retry later */
+                int e = errno;
+                pthread_mutex_unlock(&s->lock);
+                pcr_log(PCR_LOG_ERR, "record %s: %s (raise the open-file limit)", r->name,
+                        strerror(e));
+                return -EIO;
+            }
             why = strerror(errno);
         } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
             why = "not a regular file";
@@ -1338,6 +1346,76 @@ ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned l
     n = pcr_handle_read(h, buf, len, off);
     pcr_handle_close(h);
     return n;
+}
+
+/* pcr_handle_read() without the handle: the chunk table is walked in place, and the
+ * handle read_full() wants lives on the stack with no segments. A read at offset 0
+ * counts as an open (the FUSE driver's open-less reads have no other first moment). */
+ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                        size_t len, uint64_t off)
+{
+    static const uint8_t eoi[2] = {0xFF, 0xD9};
+    struct pcr_handle h = {0};
+    struct rec *r;
+    uint8_t *out = buf;
+    uint64_t pos = 0, coff, clen, size = 0;
+    size_t p = 0, done = 0;
+    unsigned m;
+    int fd;
+
+    if (f->kind == PCR_KIND_TOKENS)
+        return pcr_store_read(s, f, level, buf, len, off); /* decoded whole: allocates */
+    r = &s->recs[f->record - 1];
+    fd = record_fd(s, r);
+    if (fd < 0) {
+        count(&s->stats.errors, 1);
+        return fd;
+    }
+    m = chunks_at(f, level);
+    h.s = s;
+    h.r = r;
+    h.level = level < 1 ? 1 : level > s->levels ? s->levels : level;
+    h.eoi = f->kind == PCR_KIND_JPEG;
+    /* the size first, exactly as pcr_handle_open() computes it */
+    for (unsigned i = 0; i < m; i++) {
+        p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &coff);
+        p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &clen);
+        size += clen;
+    }
+    size += h.eoi ? 2 : 0;
+    if (off == 0)
+        count(&s->stats.level[h.level].opens, 1);
+    if (off >= size)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    count(&s->stats.level[h.level].reads, 1);
+    p = 0;
+    for (unsigned i = 0; i < m && done < len; i++) {
+        uint64_t end;
+
+        /* validated at load: offsets lie inside group i */
+        p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &coff);
+        p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &clen);
+        end = pos + clen;
+        if (off + done < end) {
+            uint64_t in = off + done - pos;
+            size_t take = (size_t)(end - (off + done));
+            if (take > len - done)
+                take = len - done;
+            if (read_full(&h, out + done, take, r->goff[i] + coff + in) != 0) {
+                count(&s->stats.errors, 1);
+                return -EIO;
+            }
+            done += take;
+        }
+        pos = end;
+    }
+    if (done < len) { /* the rest lies in the EOI marker */
+        memcpy(out + done, eoi + (off + done - pos), len - done);
+        done = len;
+    }
+    return (ssize_t)done;
 }
 
 void pcr_store_stats(const struct pcr_store *s, struct pcr_stats *out)
