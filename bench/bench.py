@@ -3,7 +3,8 @@
 generated sections. Started by bench/run.sh, which installs and builds first.
 
 Sections (in run order): dataset, build, pcr, bytes, reader, imagefolder, bwlimit,
-meta, fidelity (bench/fidelity.py's tables, run on the same dataset and build). Results go to WORK/results.json (merged with an earlier run when --only is
+meta, fidelity (bench/fidelity.py's tables, run on the same dataset and build), tokens
+(SeiT-style token grids: size per coder, decode time, .tok reads through the mount). Results go to WORK/results.json (merged with an earlier run when --only is
 used, so one section can be re-measured while developing); BENCHMARKS.md is then
 rendered from that file. Only text between the "BEGIN GENERATED" and "END GENERATED"
 markers is replaced.
@@ -25,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECTIONS = ["dataset", "build", "pcr", "bytes", "reader", "imagefolder", "bwlimit", "meta",
-            "fidelity"]
+            "fidelity", "tokens"]
 
 
 def now():
@@ -58,6 +59,8 @@ class Bench:
         self.pcrinfo = os.path.join(a.build, "src/tools/pcrinfo")
         self.mkmeta = os.path.join(a.helpers, "mkmeta")
         self.bench_transform = os.path.join(a.helpers, "bench_transform")
+        self.bench_tokens = os.path.join(a.build, "tests/bench/bench_tokens")
+        self.mktokens_py = os.path.join(a.repo, "tests/gen/mktokens.py")
         self.read_tree_py = os.path.join(a.repo, "tests/bench/read_tree.py")
         self.logdir = os.path.join(self.work, "logs")
         os.makedirs(self.logdir, exist_ok=True)
@@ -676,6 +679,146 @@ class Bench:
             data = json.load(f)
         return {"markdown": p.stdout, "data": data}
 
+    # bench_tokens' size rows: "NAME   123.4 B/img   7.685 bits/token   (+0.1 B/img model: 1198 B)"
+    TOK_ROW = re.compile(r"^( *)(\S.*?)\s+([0-9.]+) B/img\s+([0-9.]+) bits/token"
+                         r"(?:\s+\(\+([0-9.]+) B/img model: ([0-9]+) B\))?\s*$")
+    TOK_DEC = re.compile(r"^\s+(huffman|zstd-dict)\s+([0-9.]+) us/image\s+\(([0-9.]+) ns/token\)")
+
+    def s_tokens(self):
+        """Issue #4: SeiT-style token grids. bench_tokens' bytes per image and decode time
+        per coder; then the same grids as .npy files, through a --tokens store's mount
+        (.tok) against the files on local disk, read whole and with numpy.load."""
+        a = self.a
+        if not os.path.exists(self.bench_tokens):
+            return {"missing": "%s was not built (tests/bench/meson.build)" %
+                    self.show(self.bench_tokens)}
+        n, classes = a.tok_images, a.tok_classes
+        d = os.path.join(self.work, "tokens-%d-s%d" % (n, a.seed))
+        seit, tree = os.path.join(d, "seit"), os.path.join(d, "npy%dk" % (n // 1000))
+        stamp = d + ".done"
+        gen = ["/usr/bin/python3", self.mktokens_py, "--seed", str(a.seed)]
+        if not (a.reuse_dataset and os.path.exists(stamp)):
+            if os.path.exists(stamp):
+                os.unlink(stamp)
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+            self.log("mktokens.py: %d grids as SeiT files and as a .npy tree" % n)
+            self.run(gen + ["seit", seit, "--n", str(n), "--classes", str(classes)])
+            self.run(gen + ["classes", tree, "--classes", str(classes),
+                            "--per-class", str(n // classes)])
+            open(stamp, "w").close()
+        else:
+            self.record(gen + ["seit", seit, "--n", str(n), "--classes", str(classes)])
+            self.record(gen + ["classes", tree, "--classes", str(classes),
+                               "--per-class", str(n // classes)])
+        data = [os.path.join(seit, f) for f in os.listdir(seit) if f.endswith("data.bin")][0]
+        labels = [os.path.join(seit, f) for f in os.listdir(seit) if f.endswith("label.txt")][0]
+        out = {"images": n, "classes": classes, "shape": None}
+
+        # 1. sizes and decode time per coder (single thread, best of 5 passes inside)
+        self.log("bench_tokens")
+        p = self.run([self.bench_tokens, data, labels])
+        out["bench_tokens_out"] = p.stdout
+        rows, dec = [], {}
+        for line in p.stdout.splitlines():
+            m = self.TOK_ROW.match(line)
+            if m:
+                rows.append({"name": m.group(2), "sweep": bool(m.group(1)),
+                             "bytes": float(m.group(3)), "bits": float(m.group(4)),
+                             "model_amort": float(m.group(5) or 0),
+                             "model_bytes": int(m.group(6) or 0)})
+                continue
+            m = self.TOK_DEC.match(line)
+            if m:
+                dec[m.group(1)] = {"us": float(m.group(2)), "ns_token": float(m.group(3))}
+                continue
+            m = re.match(r"([0-9]+) images of ([0-9]+)x([0-9]+) tokens, ([0-9]+) distinct", line)
+            if m:
+                out["shape"] = [int(m.group(2)), int(m.group(3))]
+                out["symbols"] = int(m.group(4))
+            m = re.match(r"auto choice: (\S+)", line)
+            if m:
+                out["auto"] = m.group(1)
+            m = re.match(r"encode: huffman ([0-9.]+) us/image, zstd-dict ([0-9.]+) us/image", line)
+            if m:
+                out["encode_us"] = {"huffman": float(m.group(1)), "zstd-dict": float(m.group(2))}
+            m = re.search(r"\.npy serialisation ([0-9.]+) us/image", line)
+            if m:
+                out["npy_us"] = float(m.group(1))
+        if not rows or set(dec) != {"huffman", "zstd-dict"}:
+            raise RuntimeError("bench_tokens: unexpected output:\n" + p.stdout)
+        out["rows"], out["decode"] = rows, dec
+
+        # 2. the .npy tree as a store
+        store = os.path.join(self.work, "tokens.pcr")
+        mnt = os.path.join(self.work, "mnt-tok")
+        shutil.rmtree(store, ignore_errors=True)
+        self.log("mkpcrfs --tokens")
+        wall, cpu = self.timed([self.mkpcrfs, "-q", "--tokens", tree, store])
+        out["store"] = {"seconds": wall, "cpu": cpu,
+                        "bytes": sum(os.path.getsize(os.path.join(dp, f))
+                                     for dp, _, fs in os.walk(store) for f in fs),
+                        "npy_bytes": sum(os.path.getsize(os.path.join(dp, f))
+                                         for dp, _, fs in os.walk(tree) for f in fs)}
+        # the mount must serve the .npy bytes it was given (a sample, compared byte by byte)
+        self.mount("pcrfs", store, mnt)
+        tokroot = os.path.join(mnt, "tokens")
+        rels = sorted(os.path.relpath(os.path.join(dp, f), tree)
+                      for dp, _, fs in os.walk(tree) for f in fs)
+        for rel in random.Random(a.seed).sample(rels, min(200, len(rels))):
+            tok = os.path.join(tokroot, rel[:-4] + ".tok")
+            if not filecmp.cmp(tok, os.path.join(tree, rel), shallow=False):
+                raise RuntimeError("%s differs from %s" % (tok, rel))
+        self.record("cmp $WORK/mnt-tok/tokens/CLASS/NAME.tok %s/CLASS/NAME.npy  # 200 random files"
+                    % self.show(tree))
+        # 3. whole-file reads: .tok through the mount vs the .npy files on local disk
+        targets = [("pcrfs tokens/ (.tok)", "pcrfs", tokroot), ("plain .npy tree", "plain", tree)]
+        cold = {t[0]: [] for t in targets}
+        warm = {t[0]: [] for t in targets}
+        self.log("tokens: cold reads")
+        for rep in range(a.cold_reps):
+            for label, kind, root in targets:
+                if kind == "pcrfs":
+                    self.mount("pcrfs", store, mnt)
+                cold[label].append(self.read_tree(root, cold=True))
+        self.log("tokens: warm reads")
+        for label, kind, root in targets:  # prime the page cache
+            self.read_tree(root)
+        for rep in range(a.warm_reps):
+            for label, kind, root in targets:
+                warm[label].append(self.read_tree(root, passes=a.warm_passes))
+        out["threads"], out["warm_passes"] = a.threads, a.warm_passes
+        out["reads"] = []
+        for label, _, _ in targets:
+            c, w = best(cold[label], "files_per_s"), best(warm[label], "files_per_s")
+            out["reads"].append({
+                "label": label, "files": c["files"], "bytes": c["bytes"],
+                "cold_fps": c["files_per_s"], "cold_mbps": c["mb_per_s"],
+                "warm_fps": w["files_per_s"], "warm_mbps": w["mb_per_s"],
+                "cold_all": [r["files_per_s"] for r in cold[label]],
+                "warm_all": [r["files_per_s"] for r in warm[label]]})
+        # 4. numpy.load of every file, one thread, shuffled, warm (what a loader calls)
+        load = ("import numpy, os, random, sys, time\n"
+                "r = sys.argv[1]\n"
+                "fs = sorted(os.path.join(d, f) for d, _, n in os.walk(r) for f in n)\n"
+                "random.Random(1).shuffle(fs)\n"
+                "for f in fs: numpy.load(f)\n"
+                "ts = []\n"
+                "for _ in range(3):\n"
+                "    t0 = time.perf_counter()\n"
+                "    s = 0\n"
+                "    for f in fs: s += int(numpy.load(f)[0, 0])\n"
+                "    ts.append(time.perf_counter() - t0)\n"
+                "print(len(fs) / min(ts))\n")
+        out["npload"] = []
+        for label, _, root in targets:
+            p = self.run(["/usr/bin/python3", "-c", load, root],
+                         show="python3 -c 'for f in shuffled(FILES): numpy.load(f)'  "
+                              "# 1 thread, warm, best of 3, %s" % self.show(root))
+            out["npload"].append({"label": label, "fps": float(p.stdout.split()[-1])})
+        self.umount(mnt)
+        return out
+
     # ---- driver ------------------------------------------------------------------------
 
     def run_all(self):
@@ -767,6 +910,9 @@ def main():
     ap.add_argument("--stat-sample", type=int, default=100000)
     ap.add_argument("--fidelity-reps", type=int, default=2,
                     help="decode rounds of bench/fidelity.py (best kept)")
+    ap.add_argument("--tok-images", type=int, default=10000,
+                    help="token grids (32x32, codebook 391) for the tokens section")
+    ap.add_argument("--tok-classes", type=int, default=100)
     ap.add_argument("--only", type=lambda s: s.split(","), default=None,
                     help="comma-separated sections to re-measure (%s)" % ",".join(SECTIONS))
     ap.add_argument("--render-only", action="store_true",
