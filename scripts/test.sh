@@ -1,22 +1,31 @@
 #!/bin/bash
 # Build and run every test suite the way CI does; the last line of output is
 #   N passed, N failed[, N skipped]
-# counted from meson's testlog.json of every run. Exit status 0 only if nothing failed.
+# counted from meson's testlog of every run. Exit status 0 only if nothing failed.
 #
-#   1. gcc, -Dwerror=true: all suites (unit, build, mount, ...)
-#   2. gcc, -Db_sanitize=address,undefined: suites unit and build
-#      (skip with PCRFS_SANITIZE=0; it costs a few minutes on 2 cores)
-#   3. clang, -Dfuzz=true: suite unit, and suite fuzz if tests/fuzz registers one
-#      (skip with PCRFS_CLANG=0); proves the fuzz targets and the code build with clang
+#   1. gcc, -Dwerror=true: all suites (unit, build, mount, reliability, valgrind, ...);
+#      suite valgrind runs one mount session (and mkpcrfs, pcrinfo) under memcheck
+#   2. the unit suite of that build again, each test under valgrind memcheck
+#      (--leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1);
+#      skip with PCRFS_VALGRIND=0
+#   3. gcc, -Db_sanitize=address,undefined: all suites but valgrind (ASan and
+#      valgrind cannot watch one process), mount tests included; a sanitizer report
+#      from any process, also a detached daemon whose stderr is gone, fails the run
+#      (skip with PCRFS_SANITIZE=0)
+#   4. clang, -Dfuzz=true: suite unit, and suite fuzz: every fuzz target replays its
+#      seeds and regression inputs, then fuzzes for PCRFS_FUZZ_SECONDS (default 30)
+#      (skip with PCRFS_CLANG=0)
 #
 # Environment: PCRFS_BUILD_DIR (default build-ci; the other builds go to
-# ${PCRFS_BUILD_DIR}-asan and -clang), PCRFS_SANITIZE, PCRFS_CLANG (default 1),
-# PCRFS_SKIP_DEPS=1 to skip scripts/deps.sh.
+# ${PCRFS_BUILD_DIR}-asan and -clang), PCRFS_SANITIZE, PCRFS_VALGRIND, PCRFS_CLANG
+# (default 1 each), PCRFS_FUZZ_SECONDS, PCRFS_LOAD_SECONDS (the reliability suite's
+# load run, default 20), PCRFS_SKIP_DEPS=1 to skip scripts/deps.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BUILD=${PCRFS_BUILD_DIR:-$ROOT/build-ci}
 SANITIZE=${PCRFS_SANITIZE:-1}
+VALGRIND=${PCRFS_VALGRIND:-1}
 CLANG=${PCRFS_CLANG:-1}
 
 passed=0
@@ -26,9 +35,11 @@ notes=()
 
 section() { printf '\n=== %s ===\n' "$*"; }
 
-# Add one run's results from its testlog.json to the totals.
+# Add one run's results from its testlog to the totals:
+#   count BUILD_DIR LABEL [LOG_NAME (default testlog; meson names a --wrapper run's log
+#   after the wrapper, e.g. testlog-valgrind)]
 count() {
-    local log=$1/meson-logs/testlog.json
+    local log=$1/meson-logs/${3:-testlog}.json
     if [ ! -s "$log" ]; then
         notes+=("$2: no test results (no tests ran)")
         failed=$((failed + 1))
@@ -64,7 +75,7 @@ print(" ".join(sorted({s.split(":")[-1] for t in json.load(sys.stdin) for s in t
 }
 
 # build_and_test DIR LABEL [meson setup options...] -- [meson test options...]
-# A "--suite X" option is dropped when the build defines no suite X.
+# A "--suite X" or "--no-suite X" option is dropped when the build defines no suite X.
 build_and_test() {
     local dir=$1 label=$2
     shift 2
@@ -82,6 +93,9 @@ build_and_test() {
         if [ "$1" = --suite ]; then
             asked=1
             if [[ "$have" == *" $2 "* ]]; then tests+=(--suite "$2"); kept=1; fi
+            shift 2
+        elif [ "$1" = --no-suite ]; then
+            if [[ "$have" == *" $2 "* ]]; then tests+=(--no-suite "$2"); fi
             shift 2
         else
             tests+=("$1"); shift
@@ -112,18 +126,42 @@ fi
 start=$(date +%s)
 build_and_test "$BUILD" "werror" -- --num-processes 2
 
+if [ "$VALGRIND" != 0 ]; then
+    section "valgrind: meson test --suite unit under memcheck"
+    if [ -f "$BUILD/build.ninja" ] && command -v valgrind >/dev/null; then
+        # A definite leak or any memory error makes valgrind exit 1: a failed test.
+        meson test -C "$BUILD" --suite unit --print-errorlogs --num-processes 2 \
+            --timeout-multiplier 10 --wrapper "valgrind -q --leak-check=full \
+            --errors-for-leak-kinds=definite --show-leak-kinds=definite --error-exitcode=1"
+        count "$BUILD" "valgrind" testlog-valgrind
+    else
+        notes+=("valgrind: no build or no valgrind"); failed=$((failed + 1))
+    fi
+fi
+
 if [ "$SANITIZE" != 0 ]; then
-    # Make any sanitizer report fatal and visible in the test log, also in the
-    # programs the Python tests start.
-    export ASAN_OPTIONS=abort_on_error=1:halt_on_error=1:detect_leaks=1:print_summary=1
-    export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1
+    # Make any sanitizer report fatal, also in the programs the Python tests start.
+    # Reports go to files (log_path) as well as failing the process: a detached
+    # daemon's stderr is /dev/null, and a test that only checks an exit status would
+    # not show the report. Any such file fails the run and is printed.
+    reports=$(mktemp -d "${TMPDIR:-/tmp}/pcrfs-sanitizer.XXXXXX")
+    export ASAN_OPTIONS=abort_on_error=1:halt_on_error=1:detect_leaks=1:print_summary=1:log_path=$reports/asan
+    export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1:log_path=$reports/ubsan
     build_and_test "$BUILD-asan" "asan+ubsan" -Db_sanitize=address,undefined \
-        -Db_lundef=false -- --suite unit --suite build --timeout-multiplier 3 \
-        --num-processes 2
+        -Db_lundef=false -- --no-suite valgrind --timeout-multiplier 3 --num-processes 2
+    if [ -n "$(ls -A "$reports")" ]; then
+        for f in "$reports"/*; do
+            printf '\n--- sanitizer report %s ---\n' "$f"
+            head -c 20000 "$f"
+        done
+        notes+=("asan+ubsan: $(ls "$reports" | wc -l) sanitizer report(s), printed above")
+        failed=$((failed + 1))
+    fi
+    rm -rf "$reports"
+    unset ASAN_OPTIONS UBSAN_OPTIONS
 fi
 
 if [ "$CLANG" != 0 ]; then
-    unset ASAN_OPTIONS UBSAN_OPTIONS
     CC=clang build_and_test "$BUILD-clang" "clang+fuzz" -Dfuzz=true -- \
         --suite unit --suite fuzz --num-processes 2
 fi
