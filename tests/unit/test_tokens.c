@@ -448,7 +448,7 @@ static void test_npy_dtypes(void)
 static void test_npy_bad(void)
 {
     static uint8_t buf[16384], data[8192];
-    uint16_t g[4096];
+    uint16_t g[4096] = {0}; /* also the data of a valid array below: defined bytes */
     unsigned h, w;
     char err[256] = "";
     size_t len;
