@@ -3,6 +3,16 @@
 #include <stdarg.h>
 #include "internal.h"
 
+/* Messages are one line, and they often quote bytes from a store or a source file:
+ * control characters (newlines, terminal escapes) become '?', so no input can forge
+ * a log line or drive the terminal. Bytes >= 0x80 stay (UTF-8 names). */
+static void one_line(char *m)
+{
+    for (; *m; m++)
+        if ((unsigned char)*m < 0x20 || *m == 0x7f)
+            *m = '?';
+}
+
 static pcr_log_fn log_fn;
 static void *log_ctx;
 static enum pcr_log_level log_max = PCR_LOG_INFO;
@@ -24,6 +34,7 @@ void pcr_log(enum pcr_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    one_line(msg);
     log_fn(level, msg, log_ctx);
 }
 
@@ -36,4 +47,5 @@ void pcr_errf(char *buf, size_t len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, len, fmt, ap);
     va_end(ap);
+    one_line(buf);
 }

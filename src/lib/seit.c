@@ -381,9 +381,27 @@ out:
     return rc;
 }
 
+/* Text from an input file, fit to quote in a one-line message: at most @max bytes,
+ * anything but printable ASCII as \xNN (a label file may hold escape sequences). */
+static const char *quote(char *out, size_t cap, const char *in, size_t max)
+{
+    size_t o = 0;
+
+    for (size_t i = 0; in[i] && i < max && o + 5 < cap; i++) {
+        unsigned char c = (unsigned char)in[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\')
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+    return out;
+}
+
 static int load_labels(struct pcr_seit *s, const char *path, const char *index_path, char *err,
                        size_t errlen)
 {
+    char q[4 * 80 + 8];
     char *text = NULL, **lines = NULL;
     uint32_t *count = NULL, maxl = 0;
     uint64_t nl, maxk = 0;
@@ -430,9 +448,9 @@ static int load_labels(struct pcr_seit *s, const char *path, const char *index_p
         continue;
     bad:
         pcr_errf(err, errlen,
-                 "%s: line %" PRIu64 ": '%.40s' is not a label (an integer in "
+                 "%s: line %" PRIu64 ": '%s' is not a label (an integer in "
                  "0..%u)",
-                 path, i + 1, lines[i], PCR_SEIT_MAX_LABEL);
+                 path, i + 1, quote(q, sizeof(q), lines[i], 40), PCR_SEIT_MAX_LABEL);
         goto out;
     }
     count = calloc((size_t)maxl + 1, sizeof(*count));
@@ -457,6 +475,7 @@ out:
 
 static int load_names(struct pcr_seit *s, const char *path, char *err, size_t errlen)
 {
+    char q[4 * 80 + 8];
     char **sorted = NULL;
     uint64_t nl;
     size_t len;
@@ -475,8 +494,8 @@ static int load_names(struct pcr_seit *s, const char *path, char *err, size_t er
     }
     for (uint64_t i = 0; i < nl; i++) {
         if (!clean_relpath(s->name[i])) {
-            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%.80s' is not a clean relative path",
-                     path, i + 1, s->name[i]);
+            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%s' is not a clean relative path",
+                     path, i + 1, quote(q, sizeof(q), s->name[i], 80));
             return -EINVAL;
         }
     }
@@ -487,7 +506,8 @@ static int load_names(struct pcr_seit *s, const char *path, char *err, size_t er
     qsort(sorted, nl, sizeof(*sorted), cmp_str);
     for (uint64_t i = 1; i < nl; i++) {
         if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-            pcr_errf(err, errlen, "%s: name '%.80s' appears twice", path, sorted[i]);
+            pcr_errf(err, errlen, "%s: name '%s' appears twice", path,
+                     quote(q, sizeof(q), sorted[i], 80));
             free(sorted);
             return -EINVAL;
         }
