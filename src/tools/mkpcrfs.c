@@ -187,57 +187,6 @@ static char *join(const char *rel, const char *name)
     return p;
 }
 
-/* Never change SRC, not even its access times where the kernel lets us say so:
- * O_NOATIME is refused (EPERM) on files we do not own, then open without it. */
-static int open_noatime(int dirfd, const char *path, int flags)
-{
-    int fd = openat(dirfd, path, flags | O_NOATIME);
-
-    if (fd < 0 && errno == EPERM)
-        fd = openat(dirfd, path, flags);
-    return fd;
-}
-
-/* Open @rel (relative to @base) with @flags. A path longer than the kernel takes
- * at once (deep trees) is opened one component at a time; intermediate components
- * are followed like the walk followed them (symlinks included). */
-static int open_rel(int base, const char *rel, int flags)
-{
-    char *copy, *p, *slash;
-    int cur, fd, e;
-
-    if (!rel[0])
-        rel = ".";
-    fd = open_noatime(base, rel, flags);
-    if (fd >= 0 || errno != ENAMETOOLONG)
-        return fd;
-    copy = xstrdup(rel);
-    cur = base;
-    p = copy;
-    while ((slash = strchr(p, '/')) != NULL) {
-        int nfd;
-
-        *slash = '\0';
-        nfd = openat(cur, p, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        e = errno;
-        if (cur != base)
-            close(cur);
-        if (nfd < 0) {
-            free(copy);
-            errno = e;
-            return -1;
-        }
-        cur = nfd;
-        p = slash + 1;
-    }
-    fd = open_noatime(cur, p, flags);
-    e = errno;
-    if (cur != base)
-        close(cur);
-    free(copy);
-    errno = e;
-    return fd;
-}
 
 /* ---- Phase 1: the walk ---- */
 
@@ -295,7 +244,7 @@ static int read_names(struct build *b, uint64_t d, int *dfd_out, char ***names_o
     DIR *dir;
     int fd;
 
-    fd = open_rel(b->srcfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(dir = fdopendir(fd))) {
         int e = errno;
 
@@ -572,7 +521,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     int fd, rc;
 
     /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
-    fd = open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         rc = -errno;
         fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));

@@ -354,55 +354,6 @@ static void skipped(struct tokimport *t, const char *what, const char *why)
         tool_warn("skipped %s: %s", what, why);
 }
 
-/* Never change the token tree, not even its access times (see mkpcrfs.c). */
-static int open_noatime(int dirfd, const char *path, int flags)
-{
-    int fd = openat(dirfd, path, flags | O_NOATIME);
-
-    if (fd < 0 && errno == EPERM)
-        fd = openat(dirfd, path, flags);
-    return fd;
-}
-
-/* Open @rel under @base; a path longer than the kernel takes at once is opened one
- * component at a time. */
-static int open_rel(int base, const char *rel, int flags)
-{
-    char *copy, *p, *slash;
-    int cur, fd, e;
-
-    if (!rel[0])
-        rel = ".";
-    fd = open_noatime(base, rel, flags);
-    if (fd >= 0 || errno != ENAMETOOLONG)
-        return fd;
-    copy = xstrdup(rel);
-    cur = base;
-    p = copy;
-    while ((slash = strchr(p, '/')) != NULL) {
-        int nfd;
-
-        *slash = '\0';
-        nfd = openat(cur, p, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        e = errno;
-        if (cur != base)
-            close(cur);
-        if (nfd < 0) {
-            free(copy);
-            errno = e;
-            return -1;
-        }
-        cur = nfd;
-        p = slash + 1;
-    }
-    fd = open_noatime(cur, p, flags);
-    e = errno;
-    if (cur != base)
-        close(cur);
-    free(copy);
-    errno = e;
-    return fd;
-}
 
 /* ---- numbering -------------------------------------------------------------------- */
 
@@ -540,7 +491,7 @@ static int walk_dir(struct tokimport *t, uint64_t d)
     DIR *dir;
     int fd, dfd;
 
-    fd = open_rel(t->rootfd, t->dirs[d].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    fd = tool_open_rel(t->rootfd, t->dirs[d].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(dir = fdopendir(fd))) {
         int e = errno;
 
@@ -668,7 +619,7 @@ static int load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_
     size_t len = 0;
     int fd, rc;
 
-    fd = open_noatime(dfd, npy_name(f, name, sizeof(name)), O_RDONLY | O_CLOEXEC);
+    fd = tool_open_noatime(dfd, npy_name(f, name, sizeof(name)), O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         bad(t, "%s: %s", src_desc(t, f), strerror(errno));
         if (fd >= 0)
@@ -915,7 +866,7 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
                 if (dfd >= 0)
                     close(dfd);
                 cur = f->dir;
-                dfd = open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                dfd = tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dfd < 0)
                     bad(t, "cannot open directory %s: %s", npy_path(t, t->dirs[cur].rel, NULL),
                         strerror(errno));
@@ -1258,7 +1209,7 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
                 if (dfd >= 0)
                     close(dfd);
                 cur = f->dir;
-                dfd = open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                dfd = tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dfd < 0) {
                     bad(t, "cannot open directory %s: %s", npy_path(t, t->dirs[cur].rel, NULL),
                         strerror(errno));

@@ -1,11 +1,13 @@
 /* pcrfs tools — shared helpers (see tool.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "tool.h"
 #include "progress.h"
 
@@ -274,4 +276,58 @@ const char *tool_human_bytes(uint64_t n, char *buf, size_t len)
     else
         snprintf(buf, len, "%.1f %s", v, unit[u]);
     return buf;
+}
+
+/* Never change a source tree, not even its access times where the kernel lets us say so:
+ * O_NOATIME is refused (EPERM) on files we do not own, then open without it. */
+int tool_open_noatime(int dirfd, const char *path, int flags)
+{
+    int fd = openat(dirfd, path, flags | O_NOATIME);
+
+    if (fd < 0 && errno == EPERM)
+        fd = openat(dirfd, path, flags);
+    return fd;
+}
+
+/* Open @rel (relative to @base) with @flags. A path longer than the kernel takes
+ * at once (deep trees) is opened one component at a time; intermediate components
+ * are followed like the walk followed them (symlinks included). */
+int tool_open_rel(int base, const char *rel, int flags)
+{
+    char *copy, *p, *slash;
+    int cur, fd, e;
+
+    if (!rel[0])
+        rel = ".";
+    fd = tool_open_noatime(base, rel, flags);
+    if (fd >= 0 || errno != ENAMETOOLONG)
+        return fd;
+    copy = strdup(rel);
+    if (!copy)
+        tool_oom();
+    cur = base;
+    p = copy;
+    while ((slash = strchr(p, '/')) != NULL) {
+        int nfd;
+
+        *slash = '\0';
+        nfd = openat(cur, p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        e = errno;
+        if (cur != base)
+            close(cur);
+        if (nfd < 0) {
+            free(copy);
+            errno = e;
+            return -1;
+        }
+        cur = nfd;
+        p = slash + 1;
+    }
+    fd = tool_open_noatime(cur, p, flags);
+    e = errno;
+    if (cur != base)
+        close(cur);
+    free(copy);
+    errno = e;
+    return fd;
 }

@@ -70,4 +70,10 @@ double tool_now(void);
 /* "12.3 MiB" style size into @buf. */
 const char *tool_human_bytes(uint64_t n, char *buf, size_t len);
 
+/* Open without touching access times where the kernel allows (O_NOATIME falls back
+ * when refused), and open a path relative to @base that may be longer than the
+ * kernel takes at once. Both return a descriptor or -1 with errno. */
+int tool_open_noatime(int dirfd, const char *path, int flags);
+int tool_open_rel(int base, const char *rel, int flags);
+
 #endif
