@@ -1,4 +1,4 @@
-/* pcrfs — image fidelity measures: MS-SSIM (src/lib/msssim.c).
+/* pcrfs — image fidelity measures: MS-SSIM (src/lib/jpeg/msssim.c).
  *
  * PCR chooses a store's level by how close level K looks to the full image: MS-SSIM
  * of K against full, on luma (pcr_jpeg_decode_luma() in pcrfs/jpeg.h). The

@@ -56,7 +56,7 @@ struct pcr_jpeg_info {
     unsigned components; /* 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK */
 };
 
-/* ---- Scan scripts (src/lib/scanscript.c) ----------------------------------------
+/* ---- Scan scripts (src/lib/jpeg/scanscript.c) ----------------------------------------
  *
  * A scan script says which scans a progressive (or multi-scan sequential) JPEG is
  * written with: libjpeg's jpeg_scan_info[], and the syntax of `jpegtran -scans FILE`.

@@ -211,7 +211,7 @@ void pcr_tok_trainer_free(struct pcr_tok_trainer *t);
 /* The serialised model, to store in the index: a pointer valid until the model is
  * freed. Format (little-endian): "PCRTOKM1", coder u8, 3 zero bytes, nseen u32,
  * rank -> value table u16[nseen]; HUFFMAN: code lengths u8[nseen + 1] (the last is
- * a guard symbol, see src/lib/tokens_internal.h); ZSTD_DICT:
+ * a guard symbol, see src/lib/tokens/tokens_internal.h); ZSTD_DICT:
  * level i32, dict length u32, dictionary; then XXH64 of all preceding bytes. */
 const void *pcr_tok_model_blob(const struct pcr_tok_model *m, size_t *len);
 /* XXH64 of the blob: written into every shard header to pair shards with models. */

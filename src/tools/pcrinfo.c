@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "internal.h" /* pcr_xxh64() */
+#include "common/internal.h" /* pcr_xxh64() */
 #include "pcrfs/fidelity.h"
 #include "pcrfs/jpeg.h"
 #include "pcrfs/store.h"

@@ -27,7 +27,7 @@
 /* A PCR_TOK_MAX_TOKENS grid of 8-byte integers plus a generous header, as the
  * library's own pcr_npy_load_grid() allows. */
 #define MAX_NPY_BYTES ((size_t)PCR_TOK_MAX_TOKENS * 8 + (1u << 20))
-/* The reader refuses a codebook blob larger than this (src/lib/store.c), so the
+/* The reader refuses a codebook blob larger than this (src/lib/store/), so the
  * builder must too. */
 #define MAX_CODEBOOK_BYTES ((size_t)256 << 20)
 

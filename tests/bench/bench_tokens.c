@@ -21,8 +21,8 @@
 #include <time.h>
 #include <zstd.h>
 #include "pcrfs/tokens.h"
-#include "internal.h"
-#include "tokens_internal.h"
+#include "common/internal.h"
+#include "tokens/tokens_internal.h"
 
 /* Thread CPU time, not wall time: the machine is shared and a preempted pass would
  * otherwise count another process's work (the figures are single-thread anyway). */

@@ -35,8 +35,8 @@
 #include "pcrfs/jpeg.h"
 #include "pcrfs/log.h"
 #include "pcrfs/store.h"
-#include "internal.h"
-#include "record.h"
+#include "common/internal.h"
+#include "format/record.h"
 
 #define TRAP(...)                                                                                  \
     do {                                                                                           \

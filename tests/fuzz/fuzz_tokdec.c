@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pcrfs/tokens.h"
-#include "tokens_internal.h"
+#include "tokens/tokens_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

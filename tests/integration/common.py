@@ -5,7 +5,7 @@ meson.build): MKPCRFS, PCRINFO, PCRFS. A missing program is a test *failure*, ne
 a skip: a suite that silently checks nothing must not look green.
 
 split_jpeg() is the test suite's own implementation of the chunking rule of
-DESIGN §3, written from the design text and independent of src/lib/jpeg_split.c,
+pcrfs(5), written from the format text and independent of src/lib/jpeg/jpeg_split.c,
 so that the two can check each other.
 """
 

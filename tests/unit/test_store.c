@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include "pcrfs/store.h"
 #include "pcrfs/writer.h"
-#include "internal.h"
+#include "common/internal.h"
 #include "check.h"
 
 #define LEVELS 10

@@ -25,8 +25,8 @@
 #include <zlib.h>
 #endif
 #include "pcrfs/tokens.h"
-#include "internal.h"
-#include "tokens_internal.h"
+#include "common/internal.h"
+#include "tokens/tokens_internal.h"
 
 static int failures, checks;
 

@@ -2,7 +2,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include "record.h"
+#include "format/record.h"
 
 static void put32(uint8_t *p, uint32_t v)
 {

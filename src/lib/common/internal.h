@@ -27,6 +27,22 @@ void pcr_xxh64_update(struct pcr_xxh64 *st, const void *data, size_t len);
 uint64_t pcr_xxh64_final(const struct pcr_xxh64 *st);
 uint64_t pcr_xxh64(const void *data, size_t len);
 
+/* Chunk checksums (pcrfs(5)): each chunk is cut into blocks of PCR_SUM_BLOCK bytes
+ * (the last one shorter), and each block has the low 32 bits of its XXH64 as a
+ * little-endian u32. A reader verifies a block whenever it reads it from a record. */
+#define PCR_SUM_BLOCK 65536u
+static inline uint64_t pcr_sum_blocks(uint64_t len)
+{
+    return (len + PCR_SUM_BLOCK - 1) / PCR_SUM_BLOCK;
+}
+static inline uint32_t pcr_sum32(const void *data, size_t len)
+{
+    return (uint32_t)pcr_xxh64(data, len);
+}
+/* Append the sums of @len bytes at @data to @out (4 * pcr_sum_blocks(len) bytes).
+ * @return bytes written. */
+size_t pcr_sums_put(const uint8_t *data, size_t len, uint8_t *out);
+
 /* LEB128 varints, as packed in the index's BLOB columns. */
 size_t pcr_varint_put(uint8_t *out, uint64_t v); /* writes at most 10 bytes */
 /* @return bytes consumed, or 0 if the varint is truncated or longer than 64 bits. */

@@ -24,8 +24,8 @@
 #include <zstd.h>
 #include <zdict.h>
 #include "pcrfs/tokens.h"
-#include "internal.h"
-#include "tokens_internal.h"
+#include "common/internal.h"
+#include "tokens/tokens_internal.h"
 
 #define NVALUES      65536u
 #define MODEL_MAGIC  "PCRTOKM1"

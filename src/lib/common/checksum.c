@@ -6,7 +6,7 @@
  * libjpeg transform during a build.
  */
 #include <string.h>
-#include "internal.h"
+#include "common/internal.h"
 
 #define P1 0x9E3779B185EBCA87ULL
 #define P2 0xC2B2AE3D27D4EB4FULL
@@ -152,4 +152,17 @@ size_t pcr_varint_get(const uint8_t *p, size_t len, uint64_t *v)
         }
     }
     return 0;
+}
+
+size_t pcr_sums_put(const uint8_t *data, size_t len, uint8_t *out)
+{
+    size_t n = 0;
+
+    for (size_t off = 0; off < len; off += PCR_SUM_BLOCK) {
+        size_t l = len - off < PCR_SUM_BLOCK ? len - off : PCR_SUM_BLOCK;
+        uint32_t v = pcr_sum32(data + off, l);
+        for (int b = 0; b < 4; b++)
+            out[n++] = (uint8_t)(v >> (8 * b));
+    }
+    return n;
 }

@@ -28,7 +28,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 #include "pcrfs/jpeg.h"
-#include "internal.h"
+#include "common/internal.h"
 
 /* libjpeg holds the whole coefficient image in memory while transcoding (and while
  * decoding a progressive file). Its memory manager refuses virtual arrays beyond

@@ -20,9 +20,9 @@
 #include <unistd.h>
 #include "pcrfs/writer.h"
 #include "pcrfs/tokens.h"
-#include "index.h"
-#include "internal.h"
-#include "record.h"
+#include "format/index.h"
+#include "common/internal.h"
+#include "format/record.h"
 
 #define WBUF_SIZE (1 << 20)
 
@@ -517,13 +517,19 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
     for (unsigned i = 0; !ret && i < n; i++) {
         const struct pcr_item *it = &items[i];
         unsigned nc = it->kind == PCR_KIND_JPEG ? it->split->nchunks : 1;
-        size_t clen = 0;
+        size_t clen = 0, slen = 0;
+        uint8_t *sums = malloc(4 * (pcr_sum_blocks(it->len) + nc));
+        if (!sums) {
+            ret = -ENOMEM;
+            break;
+        }
         for (unsigned g = 0; g < nc; g++) {
-            const uint8_t *p;
+            const uint8_t *p = NULL;
             size_t l = 0;
             item_chunk(it, g, &p, &l);
             clen += pcr_varint_put(cblob + clen, gpos[g]);
             clen += pcr_varint_put(cblob + clen, l);
+            slen += pcr_sums_put(p, l, sums + slen);
             gpos[g] += l;
         }
         ret = pcr_index_put_file(
@@ -545,7 +551,10 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
                         .src_size = (int64_t)it->src_size,
                         .checksum = pcr_xxh64(it->data, it->len),
                         .note = it->note,
+                        .sums = sums,
+                        .sums_len = slen,
                     });
+        free(sums);
     }
     if (ret) {
         pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
@@ -595,6 +604,8 @@ int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *it
     uint8_t *blob = NULL, *npy = NULL, gblob[20], cblob[20];
     size_t cap = 0, npycap = 0;
     uint64_t *offs = NULL, *lens = NULL, size = PCR_TOKSHARD_HEADER;
+    uint8_t *sb = NULL; /* the blobs' chunk sums, item i's at [soff[i], soff[i + 1]) */
+    size_t *soff = NULL, sbcap = 0;
     char name[32], path[PATH_MAX];
     int ret = 0;
 
@@ -623,7 +634,8 @@ int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *it
     }
     offs = calloc(n, sizeof(*offs));
     lens = calloc(n, sizeof(*lens));
-    if (!offs || !lens) {
+    soff = calloc(n + 1, sizeof(*soff));
+    if (!offs || !lens || !soff) {
         ret = -ENOMEM;
         goto out;
     }
@@ -649,6 +661,17 @@ int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *it
             pcr_errf(w->err, sizeof(w->err), "token file %s: cannot encode", items[i].name);
             break;
         }
+        if (soff[i] + 4 * pcr_sum_blocks((uint64_t)bl) > sbcap) {
+            size_t nc = 2 * sbcap + 4 * pcr_sum_blocks((uint64_t)bl) + 64;
+            uint8_t *nb = realloc(sb, nc);
+            if (!nb) {
+                ret = -ENOMEM;
+                break;
+            }
+            sb = nb;
+            sbcap = nc;
+        }
+        soff[i + 1] = soff[i] + pcr_sums_put(blob, (size_t)bl, sb + soff[i]);
         ret = pcr_tokshard_add(sw, blob, (size_t)bl, &offs[i]);
         lens[i] = (uint64_t)bl;
         size += (uint64_t)bl;
@@ -704,6 +727,8 @@ int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *it
                                      .height = it->h,
                                      .src_size = (int64_t)lens[i],
                                      .checksum = pcr_xxh64(npy, nsz),
+                                     .sums = sb + soff[i],
+                                     .sums_len = soff[i + 1] - soff[i],
                                  });
     }
     if (ret)
@@ -713,6 +738,8 @@ int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *it
 out:
     free(offs);
     free(lens);
+    free(soff);
+    free(sb);
     free(blob);
     free(npy);
     return ret;

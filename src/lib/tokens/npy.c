@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pcrfs/tokens.h"
-#include "internal.h"
-#include "tokens_internal.h"
+#include "common/internal.h"
+#include "tokens/tokens_internal.h"
 
 #define NPY_MAGIC     "\x93NUMPY"
 #define NPY_MAGIC_LEN 6

@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #define PCR_INDEX_APP_ID  0x50435246 /* "PCRF" in PRAGMA application_id */
-#define PCR_INDEX_VERSION 1          /* PRAGMA user_version */
+#define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums) */
 
 struct pcr_index;
 
@@ -46,6 +46,9 @@ struct pcr_index_file {
     int64_t width, height, components, src_size;
     uint64_t checksum;
     const char *note; /* NULL when none */
+    int64_t trailer;  /* 1: the last chunk is the bytes after the image's EOI */
+    const uint8_t *sums; /* u32 LE per PCR_SUM_BLOCK block of each chunk (pcrfs(5)) */
+    size_t sums_len;
 };
 
 typedef int (*pcr_index_dir_cb)(void *ctx, const struct pcr_index_dir *row);

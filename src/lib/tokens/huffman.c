@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <assert.h>
-#include "tokens_internal.h"
+#include "tokens/tokens_internal.h"
 
 struct sym_freq {
     uint64_t f;

@@ -28,9 +28,9 @@
 #include "pcrfs/store.h"
 #include "pcrfs/jpeg.h"
 #include "pcrfs/tokens.h"
-#include "index.h"
-#include "internal.h"
-#include "record.h"
+#include "format/index.h"
+#include "common/internal.h"
+#include "format/record.h"
 
 #define MAX_NAME     255     /* NAME_MAX: longer names cannot be served by the kernel */
 #define MAX_NOTE     512
@@ -57,6 +57,7 @@ struct pcr_file {
     uint64_t id, dir;
     const char *name;
     const uint8_t *chunks; /* validated varint pairs (offset in group, length) */
+    const uint8_t *sums;   /* u32 LE per PCR_SUM_BLOCK block of each chunk, in order */
     const char *note;      /* NULL unless verbatim with a reason */
     uint64_t size_full;    /* bytes served at level L, EOI included */
     uint64_t src_size, checksum;
@@ -64,6 +65,7 @@ struct pcr_file {
     uint32_t width, height;
     uint16_t chunks_len;
     uint8_t kind, nchunks, components, levels;
+    uint8_t trailer;       /* 1: the last chunk is served after the EOI, top level only */
 };
 
 struct dirfiles {
@@ -147,7 +149,8 @@ static char *arena_str(struct pcr_store *s, const void *p, size_t n)
 {
     char *c = arena_alloc(s, n + 1);
     if (c) {
-        memcpy(c, p, n);
+        if (n)
+            memcpy(c, p, n);
         c[n] = '\0';
     }
     return c;
@@ -642,7 +645,7 @@ struct fileload {
 /* Decode and bounds-check a chunk table against its record. @return the bytes
  * served at level L, or 0 with *why set. */
 static uint64_t check_chunks(const struct rec *r, const uint8_t *p, size_t len, unsigned n,
-                             const char **why)
+                             uint64_t *nsums, const char **why)
 {
     uint64_t off, l, total = 0;
     size_t pos = 0, k;
@@ -671,6 +674,7 @@ static uint64_t check_chunks(const struct rec *r, const uint8_t *p, size_t len, 
             return 0;
         }
         total += l;
+        *nsums += pcr_sum_blocks(l);
     }
     if (pos != len) {
         *why = "chunk table has trailing bytes";
@@ -688,7 +692,7 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
     struct pcr_file *f, *prev = df->n ? &df->f[df->n - 1] : NULL;
     const char *why = NULL;
     char *name;
-    uint64_t total;
+    uint64_t total, nsums = 0;
 
     if (df->n >= fl->d->nfiles)
         return 0;
@@ -717,9 +721,18 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
     if (why)
         goto reject;
     total = check_chunks(&s->recs[row->record - 1], row->chunks, row->chunks_len,
-                         (unsigned)row->nchunks, &why);
+                         (unsigned)row->nchunks, &nsums, &why);
     if (why)
         goto reject;
+    if (row->trailer != 0 && (row->trailer != 1 || row->kind != PCR_KIND_JPEG ||
+                              row->nchunks < 2)) {
+        why = "bad trailer flag";
+        goto reject;
+    }
+    if (row->sums_len != 4 * nsums || (nsums && !row->sums)) {
+        why = "checksum table does not match its chunks";
+        goto reject;
+    }
     if (row->kind == PCR_KIND_JPEG)
         total += 2;
     if (row->kind == PCR_KIND_TOKENS) {
@@ -767,12 +780,14 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
     f->name = name;
     f->chunks = (const uint8_t *)arena_str(s, row->chunks, row->chunks_len);
     f->chunks_len = (uint16_t)row->chunks_len;
+    f->sums = (const uint8_t *)arena_str(s, row->sums, row->sums_len);
+    f->trailer = (uint8_t)row->trailer;
     f->note = NULL;
     if (row->note && row->note[0]) {
         size_t nl = strnlen(row->note, MAX_NOTE);
         f->note = arena_str(s, row->note, nl);
     }
-    if (!f->chunks)
+    if (!f->chunks || !f->sums)
         return -ENOMEM;
     f->size_full = total;
     f->src_size = row->src_size > 0 ? (uint64_t)row->src_size : 0;

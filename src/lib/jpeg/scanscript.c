@@ -49,7 +49,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "pcrfs/jpeg.h"
-#include "internal.h"
+#include "common/internal.h"
 
 #define MAX_AH_AL      10 /* libjpeg-turbo's limit for 8-bit samples (jcmaster.c) */
 #define MAX_COMPS      4  /* components a script may name (scan and frame) */

@@ -1,7 +1,7 @@
 /* pcrfs — the log hook (see pcrfs/log.h). */
 #include <stdio.h>
 #include <stdarg.h>
-#include "internal.h"
+#include "common/internal.h"
 
 /* Messages are one line, and they often quote bytes from a store or a source file:
  * control characters (newlines, terminal escapes) become '?', so no input can forge

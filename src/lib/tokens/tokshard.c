@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "pcrfs/tokens.h"
-#include "internal.h"
+#include "common/internal.h"
 
 #define SHARD_MAGIC "PCRTOKS\n"
 #define WBUF        (1u << 20)
