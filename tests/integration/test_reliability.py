@@ -168,8 +168,17 @@ class Fixture:
     @classmethod
     def make_fixture(cls, tokens=False):
         """With @tokens, the store also holds a token grid per image (mktokens.py
-        tree, imported with mkpcrfs --tokens) and want[] the tokens/ view too."""
+        tree, imported with mkpcrfs --tokens) and want[] the tokens/ view too.
+        A failure removes what was made (tearDownClass does not run then)."""
         cls.tmp = tempfile.mkdtemp(prefix="pcrfs-rel-", dir=os.environ.get("PCRFS_TEST_TMPDIR"))
+        try:
+            cls._make_fixture(tokens)
+        except BaseException:
+            cls.remove_fixture()
+            raise
+
+    @classmethod
+    def _make_fixture(cls, tokens):
         src = os.path.join(cls.tmp, "src")
         cls.store = os.path.join(cls.tmp, "store.pcr")
         mu.run([mu.PYTHON, os.path.join(mu.SRCROOT, "tests", "gen", "mkdataset.py"), "--out",
