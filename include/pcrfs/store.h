@@ -109,7 +109,8 @@ struct pcr_file_info {
     uint64_t id, dir;
     const char *name;
     enum pcr_kind kind;
-    unsigned nchunks;
+    unsigned nchunks;                   /* scan chunks (the trailer is not one) */
+    uint64_t trailer;                   /* bytes after the EOI kept from the source, or 0 */
     unsigned width, height, components; /* 0 for verbatim files */
     uint64_t record;                    /* record id */
     uint64_t src_size;                  /* size of the source file */
@@ -150,9 +151,10 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
                         size_t len, uint64_t off);
 
 /* Limit the bytes read from record files, all threads together, to @bytes_per_sec
- * (0 lifts the limit): a token bucket with a burst of 1/8 s of traffic. It emulates
- * slow storage the way PCR's own experiments throttled reads, so that the effect
- * of reading fewer bytes per image can be measured on a fast local disk. */
+ * (0 lifts the limit): the bandwidth shim of pcrfs/backend.h put in front of the
+ * store's backend. It emulates slow storage the way PCR's own experiments throttled
+ * reads, so that the effect of reading fewer bytes per image can be measured on a
+ * fast local disk. Call it before reads start. */
 void pcr_store_set_bwlimit(struct pcr_store *s, uint64_t bytes_per_sec);
 
 /* Counters since open, for /.pcrfs/stats. level[K] counts reads at level K

@@ -422,10 +422,13 @@ class RecordFaults(Fixture, unittest.TestCase):
         self.finish(mnt, expect_errors=True)
 
     def test_replace_and_unlink_records_while_reading(self):
+        """The daemon holds every record open from mount time (pcrfs(1), "A rebuild
+        under a mount"): records replaced by rename or unlinked under it, used or not
+        yet, keep serving the bytes that were mounted."""
         store, mnt = self.mounted_copy()
         rdir = os.path.join(store, "records")
         used, unlinked, fresh = self.records[1], self.records[3], self.records[4]
-        # the daemon opens @used and @unlinked now; @fresh stays unopened
+        # @used and @unlinked are read now; @fresh is first read after the swap
         for rec in (used, unlinked):
             key = ("scan1", self.files_of(rec)[0])
             self.assertEqual(self.read_now(mnt, key), self.want[key])
@@ -441,19 +444,39 @@ class RecordFaults(Fixture, unittest.TestCase):
         os.unlink(os.path.join(rdir, unlinked))
         time.sleep(2.0)
         r = self.stop_readers()
-        self.assertEqual(r.eio, {}, "EIO for a record replaced after its first use")
+        self.assertEqual(r.eio, {}, "EIO for a record replaced under the mount")
         print("\n[replace] %d right reads while %s and %s were replaced by rename and %s "
               "unlinked; no EIO" % (r.ok, used, fresh, unlinked), file=sys.stderr)
-        # replaced or unlinked after first use: the old inode, every byte right
-        self.assert_served(mnt, others)
-        # replaced before first use: checked at first use, refused
-        self.assert_all_eio(mnt, fresh)
+        # every record, the one first read only now included: the mounted bytes
+        self.assert_served(mnt, self.records)
         err = self.mount.stderr()
-        self.assertIn(fresh, err)
-        self.assertIn("bad magic", err)
-        self.assertNotIn(used, err)
-        self.assertNotIn(unlinked, err)
-        self.finish(mnt, expect_errors=True)
+        for rec in (used, fresh, unlinked):
+            self.assertNotIn(rec, err)
+        self.finish(mnt, expect_errors=False)
+
+    def test_rebuild_under_mount(self):
+        """mkpcrfs --force over the mounted store's own path (a new layout: other
+        records, other offsets) while readers run: the mount keeps serving exactly the
+        store it mounted, every file of every view, until it is remounted."""
+        store, mnt = self.mounted_copy()
+        key = ("scan1", self.files_of(self.records[0])[0])
+        self.assertEqual(self.read_now(mnt, key), self.want[key])
+        # readers on the first record only: the others are first read after the
+        # rebuild, which lazily opened records would not survive
+        self.readers = Readers(mnt, self.want, self.keys(self.records[:1]), nthreads=4).start()
+        time.sleep(0.5)
+        p = mu.run([mu.program("MKPCRFS"), "-q", "-f", "-j", "2", "-n", "3",
+                    os.path.join(self.tmp, "src"), store])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotEqual(record_layout(store), self.layout, "the rebuild changed nothing")
+        time.sleep(1.0)
+        r = self.stop_readers()
+        self.assertEqual(r.eio, {}, "EIO after a rebuild under the mount")
+        self.assert_served(mnt, self.records)
+        print("\n[rebuild] %d right reads while the store was rebuilt in place with another "
+              "layout; every file of every view still the mounted bytes" % r.ok, file=sys.stderr)
+        self.assertNotIn("error", self.mount.stderr())
+        self.finish(mnt, expect_errors=False)
 
     def test_overwrite_record_in_place(self):
         store, mnt = self.mounted_copy()
@@ -486,18 +509,17 @@ class RecordFaults(Fixture, unittest.TestCase):
               "magic of %s were overwritten" % (r.ok, victim, header_victim), file=sys.stderr)
         # level 1 does not include chunk 2: unchanged
         self.assertEqual(self.read_now(mnt, ("scan1", rel)), self.want[("scan1", rel)])
-        # level 2 and up: exactly the new bytes at the spot, the rest unchanged
-        at = sum(e - s for s, e in self.layout[rel][1][:1]) + (pos - start)
+        # level 2 and up read the damaged block: its checksum fails, EIO, never the
+        # changed bytes (pcrfs(5), chunk checksums)
         for view in ("scan2", "scan5", "full"):
-            want = self.want[(view, rel)]
-            expect = want[:at] + new + want[at + 8:]
-            self.assertNotEqual(expect, want)
-            self.assertEqual(self.read_now(mnt, (view, rel)), expect,
-                             "in-place overwrite: the daemon serves the file's bytes as they are")
+            self.assertEqual(self.read_now(mnt, (view, rel)), errno.EIO,
+                             "in-place overwrite inside a chunk must fail with EIO")
         self.assert_all_eio(mnt, header_victim)
+        err = self.mount.stderr()
+        self.assertEqual(err.count("checksum mismatch"), 1, "logged once per file: " + err)
         self.assert_served(mnt, others)
         self.finish(mnt, expect_errors=True)
-        # what the daemon does not see, pcrinfo --verify does: exit 1, the file named
+        # pcrinfo --verify finds it too: exit 1, the file named
         p = mu.run([mu.program("PCRINFO"), "--verify", store])
         out = (p.stdout + p.stderr).decode(errors="replace")
         self.assertEqual(p.returncode, 1, out)

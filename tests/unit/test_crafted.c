@@ -1234,14 +1234,16 @@ static void test_chunk_ranges(void)
     }
     discard(p);
 
-    /* Two files whose chunks overlap: the reader cannot see it without loading every
-     * file of the record, and it is harmless for safety (the bytes are inside the
-     * record, bounds-checked): file 6 is served file 5's bytes, which its checksum in
-     * the index would expose to a verifier. This pins down that nothing worse happens. */
+    /* Two files whose chunks overlap, their block checksums copied too: the reader
+     * cannot see it without loading every file of the record, and it is harmless for
+     * safety (the bytes are inside the record, bounds-checked): file 6 is served file
+     * 5's bytes, which its full-file checksum in the index exposes to a verifier.
+     * This pins down that nothing worse happens. */
     p = clone("chunks-overlap");
     get_chunks(p, 5, v);
     put_chunks(p, 6, v, 2);
     sql(p, "UPDATE files SET size = %llu WHERE id = 6", (unsigned long long)v[1]);
+    sql(p, "UPDATE files SET sums = (SELECT sums FROM files WHERE id = 5) WHERE id = 6");
     log_reset();
     s = open_ok(p, "chunks-overlap");
     if (s) {
@@ -1251,6 +1253,31 @@ static void test_chunk_ranges(void)
         CHECK(pcr_store_read(s, f, LEVELS, buf, v[1], 0) == (ssize_t)v[1] &&
                   !memcmp(buf, files[4].data, v[1]),
               "overlapping file serves the bytes it points at");
+        free(buf);
+        pcr_store_close(s);
+    }
+    discard(p);
+
+    /* The same overlap with file 6's own block checksums: its blocks do not match the
+     * bytes it now points at, so every read of it fails with EIO (logged once), and
+     * file 5 still serves. */
+    p = clone("chunks-overlap-sums");
+    get_chunks(p, 5, v);
+    put_chunks(p, 6, v, 2);
+    sql(p, "UPDATE files SET size = %llu WHERE id = 6", (unsigned long long)v[1]);
+    log_reset();
+    s = open_ok(p, "chunks-overlap-sums");
+    if (s) {
+        const struct pcr_file *f;
+        uint8_t *buf = malloc(v[1]);
+        CHECK(pcr_store_file(s, 6, &f) == 0, "overlapping file accepted");
+        CHECK(pcr_store_read(s, f, LEVELS, buf, v[1], 0) == -EIO, "checksum mismatch: EIO");
+        CHECK(pcr_store_read(s, f, LEVELS, buf, 1, 0) == -EIO, "again: EIO");
+        CHECK(log_count("file 6: checksum mismatch") == 1, "logged once: %s", logbuf);
+        CHECK(pcr_store_file(s, 5, &f) == 0 &&
+                  pcr_store_read(s, f, LEVELS, buf, v[1], 0) == (ssize_t)v[1] &&
+                  !memcmp(buf, files[4].data, v[1]),
+              "file 5 still served");
         free(buf);
         pcr_store_close(s);
     }

@@ -53,10 +53,13 @@ static void make_data(void)
         struct tfile *t = &files[i];
         size_t n = 0;
         if (t->kind == PCR_KIND_VERBATIM) {
-            t->len = !strcmp(t->name, "empty") ? 0 : 100 + rnd() % 3000;
+            /* r2.bin spans three checksum blocks (test_flipped) */
+            t->len = !strcmp(t->name, "empty")    ? 0
+                     : !strcmp(t->name, "r2.bin") ? 150000
+                                                  : 100 + rnd() % 3000;
             t->data = malloc(t->len + 1);
             for (size_t k = 0; k < t->len; k++)
-                t->data[k] = (uint8_t)rnd();
+                t->data[k] = (uint8_t)(rnd() >> 8); /* high bits: period 2^24 */
             continue;
         }
         t->split.nchunks = t->nchunks;
@@ -232,8 +235,8 @@ static void test_read(const char *path)
 static void test_damaged(const char *path)
 {
     struct pcr_store *s;
-    char err[512], rec[600];
-    uint8_t buf[100000];
+    char err[512], rec[700];
+    static uint8_t buf[200000];
     const struct pcr_file *f;
     struct pcr_file_info info;
 
@@ -255,6 +258,91 @@ static void test_damaged(const char *path)
     pcr_store_close(s);
 }
 
+/* Where @needle (16 bytes) first lies in @hay, or -1. */
+static long find_first(const uint8_t *hay, size_t n, const uint8_t *needle)
+{
+    for (size_t i = 0; i + 16 <= n; i++)
+        if (!memcmp(hay + i, needle, 16))
+            return (long)i;
+    return -1;
+}
+
+static void flip(const char *rec, long at)
+{
+    int fd = open(rec, O_RDWR);
+    uint8_t b;
+    CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1, "read %s", rec);
+    b ^= 0x40;
+    CHECK(pwrite(fd, &b, 1, at) == 1, "flip a byte of %s", rec);
+    close(fd);
+}
+
+/* One byte flipped inside a stored chunk (pcrfs(5), chunk checksums): every read
+ * that touches its 64 KiB block fails with EIO, reads that do not are served, other
+ * files are untouched (the log line is checked by test_reliability.py). Needs the
+ * one-record store. */
+static void test_flipped(const char *path)
+{
+    struct pcr_store *s;
+    const struct pcr_file *f1, *f2;
+    char err[512], rec[700];
+    static uint8_t buf[200000], recbuf[400000];
+    size_t n;
+    unsigned c;
+    FILE *fp;
+
+    snprintf(rec, sizeof(rec), "%s/records/000001.pcr", path);
+    fp = fopen(rec, "rb");
+    CHECK(fp != NULL, "open %s", rec);
+    if (!fp)
+        return;
+    n = fread(recbuf, 1, sizeof(recbuf), fp);
+    fclose(fp);
+    /* file 1 (r1.JPEG): a chunk of 16+ bytes after chunk 0, each byte == its index */
+    for (c = 1; c < files[0].nchunks; c++)
+        if (files[0].split.end[c] - files[0].split.end[c - 1] >= 16)
+            break;
+    CHECK(c < files[0].nchunks, "a chunk of 16 bytes");
+    long at1 = find_first(recbuf, n, files[0].data + files[0].split.end[c - 1]);
+    long at2 = find_first(recbuf, n, files[1].data + 70000); /* r2.bin, block 1 */
+    CHECK(at1 >= 0 && at2 >= 0, "found the chunks in the record (%ld, %ld)", at1, at2);
+    if (at1 < 0 || at2 < 0)
+        return;
+    flip(rec, at1 + 3);
+    flip(rec, at2 + 5);
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
+    CHECK(pcr_store_file(s, 1, &f1) == 0 && pcr_store_file(s, 2, &f2) == 0, "files 1, 2");
+    for (unsigned level = 1; level <= LEVELS; level++) {
+        size_t elen;
+        uint8_t *e = expected(&files[0], level, &elen);
+        ssize_t got = pcr_store_read(s, f1, level, buf, sizeof(buf), 0);
+        if (level <= c)
+            CHECK(got == (ssize_t)elen && !memcmp(buf, e, elen), "level %u before the flip",
+                  level);
+        else
+            CHECK(got == -EIO, "level %u reads the flipped chunk: %zd", level, got);
+        free(e);
+    }
+    /* r2.bin: blocks 0 and 2 still served, block 1 fails, alone or in a larger read */
+    CHECK(pcr_store_read(s, f2, LEVELS, buf, 65536, 0) == 65536 &&
+              !memcmp(buf, files[1].data, 65536),
+          "block 0 of r2.bin served");
+    CHECK(pcr_store_read(s, f2, LEVELS, buf, 100, 140000) == 100 &&
+              !memcmp(buf, files[1].data + 140000, 100),
+          "block 2 of r2.bin served");
+    CHECK(pcr_store_read(s, f2, LEVELS, buf, 10, 65536 + 100) == -EIO, "block 1: EIO");
+    CHECK(pcr_store_read(s, f2, LEVELS, buf, sizeof(buf), 0) == -EIO, "whole file: EIO");
+    for (uint64_t id = 3; id <= NFILES; id++) {
+        const struct pcr_file *f;
+        CHECK(pcr_store_file(s, id, &f) == 0, "file %llu", (unsigned long long)id);
+        CHECK(pcr_store_read(s, f, LEVELS, buf, sizeof(buf), 0) == (ssize_t)files[id - 1].len,
+              "file %llu of the same record served", (unsigned long long)id);
+    }
+    pcr_store_close(s);
+    flip(rec, at1 + 3); /* undo: test_damaged wants the record intact but for its cut */
+    flip(rec, at2 + 5);
+}
+
 /* The token bucket may never let bytes through faster than its rate (beyond the
  * 1/8 s burst). Only a lower bound on time is asserted: a slow machine cannot
  * make this fail. */
@@ -264,8 +352,8 @@ static void test_bwlimit(const char *path)
     const struct pcr_file *f;
     struct timespec a, b;
     char err[512];
-    uint8_t buf[100000];
-    uint64_t total = 0, rate = 200000;
+    static uint8_t buf[200000];
+    uint64_t total = 0, rate = 400000;
 
     CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
     pcr_store_set_bwlimit(s, rate);
@@ -342,6 +430,20 @@ int main(void)
     CHECK(build(other, true, 3, err, sizeof(err)) < 0, "force on a non-store refused");
     CHECK(stat(cmd, &sb) == 0, "non-store left intact");
 
+    test_flipped(path);
+
+    /* records/ as a symbolic link (even to an intact copy) is refused at open */
+    {
+        char real[700], link[700];
+        struct pcr_store *s;
+        snprintf(real, sizeof(real), "%s/records.real", path);
+        snprintf(link, sizeof(link), "%s/records", path);
+        CHECK(rename(link, real) == 0 && symlink("records.real", link) == 0, "symlink setup");
+        CHECK(pcr_store_open(path, &s, err, sizeof(err)) == -ENOTDIR &&
+                  strstr(err, "symbolic link"),
+              "records/ symlink refused: %s", err);
+        CHECK(unlink(link) == 0 && rename(real, link) == 0, "symlink undo");
+    }
     test_damaged(path);
 
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);

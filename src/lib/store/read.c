@@ -1,0 +1,606 @@
+/* pcrfs — the read path: (file, level, offset, length) -> a plan of segments ->
+ * one backend call -> checked bytes.
+ *
+ * A file at a level is a list of segments (the plan): for a JPEG, chunks 0..m-1 of
+ * its record (chunk 0 carries the header markers and scan 1), then the EOI marker,
+ * then at the top level the bytes that followed the source's EOI (the trailer
+ * chunk); a verbatim file is its one chunk; a token file is rendered in memory.
+ * Every reader goes through read_plan(): the handles of pcr_handle_open(), the
+ * open-less pcr_store_pread() of the FUSE driver, and the tools.
+ *
+ * Checksums. Each chunk is cut into PCR_SUM_BLOCK-byte blocks with a checksum each
+ * (pcrfs(5)). read_plan() widens every chunk range it reads to whole blocks, reads
+ * all of them in one backend call, verifies every block and only then copies out
+ * what was asked: a flipped byte fails the reads that touch its block with EIO (the
+ * file is logged once), never reaches a reader, and costs at most a block on each
+ * side of a request. Warm reads are served by the kernel's page cache and never get
+ * here, so the check costs once per page-cache fill.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "pcrfs/tokens.h"
+#include "format/record.h"
+#include "store/store_internal.h"
+
+enum seg_type {
+    SEG_CHUNK, /* bytes of the record */
+    SEG_EOI,   /* FF D9 */
+};
+
+struct seg {
+    uint64_t off;    /* SEG_CHUNK: absolute offset in the record */
+    uint64_t len;
+    uint32_t sum;    /* SEG_CHUNK: index in f->sums of the chunk's first block */
+    uint32_t type;   /* enum seg_type */
+};
+
+#define MAX_SEGS (PCR_MAX_CHUNKS + 2)
+
+struct plan {
+    uint64_t size;
+    unsigned n, level; /* level clamped to 1..L, for the counters */
+    struct seg seg[MAX_SEGS];
+};
+
+struct pcr_handle {
+    struct pcr_store *s;
+    const struct pcr_file *f;
+    struct rec *r;
+    uint8_t *mem;      /* a file rendered in memory (token files), or NULL */
+    uint64_t size;
+    unsigned level, nseg;
+    struct seg seg[];
+};
+
+static const uint8_t eoi[2] = {0xFF, 0xD9};
+
+static struct pcr_backend *backend(const struct pcr_store *s)
+{
+    const struct pcr_store *root = s->parent ? s->parent : s;
+    return __atomic_load_n(&root->be, __ATOMIC_ACQUIRE);
+}
+
+/* ---- chunk arithmetic ---- */
+
+/* The trailer chunk, if any, is not a scan. */
+static unsigned scans_of(const struct pcr_file *f)
+{
+    return (unsigned)f->nchunks - f->trailer;
+}
+
+/* Scan chunks served at @level: all at the top level, else min(level, nscans). A
+ * level that serves every scan serves the whole file, trailer included (pcrfs(5)):
+ * the trailer lies in the group after the image's last scan, so this is also what
+ * a prefix read of the record up to that level holds. */
+static unsigned chunks_at(const struct pcr_file *f, unsigned level)
+{
+    unsigned nscans = scans_of(f);
+
+    if (level < 1)
+        level = 1;
+    if (level >= f->levels || level >= nscans)
+        return nscans;
+    return level;
+}
+
+static unsigned clamp_level(const struct pcr_store *s, unsigned level)
+{
+    return level < 1 ? 1 : level > s->levels ? s->levels : level;
+}
+
+/* The plan of @f at @level (for JPEG and verbatim files; token files are rendered). */
+static void plan_make(const struct pcr_store *s, const struct pcr_file *f, const struct rec *r,
+                      unsigned level, struct plan *p)
+{
+    struct chunk_iter it = chunk_iter(f);
+    unsigned m = chunks_at(f, level);
+    bool top = f->kind != PCR_KIND_JPEG || m == scans_of(f);
+    uint64_t off, len;
+    uint32_t sum = 0;
+
+    p->n = 0;
+    p->size = 0;
+    p->level = clamp_level(s, level);
+    for (unsigned i = 0; i < f->nchunks; i++) {
+        chunk_next(&it, &off, &len);
+        if (i == m && f->kind == PCR_KIND_JPEG) {
+            p->seg[p->n++] = (struct seg){.len = 2, .type = SEG_EOI};
+            p->size += 2;
+            if (!top || !f->trailer)
+                break;
+        }
+        p->seg[p->n++] = (struct seg){.off = r->goff[i] + off, .len = len, .sum = sum,
+                                      .type = SEG_CHUNK};
+        p->size += len;
+        sum += (uint32_t)pcr_sum_blocks(len);
+    }
+    if (f->kind == PCR_KIND_JPEG && m == f->nchunks) { /* no trailer: EOI last */
+        p->seg[p->n++] = (struct seg){.len = 2, .type = SEG_EOI};
+        p->size += 2;
+    }
+}
+
+uint64_t pcr_file_size(const struct pcr_file *f, unsigned level)
+{
+    struct chunk_iter it = chunk_iter(f);
+    unsigned m = chunks_at(f, level);
+    uint64_t off, len, total = 2;
+
+    if (f->kind != PCR_KIND_JPEG || m == scans_of(f))
+        return f->size_full;
+    for (unsigned i = 0; i < m; i++) {
+        chunk_next(&it, &off, &len);
+        total += len;
+    }
+    return total;
+}
+
+uint64_t pcr_file_chunk_len(const struct pcr_file *f, unsigned i)
+{
+    struct chunk_iter it = chunk_iter(f);
+    uint64_t off, len = 0;
+
+    if (i >= f->nchunks)
+        return 0;
+    for (unsigned k = 0; k <= i; k++)
+        chunk_next(&it, &off, &len);
+    return len;
+}
+
+void pcr_file_info(const struct pcr_file *f, struct pcr_file_info *out)
+{
+    out->id = f->id;
+    out->dir = f->dir;
+    out->name = f->name;
+    out->kind = (enum pcr_kind)f->kind;
+    out->nchunks = scans_of(f);
+    out->trailer = f->trailer ? pcr_file_chunk_len(f, f->nchunks - 1u) : 0;
+    out->width = f->width;
+    out->height = f->height;
+    out->components = f->components;
+    out->record = f->record;
+    out->src_size = f->src_size;
+    out->checksum = f->checksum;
+    out->note = f->note ? f->note : "";
+}
+
+/* ---- records ---- */
+
+/* A token shard's header (see pcrfs/tokens.h) against the index and the model. */
+static const char *check_shard_hdr(const struct pcr_store *s, const struct rec *r,
+                                   const uint8_t hdr[PCR_RECORD_HDR])
+{
+    uint64_t v[4] = {0};
+    static const int off[4] = {8, 12, 16, 24}, len[4] = {4, 4, 8, 8};
+
+    if (memcmp(hdr, "PCRTOKS\n", 8) != 0)
+        return "bad magic (not a pcrfs token shard)";
+    for (int i = 0; i < 4; i++)
+        for (int k = len[i] - 1; k >= 0; k--)
+            v[i] = (v[i] << 8) | hdr[off[i] + k];
+    if (v[0] != PCR_TOKSHARD_VERSION || v[1] != r->nimages ||
+        v[2] != pcr_tok_model_id(s->model) || v[3] + PCR_TOKSHARD_HEADER != r->size)
+        return "header disagrees with the index";
+    return NULL;
+}
+
+static const char *check_record_hdr(struct pcr_store *s, struct rec *r)
+{
+    struct pcr_backend *b = backend(s);
+    uint8_t hdr[PCR_RECORD_HDR];
+    struct pcr_record_hdr h;
+    struct pcr_range rg = {.off = 0, .len = sizeof(hdr), .buf = hdr};
+
+    if (b->ops->read(b, r->obj, &rg, 1) != 0)
+        return "cannot read its header";
+    if (s->tree == PCR_TREE_TOKENS)
+        return check_shard_hdr(s, r, hdr);
+    if (pcr_record_hdr_decode(hdr, &h) != 0)
+        return "bad magic (not a pcrfs record)";
+    if (h.version != PCR_RECORD_VERSION || h.ngroups != r->ngroups || h.nimages != r->nimages ||
+        h.size != r->size)
+        return "header disagrees with the index";
+    return NULL;
+}
+
+struct rec *store_record(struct pcr_store *s, const struct pcr_file *f)
+{
+    struct rec *r = &s->recs[f->record - 1];
+    int state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+    const char *why;
+
+    if (state == REC_OK)
+        return r;
+    if (state == REC_BAD)
+        return NULL;
+    if (!__atomic_load_n(&r->obj, __ATOMIC_ACQUIRE) && store_open_record(s, r) != 0)
+        return NULL;
+    pthread_mutex_lock(&s->rec_lock);
+    if (r->state == REC_UNCHECKED) {
+        why = check_record_hdr(s, r);
+        if (why)
+            pcr_log(PCR_LOG_ERR, "record %s: %s; its files fail with EIO", r->name, why);
+        __atomic_store_n(&r->state, why ? REC_BAD : REC_OK, __ATOMIC_RELEASE);
+    }
+    state = r->state;
+    pthread_mutex_unlock(&s->rec_lock);
+    return state == REC_OK ? r : NULL;
+}
+
+/* ---- per-thread scratch ---- */
+
+struct tls {
+    uint8_t *buf; /* scratch for block-widened reads */
+    size_t cap;
+    /* the token file last rendered by this thread (open-less reads) */
+    uint64_t tok_gen, tok_id;
+    uint8_t *tok_mem;
+    size_t tok_len;
+};
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void tls_free(void *arg)
+{
+    struct tls *t = arg;
+
+    if (t) {
+        free(t->buf);
+        free(t->tok_mem);
+        free(t);
+    }
+}
+
+static void tls_init(void)
+{
+    pthread_key_create(&tls_key, tls_free);
+}
+
+static struct tls *tls_get(void)
+{
+    struct tls *t;
+
+    pthread_once(&tls_once, tls_init);
+    t = pthread_getspecific(tls_key);
+    if (!t) {
+        t = calloc(1, sizeof(*t));
+        if (t && pthread_setspecific(tls_key, t) != 0) {
+            free(t);
+            t = NULL;
+        }
+    }
+    return t;
+}
+
+void store_thread_done(void)
+{
+    pthread_once(&tls_once, tls_init);
+    tls_free(pthread_getspecific(tls_key));
+    pthread_setspecific(tls_key, NULL);
+}
+
+static uint8_t *scratch(struct tls *t, size_t n)
+{
+    if (n > t->cap) {
+        size_t c = t->cap ? t->cap : 256 * 1024;
+        while (c < n)
+            c *= 2;
+        uint8_t *p = realloc(t->buf, c);
+        if (!p)
+            return NULL;
+        t->buf = p;
+        t->cap = c;
+    }
+    return t->buf;
+}
+
+/* ---- the one read routine ---- */
+
+static uint32_t sum_at(const struct pcr_file *f, uint64_t i)
+{
+    const uint8_t *p = f->sums + 4 * i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* One chunk range being read: block-aligned [a, a + span) of segment @seg, of which
+ * [in, in + take) goes to the reader at out + done. */
+struct piece {
+    const struct seg *seg;
+    uint64_t a, span, in;
+    size_t take, done;
+    uint8_t *data; /* where the span is read to: the reader's buffer or scratch */
+};
+
+static int verify(const struct pcr_file *f, const struct piece *pc)
+{
+    uint64_t first = pc->a / PCR_SUM_BLOCK;
+
+    for (uint64_t at = 0; at < pc->span; at += PCR_SUM_BLOCK) {
+        size_t n = pc->span - at < PCR_SUM_BLOCK ? (size_t)(pc->span - at) : PCR_SUM_BLOCK;
+        if (pcr_sum32(pc->data + at, n) != sum_at(f, pc->seg->sum + first + at / PCR_SUM_BLOCK))
+            return -(int)(at / PCR_SUM_BLOCK) - 1;
+    }
+    return 0;
+}
+
+static ssize_t read_error(struct pcr_store *s, struct rec *r, int ret, uint64_t off)
+{
+    if (!__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
+        pcr_log(PCR_LOG_ERR, "record %s: %s at offset %llu; its files fail with EIO", r->name,
+                ret == -ENODATA ? "truncated" : strerror(-ret), (unsigned long long)off);
+    pcr_count(&s->stats.errors, 1);
+    return ret == -ENOMEM ? -ENOMEM : -EIO;
+}
+
+static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
+                         const struct seg *seg, unsigned nseg, uint64_t size, unsigned level,
+                         uint8_t *out, size_t len, uint64_t off)
+{
+    struct piece pc[MAX_SEGS];
+    struct pcr_range rg[MAX_SEGS];
+    struct pcr_backend *b = backend(s);
+    uint64_t pos = 0, bytes = 0;
+    size_t done = 0, need = 0;
+    unsigned np = 0;
+    struct tls *t = NULL;
+    uint8_t *tmp = NULL;
+    int ret;
+
+    if (off >= size)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    pcr_count(&s->stats.level[level].reads, 1);
+    /* which segments the request touches, each widened to whole checksum blocks */
+    for (unsigned i = 0; i < nseg && done < len; i++) {
+        uint64_t end = pos + seg[i].len;
+        if (off + done < end) {
+            uint64_t in = off + done - pos;
+            size_t take = end - (off + done) < len - done ? (size_t)(end - (off + done))
+                                                          : len - done;
+            if (seg[i].type == SEG_EOI) {
+                memcpy(out + done, eoi + in, take);
+            } else {
+                struct piece *p = &pc[np++];
+                uint64_t a = in / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
+                uint64_t z = (in + take + PCR_SUM_BLOCK - 1) / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
+                *p = (struct piece){.seg = &seg[i], .a = a, .span = (z < seg[i].len ? z
+                                                                     : seg[i].len) - a,
+                                    .in = in, .take = take, .done = done};
+                if (p->a != p->in || p->span != take)
+                    need += (size_t)p->span;
+            }
+            done += take;
+        }
+        pos = end;
+    }
+    if (need && (!(t = tls_get()) || !(tmp = scratch(t, need))))
+        return -ENOMEM;
+    for (unsigned i = 0; i < np; i++) {
+        struct piece *p = &pc[i];
+        if (p->a == p->in && p->span == p->take) {
+            p->data = out + p->done; /* exactly what was asked: no copy */
+        } else {
+            p->data = tmp;
+            tmp += p->span;
+        }
+        rg[i] = (struct pcr_range){.off = p->seg->off + p->a, .len = (size_t)p->span,
+                                   .buf = p->data};
+        bytes += p->span;
+    }
+    if (np) {
+        ret = b->ops->read(b, r->obj, rg, np);
+        if (ret)
+            return read_error(s, r, ret, rg[0].off);
+        pcr_count(&s->stats.level[level].bytes, bytes);
+    }
+    for (unsigned i = 0; i < np; i++) {
+        struct piece *p = &pc[i];
+        int bad = verify(f, p);
+        if (bad) {
+            if (!__atomic_exchange_n(&((struct pcr_file *)f)->damaged, 1, __ATOMIC_RELAXED))
+                pcr_log(PCR_LOG_ERR,
+                        "file %llu: checksum mismatch in record %s at offset %llu; its reads "
+                        "there fail with EIO",
+                        (unsigned long long)f->id, r->name,
+                        (unsigned long long)(p->seg->off + p->a +
+                                             (uint64_t)(-bad - 1) * PCR_SUM_BLOCK));
+            pcr_count(&s->stats.errors, 1);
+            return -EIO;
+        }
+        if (p->data != out + p->done)
+            memcpy(out + p->done, p->data + (p->in - p->a), p->take);
+    }
+    return (ssize_t)len;
+}
+
+/* ---- files rendered in memory: token grids ---- */
+
+/* A token file is decoded whole: the blob (about 1 kB) is read, checked and decoded
+ * into the NPY bytes the view serves, so reads are plain copies and a blob that does
+ * not decode fails the open (EIO), never a read in the middle of a file.
+ * @return 0 and a malloc()ed buffer of f->size_full bytes in *out. */
+static int token_render(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
+                        uint8_t **out)
+{
+    struct plan p;
+    size_t ntok = (size_t)f->width * f->height;
+    uint8_t *blob = NULL, *mem = NULL;
+    uint16_t *grid = NULL;
+    ssize_t n;
+    int ret = -ENOMEM;
+
+    plan_make(s, f, r, 1, &p);
+    blob = malloc(p.size ? p.size : 1);
+    grid = malloc(ntok * sizeof(*grid));
+    mem = malloc(f->size_full);
+    if (!blob || !grid || !mem)
+        goto out;
+    n = read_plan(s, f, r, p.seg, p.n, p.size, 1, blob, p.size, 0);
+    if (n != (ssize_t)p.size) {
+        ret = n < 0 ? (int)n : -EIO;
+        goto out;
+    }
+    ret = pcr_tok_decode(s->model, blob, p.size, f->height, f->width, grid);
+    if (ret) {
+        pcr_log(PCR_LOG_ERR, "token file %llu: its blob does not decode to %ux%u tokens",
+                (unsigned long long)f->id, f->height, f->width);
+        pcr_count(&s->stats.errors, 1);
+        ret = -EIO;
+        goto out;
+    }
+    if (pcr_npy_write_grid(f->height, f->width, grid, mem, f->size_full) != f->size_full) {
+        ret = -EIO;
+        goto out;
+    }
+    *out = mem;
+    mem = NULL;
+    ret = 0;
+out:
+    free(mem);
+    free(blob);
+    free(grid);
+    return ret;
+}
+
+/* ---- handles ---- */
+
+static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t len,
+                           uint64_t off)
+{
+    if (off >= size)
+        return 0;
+    if (len > size - off)
+        len = (size_t)(size - off);
+    memcpy(buf, mem + off, len);
+    return (ssize_t)len;
+}
+
+int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                    struct pcr_handle **out)
+{
+    struct rec *r = store_record(s, f);
+    struct pcr_handle *h;
+    struct plan p;
+    int ret;
+
+    if (!r) {
+        pcr_count(&s->stats.errors, 1);
+        return -EIO;
+    }
+    if (f->kind == PCR_KIND_TOKENS) {
+        h = calloc(1, sizeof(*h));
+        if (!h)
+            return -ENOMEM;
+        ret = token_render(s, f, r, &h->mem);
+        if (ret) {
+            free(h);
+            return ret;
+        }
+        h->size = f->size_full;
+        h->level = 1;
+    } else {
+        plan_make(s, f, r, level, &p);
+        h = malloc(sizeof(*h) + p.n * sizeof(h->seg[0]));
+        if (!h)
+            return -ENOMEM;
+        memcpy(h->seg, p.seg, p.n * sizeof(h->seg[0]));
+        h->mem = NULL;
+        h->nseg = p.n;
+        h->size = p.size;
+        h->level = p.level;
+    }
+    h->s = s;
+    h->f = f;
+    h->r = r;
+    pcr_count(&s->stats.level[h->level].opens, 1);
+    *out = h;
+    return 0;
+}
+
+uint64_t pcr_handle_size(const struct pcr_handle *h)
+{
+    return h->size;
+}
+
+ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
+{
+    if (h->mem) {
+        pcr_count(&h->s->stats.level[h->level].reads, 1);
+        return handle_copy(h->mem, h->size, buf, len, off);
+    }
+    return read_plan(h->s, h->f, h->r, h->seg, h->nseg, h->size, h->level, buf, len, off);
+}
+
+void pcr_handle_close(struct pcr_handle *h)
+{
+    if (h)
+        free(h->mem);
+    free(h);
+}
+
+ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                       size_t len, uint64_t off)
+{
+    struct pcr_handle *h;
+    ssize_t n;
+    int ret = pcr_handle_open(s, f, level, &h);
+
+    if (ret)
+        return ret;
+    n = pcr_handle_read(h, buf, len, off);
+    pcr_handle_close(h);
+    return n;
+}
+
+/* A token file read without a handle: rendered once into the calling thread's cache
+ * and served from there while the same thread keeps reading it (the kernel reads a
+ * file's pages in order, usually in one request for a ~2 kB .tok file). */
+static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
+                           void *buf, size_t len, uint64_t off)
+{
+    struct tls *t = tls_get();
+    uint8_t *mem;
+    int ret;
+
+    if (!t)
+        return -ENOMEM;
+    if (!(t->tok_mem && t->tok_gen == s->gen && t->tok_id == f->id)) {
+        ret = token_render(s, f, r, &mem);
+        if (ret)
+            return ret;
+        free(t->tok_mem);
+        t->tok_mem = mem;
+        t->tok_len = f->size_full;
+        t->tok_gen = s->gen;
+        t->tok_id = f->id;
+    }
+    if (off == 0)
+        pcr_count(&s->stats.level[1].opens, 1);
+    pcr_count(&s->stats.level[1].reads, 1);
+    return handle_copy(t->tok_mem, t->tok_len, buf, len, off);
+}
+
+/* pcr_handle_read() without the handle, for readers that keep none (the FUSE driver
+ * when the kernel sends no OPEN): the plan lives on the stack. A read at offset 0
+ * counts as an open (the driver's open-less reads have no other first moment). */
+ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                        size_t len, uint64_t off)
+{
+    struct rec *r = store_record(s, f);
+    struct plan p;
+
+    if (!r) {
+        pcr_count(&s->stats.errors, 1);
+        return -EIO;
+    }
+    if (f->kind == PCR_KIND_TOKENS)
+        return token_pread(s, f, r, buf, len, off);
+    plan_make(s, f, r, level, &p);
+    if (off == 0)
+        pcr_count(&s->stats.level[p.level].opens, 1);
+    return read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, off);
+}
