@@ -46,6 +46,14 @@ struct pcr_backend_ops {
      *         -EIO (a failed read), -ETIMEDOUT, -ENOMEM. */
     int (*read)(struct pcr_backend *b, struct pcr_object *o, const struct pcr_range *r,
                 unsigned n);
+    /* Optional (may be NULL): the reader is about to read [@off, @off + @len) of
+     * @o in order — a record's scan groups up to the level it reads. The POSIX
+     * backend passes it to the kernel (posix_fadvise WILLNEED) when asked to; an
+     * object-storage backend fetches the whole range in one request into its
+     * cache, so that the following reads of every file of the record are local.
+     * Called at most once per (record, larger prefix). @return 0 or a negative
+     * errno (the reads that follow report their own errors). */
+    int (*advise)(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len);
     /* The object's size in bytes, as found at open. */
     uint64_t (*size)(struct pcr_backend *b, const struct pcr_object *o);
     void (*close)(struct pcr_backend *b, struct pcr_object *o);
@@ -62,6 +70,10 @@ struct pcr_backend {
  * blocking on a FIFO planted where a record should be.
  * @return 0; -ENOENT, -ENOTDIR, -ENOMEM. */
 int pcr_backend_posix(const char *root, struct pcr_backend **out);
+/* Whether the POSIX backend passes advise() on to the kernel (default off: the
+ * kernel's own readahead serves sequential files; on, a record read in record
+ * order comes in as one sequential stream per scan group). */
+void pcr_backend_posix_readahead(struct pcr_backend *b, int on);
 
 /* A shim that limits the bytes read through @inner, all threads together, to
  * @bytes_per_sec (a token bucket with a burst of 1/8 s of traffic), as PCR's own

@@ -157,6 +157,12 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
  * fast local disk. Call it before reads start. */
 void pcr_store_set_bwlimit(struct pcr_store *s, uint64_t bytes_per_sec);
 
+/* Record-ordered readahead for local stores: on, the first read of a record at a
+ * level asks the kernel to read the record's scan groups up to that level
+ * (posix_fadvise WILLNEED), so a reader that goes record by record reads each
+ * record as one sequential prefix. Off by default. */
+void pcr_store_set_readahead(struct pcr_store *s, bool on);
+
 /* Counters since open, for /.pcrfs/stats. level[K] counts reads at level K
  * (1..L); bytes are bytes read from record files. */
 struct pcr_stats {

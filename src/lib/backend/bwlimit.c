@@ -64,6 +64,13 @@ static int bw_read(struct pcr_backend *b, struct pcr_object *o, const struct pcr
     return bw->inner->ops->read(bw->inner, o, r, n);
 }
 
+/* Advice passes through uncharged: the bytes are charged when they are read. */
+static int bw_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len)
+{
+    struct bw_backend *bw = (struct bw_backend *)b;
+    return bw->inner->ops->advise ? bw->inner->ops->advise(bw->inner, o, off, len) : 0;
+}
+
 static uint64_t bw_size(struct pcr_backend *b, const struct pcr_object *o)
 {
     struct bw_backend *bw = (struct bw_backend *)b;
@@ -87,6 +94,7 @@ static const struct pcr_backend_ops bw_ops = {
     .name = "bwlimit",
     .open = bw_open,
     .read = bw_read,
+    .advise = bw_advise,
     .size = bw_size,
     .close = bw_close,
     .destroy = bw_destroy,

@@ -22,6 +22,7 @@ struct posix_backend {
         int fd; /* O_PATH fd, or -errno if it could not be opened */
     } sub[MAX_SUBDIRS];
     unsigned nsub;
+    int readahead; /* pass advise() to the kernel (atomic) */
 };
 
 struct pcr_object {
@@ -134,6 +135,23 @@ static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct 
     return 0;
 }
 
+static int posix_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len)
+{
+    struct posix_backend *pb = (struct posix_backend *)b;
+
+    if (!__atomic_load_n(&pb->readahead, __ATOMIC_RELAXED))
+        return 0;
+    return -posix_fadvise(o->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+}
+
+void pcr_backend_posix_readahead(struct pcr_backend *b, int on)
+{
+    struct posix_backend *pb = (struct posix_backend *)b;
+
+    if (b->ops->open == posix_open)
+        __atomic_store_n(&pb->readahead, on, __ATOMIC_RELAXED);
+}
+
 static uint64_t posix_size(struct pcr_backend *b, const struct pcr_object *o)
 {
     (void)b;
@@ -165,6 +183,7 @@ static const struct pcr_backend_ops posix_ops = {
     .name = "posix",
     .open = posix_open,
     .read = posix_read,
+    .advise = posix_advise,
     .size = posix_size,
     .close = posix_close,
     .destroy = posix_destroy,

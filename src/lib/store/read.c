@@ -40,6 +40,7 @@ struct seg {
 
 struct plan {
     uint64_t size;
+    uint64_t prefix;   /* the record prefix a sequential reader at this level reads */
     unsigned n, level; /* level clamped to 1..L, for the counters */
     struct seg seg[MAX_SEGS];
 };
@@ -103,6 +104,9 @@ static void plan_make(const struct pcr_store *s, const struct pcr_file *f, const
     p->n = 0;
     p->size = 0;
     p->level = clamp_level(s, level);
+    /* groups 0..m-1 of the record (all of them at the top level: trailers and the
+     * scans of images with more scans than L lie beyond group L) */
+    p->prefix = r->goff[level >= f->levels || m >= r->ngroups ? r->ngroups : m];
     for (unsigned i = 0; i < f->nchunks; i++) {
         chunk_next(&it, &off, &len);
         if (i == m && f->kind == PCR_KIND_JPEG) {
@@ -466,6 +470,22 @@ out:
     return ret;
 }
 
+/* Tell the backend, once per record and level, which prefix of the record a reader
+ * going through the record in order needs (PCR's one sequential read per record). */
+static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix)
+{
+    struct pcr_backend *b = backend(s);
+    uint64_t was = __atomic_load_n(&r->advised, __ATOMIC_RELAXED);
+
+    if (!b->ops->advise || prefix <= was)
+        return;
+    while (!__atomic_compare_exchange_n(&r->advised, &was, prefix, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED))
+        if (prefix <= was)
+            return;
+    b->ops->advise(b, r->obj, was, prefix - was);
+}
+
 /* ---- handles ---- */
 
 static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t len,
@@ -508,6 +528,7 @@ int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned leve
         if (!h)
             return -ENOMEM;
         memcpy(h->seg, p.seg, p.n * sizeof(h->seg[0]));
+        advise(s, r, p.prefix);
         h->mem = NULL;
         h->nseg = p.n;
         h->size = p.size;
@@ -600,7 +621,9 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
     if (f->kind == PCR_KIND_TOKENS)
         return token_pread(s, f, r, buf, len, off);
     plan_make(s, f, r, level, &p);
-    if (off == 0)
+    if (off == 0) {
         pcr_count(&s->stats.level[p.level].opens, 1);
+        advise(s, r, p.prefix);
+    }
     return read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, off);
 }

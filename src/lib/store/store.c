@@ -429,6 +429,13 @@ void pcr_store_set_bwlimit(struct pcr_store *s, uint64_t bytes_per_sec)
     pcr_backend_bwlimit_set(s->shim, bytes_per_sec);
 }
 
+void pcr_store_set_readahead(struct pcr_store *s, bool on)
+{
+    if (s->parent)
+        s = s->parent;
+    pcr_backend_posix_readahead(s->base, on);
+}
+
 void pcr_store_stats(const struct pcr_store *s, struct pcr_stats *out)
 {
     const uint64_t *src = (const uint64_t *)&s->stats;

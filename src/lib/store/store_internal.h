@@ -54,6 +54,7 @@ struct rec {
     struct pcr_object *obj;            /* open object, or NULL (atomic) */
     int state;                         /* enum rec_state (atomic) */
     int warned;                        /* a read error was logged (atomic) */
+    uint64_t advised;                  /* prefix [0, advised) given to advise() (atomic) */
 };
 
 struct pcr_file {
