@@ -93,6 +93,7 @@ struct pcr_handle {
     unsigned nseg;
     uint64_t size;
     bool eoi;
+    uint64_t toff, tlen; /* the trailer served after the EOI (top level), or 0 */
     struct {
         uint64_t off, len; /* absolute offset in the record */
     } seg[];
@@ -1005,14 +1006,35 @@ ssize_t pcr_store_path(struct pcr_store *s, uint64_t id, char *buf, size_t len)
 
 /* ---- files ---- */
 
-/* Chunks served at @level: all at the top level, else min(level, nchunks). */
+/* Scan chunks served at @level before the EOI: all at the top level, else
+ * min(level, nscans); a trailer chunk is never one of them. */
 static unsigned chunks_at(const struct pcr_file *f, unsigned level)
 {
+    unsigned nscans = f->nchunks - f->trailer;
+
     if (level < 1)
         level = 1;
-    if (level >= f->levels || level >= f->nchunks)
-        return f->nchunks;
+    if (level >= f->levels || level >= nscans)
+        return nscans;
     return level;
+}
+
+/* The trailer chunk's absolute offset and length if @level serves it (the top
+ * level, after the EOI), else a length of 0. */
+static uint64_t trailer_at(const struct pcr_file *f, const struct rec *r, unsigned level,
+                           uint64_t *off)
+{
+    uint64_t len = 0;
+    size_t p = 0;
+
+    if (!f->trailer || (level < 1 ? 1 : level) < f->levels)
+        return 0;
+    for (unsigned i = 0; i < f->nchunks; i++) {
+        p += pcr_varint_get(f->chunks + p, f->chunks_len - p, off);
+        p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &len);
+    }
+    *off += r ? r->goff[f->nchunks - 1] : 0;
+    return len;
 }
 
 uint64_t pcr_file_size(const struct pcr_file *f, unsigned level)
@@ -1021,7 +1043,7 @@ uint64_t pcr_file_size(const struct pcr_file *f, unsigned level)
     uint64_t v, total = 2;
     size_t p = 0;
 
-    if (f->kind == PCR_KIND_VERBATIM || m == f->nchunks)
+    if (f->kind == PCR_KIND_VERBATIM || m == f->nchunks || trailer_at(f, NULL, level, &v))
         return f->size_full;
     for (unsigned i = 0; i < m; i++) {
         p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &v); /* offset */
@@ -1164,6 +1186,7 @@ static int token_open(struct pcr_store *s, const struct pcr_file *f, struct rec 
     h->level = 1;
     h->nseg = 0;
     h->eoi = false;
+    h->toff = h->tlen = 0;
     h->size = f->size_full;
     h->mem = malloc(h->size);
     if (!h->mem)
@@ -1222,7 +1245,8 @@ int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned leve
     h->level = level < 1 ? 1 : level > s->levels ? s->levels : level;
     h->nseg = m;
     h->eoi = f->kind == PCR_KIND_JPEG;
-    h->size = h->eoi ? 2 : 0;
+    h->tlen = trailer_at(f, r, level, &h->toff);
+    h->size = (h->eoi ? 2 : 0) + h->tlen;
     for (unsigned i = 0; i < m; i++) {
         /* validated at load: offsets lie inside group i */
         p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &off);
@@ -1304,9 +1328,19 @@ static int read_full(struct pcr_handle *h, uint8_t *buf, size_t len, uint64_t of
     return 0;
 }
 
-ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
+/* @n bytes from offset @at of what follows the scan chunks: FF D9, then the
+ * trailer at absolute offset @toff (the caller's size admits it only at the top). */
+static int read_tail(struct pcr_handle *h, uint8_t *out, size_t n, uint64_t at, uint64_t toff)
 {
     static const uint8_t eoi[2] = {0xFF, 0xD9};
+
+    for (; n > 0 && at < 2; n--)
+        *out++ = eoi[at++];
+    return n ? read_full(h, out, n, toff + at - 2) : 0;
+}
+
+ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
+{
     uint8_t *out = buf;
     uint64_t pos = 0;
     size_t done = 0;
@@ -1335,8 +1369,11 @@ ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t of
         }
         pos = end;
     }
-    if (done < len) { /* the rest lies in the EOI marker */
-        memcpy(out + done, eoi + (off + done - pos), len - done);
+    if (done < len) { /* the rest lies in the EOI marker and the trailer */
+        if (read_tail(h, out + done, len - done, off + done - pos, h->toff) != 0) {
+            count(&h->s->stats.errors, 1);
+            return -EIO;
+        }
         done = len;
     }
     return (ssize_t)done;
@@ -1369,11 +1406,10 @@ ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned l
 ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
                         size_t len, uint64_t off)
 {
-    static const uint8_t eoi[2] = {0xFF, 0xD9};
     struct pcr_handle h = {0};
     struct rec *r;
     uint8_t *out = buf;
-    uint64_t pos = 0, coff, clen, size = 0;
+    uint64_t pos = 0, coff, clen, size = 0, toff = 0;
     size_t p = 0, done = 0;
     unsigned m;
     int fd;
@@ -1397,7 +1433,7 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
         p += pcr_varint_get(f->chunks + p, f->chunks_len - p, &clen);
         size += clen;
     }
-    size += h.eoi ? 2 : 0;
+    size += (h.eoi ? 2 : 0) + trailer_at(f, r, level, &toff);
     if (off == 0)
         count(&s->stats.level[h.level].opens, 1);
     if (off >= size)
@@ -1426,8 +1462,11 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
         }
         pos = end;
     }
-    if (done < len) { /* the rest lies in the EOI marker */
-        memcpy(out + done, eoi + (off + done - pos), len - done);
+    if (done < len) { /* the rest lies in the EOI marker and the trailer */
+        if (read_tail(&h, out + done, len - done, off + done - pos, toff) != 0) {
+            count(&s->stats.errors, 1);
+            return -EIO;
+        }
         done = len;
     }
     return (ssize_t)done;
