@@ -872,10 +872,10 @@ static void test_fuzz_regressions(void)
 #define MPF_MAX_IMAGES 3
 
 struct mpf_src {
-    struct buf b;      /* the whole source */
-    size_t primary;    /* its first image's length (through EOI) */
-    size_t tiff;       /* offset of the MPF TIFF header in the source */
-    size_t entries;    /* offset of the MP entries from the TIFF header */
+    struct buf b;       /* the whole source */
+    size_t primary;     /* its first image's length (through EOI) */
+    size_t tiff;        /* offset of the MPF TIFF header in the source */
+    size_t entries;     /* offset of the MP entries from the TIFF header */
     size_t seg, seglen; /* the APP2 segment: offset of its FF, bytes in all */
 };
 
@@ -1017,8 +1017,7 @@ static void test_mpf_order(struct buf primary, struct buf second, bool be)
     struct buf whole = buf_insert(out, out.len, tail.p, tail.len);
     size_t s1 = ot + get_be_le(e + 16 + 8, be, 4);
     struct refdec rd;
-    check(s1 + second.len <= whole.len &&
-              memcmp(whole.p + s1, second.p, second.len) == 0 &&
+    check(s1 + second.len <= whole.len && memcmp(whole.p + s1, second.p, second.len) == 0 &&
               ref_decode((struct buf){whole.p + s1, second.len}, &rd) == 0 && rd.warnings == 0,
           "MPF %s: image 2 found through the patched index decodes", bo);
     if (s1 + second.len <= whole.len)
@@ -1113,7 +1112,7 @@ static void test_trailers(void)
         struct buf c;
         struct {
             const char *name;
-            size_t off;   /* from the TIFF header */
+            size_t off; /* from the TIFF header */
             uint32_t v;
             unsigned n;
         } edits[] = {

@@ -418,10 +418,10 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
 struct decode {
     struct jerr err;
     struct jpeg_decompress_struct d;
-    bool made;     /* jpeg_create_decompress() completed */
-    uint8_t *pix;  /* all pixels (caller wants them) or NULL */
-    uint8_t *rows; /* scratch rows when pixels are discarded */
-    size_t npix;   /* bytes at pix */
+    bool made;      /* jpeg_create_decompress() completed */
+    uint8_t *pix;   /* all pixels (caller wants them) or NULL */
+    uint8_t *rows;  /* scratch rows when pixels are discarded */
+    size_t npix;    /* bytes at pix */
     size_t trailer; /* bytes after the EOI */
 };
 

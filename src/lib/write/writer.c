@@ -431,8 +431,9 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
     size_t img = it->len - it->trailer;
     if (it->kind != PCR_KIND_JPEG || !sp || sp->nchunks < 1 || sp->nchunks > PCR_MAX_CHUNKS ||
         it->len < 4 || it->trailer > it->len - 4 || !it->data ||
-        sp->nchunks + (it->trailer ? 1 : 0) > PCR_MAX_CHUNKS || sp->end[sp->nchunks - 1] + 2 != img ||
-        it->data[img - 2] != 0xFF || it->data[img - 1] != 0xD9)
+        sp->nchunks + (it->trailer ? 1 : 0) > PCR_MAX_CHUNKS ||
+        sp->end[sp->nchunks - 1] + 2 != img || it->data[img - 2] != 0xFF ||
+        it->data[img - 1] != 0xD9)
         return -EINVAL;
     for (unsigned i = 1; i < sp->nchunks; i++)
         if (sp->end[i] < sp->end[i - 1])
