@@ -54,6 +54,8 @@ int pcr_jpeg_split(const uint8_t *buf, size_t len, struct pcr_split *out);
 struct pcr_jpeg_info {
     unsigned width, height;
     unsigned components; /* 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK */
+    size_t trailer;      /* bytes after the image's EOI in the buffer read (MPO and
+                          * Ultra HDR secondary images, IPTC/AFCP trailers, ...) */
 };
 
 /* ---- Scan scripts (src/lib/jpeg/scanscript.c) ----------------------------------------
@@ -160,6 +162,20 @@ struct pcr_transcode_opts {
  * Any libjpeg warning while reading (corrupt data, premature end) is a failure:
  * the caller then keeps the source bytes verbatim, so nothing is ever lost.
  *
+ * Bytes after the source's EOI (the second frame of an MPO, an Ultra HDR gain
+ * map, an IPTC/AFCP trailer) are not in *out: info->trailer says how many there
+ * are, and the caller keeps src[len - trailer, len) verbatim right after *out
+ * (nothing is lost: "*out || trailer" is what the store serves at its top level).
+ * If the source has an MPF APP2 segment (the multi-picture index that MPO and
+ * Ultra HDR readers locate those images by) and a trailer, its offsets are
+ * rewritten in *out for that layout: each nonzero MP Entry offset becomes the
+ * image's new position (outlen + its offset into the trailer) less the MPF TIFF
+ * header's position in *out, and the first entry's size becomes outlen. An MPF
+ * that does not parse, or that points outside the trailer, fails the call
+ * ("MPF (multi-picture index): ..."), as does a trailer on an image whose scan
+ * script has PCR_MAX_CHUNKS scans (no chunk is left for it). Without a trailer the
+ * MPF segment is copied unchanged.
+ *
  * @return 0 on success;
  *         -EINVAL the input cannot be transcoded losslessly; a one-line reason is
  *                 written to @why (e.g. "not a JPEG", "Unsupported JPEG data
@@ -171,6 +187,7 @@ struct pcr_transcode_opts {
  *                 memory ("image too large ...");
  *         -ENOMEM out of memory.
  * @why may be NULL. Thread-safe; untrusted input cannot crash it or make it exit.
+ * A caller that passes no @info cannot know of a trailer (and so drops it).
  */
 int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcode_opts *opts,
                        uint8_t **out, size_t *outlen, struct pcr_jpeg_info *info, char *why,
@@ -191,7 +208,8 @@ int pcr_jpeg_decode_luma(const uint8_t *buf, size_t len, uint8_t **luma, unsigne
  * If @pixels is non-NULL, *pixels receives a malloc()ed buffer of width*height*
  * components bytes in the file's own colour space converted as libjpeg does by
  * default (YCbCr -> RGB, gray stays gray, CMYK/YCCK -> CMYK), and *npixels its size.
- * A libjpeg warning (corrupt data, truncated scan) is a failure.
+ * A libjpeg warning (corrupt data, truncated scan) is a failure. Decoding stops
+ * at the first image's EOI; info->trailer counts the bytes after it.
  *
  * @return 0; -EINVAL (not decodable without warnings, or more than 2 GiB of pixels
  *         or coefficients; reason in @why); -ENOMEM.

@@ -5,8 +5,9 @@
  * the FUSE driver, the inspector and the tests all read through it.
  *
  * Levels. A store has L levels (pcr_store_levels(), 10 for libjpeg's default script).
- * Level K (1 <= K < L) of a JPEG serves chunks 0..min(K, nchunks)-1 followed by
- * FF D9; level L serves every chunk (also for CMYK images with 18 scans) + FF D9.
+ * Level K (1 <= K < L) of a JPEG serves scan chunks 0..min(K, nscans)-1 followed by
+ * FF D9; level L serves every scan chunk (also for CMYK images with 18 scans) + FF D9,
+ * then the bytes that followed the source's EOI, if any (the trailer chunk).
  * A verbatim file serves its bytes unchanged at every level.
  *
  * Ids. Directories are numbered 1..ndirs (PCR_ROOT_DIR is the root), files
@@ -109,8 +110,8 @@ struct pcr_file_info {
     uint64_t id, dir;
     const char *name;
     enum pcr_kind kind;
-    unsigned nchunks;                   /* scan chunks (the trailer is not one) */
-    uint64_t trailer;                   /* bytes after the EOI kept from the source, or 0 */
+    unsigned nchunks;                   /* chunks: the scans, and the trailer if any */
+    uint64_t trailer;                   /* bytes after the EOI served at level L, or 0 */
     unsigned width, height, components; /* 0 for verbatim files */
     uint64_t record;                    /* record id */
     uint64_t src_size;                  /* size of the source file */

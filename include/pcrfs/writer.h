@@ -57,17 +57,25 @@ struct pcr_item {
     uint64_t id, dir;
     const char *name;
     enum pcr_kind kind;
-    const uint8_t *data;          /* JPEG: the progressive file, EOI included;
-                                   * VERBATIM: the source bytes */
+    const uint8_t *data;          /* JPEG: the progressive file, EOI included,
+                                   * then the trailer; VERBATIM: the source bytes */
     size_t len;
-    const struct pcr_split *split; /* JPEG only: pcr_jpeg_split() of data */
+    const struct pcr_split *split; /* JPEG only: pcr_jpeg_split() of the progressive
+                                   * file (data without the trailer) */
+    size_t trailer;               /* JPEG only: the last @trailer bytes of data are
+                                   * the source's bytes after its EOI
+                                   * (pcr_jpeg_info.trailer), stored as the file's
+                                   * last chunk and served at the top level only;
+                                   * 0 for none */
     struct pcr_jpeg_info info;    /* JPEG only */
     uint64_t src_size;
     const char *note;             /* VERBATIM: why (NULL for none) */
 };
 
 /* Write one record holding @items (1..n, ids continuing where the last ended):
- * a header, then scan group g = chunk g of every item, in item order.
+ * a header, then scan group g = chunk g of every item, in item order (an item's
+ * trailer is its chunk nscans, in group nscans). The index row's checksum is of
+ * data[0, len): what the top level serves.
  * @return 0; -EINVAL (numbering); -ENOSPC/-EIO/... from write(2), message in the
  *         writer's error (pcr_writer_error()). */
 int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n);

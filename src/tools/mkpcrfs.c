@@ -545,6 +545,23 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     rc = pcr_jpeg_transcode(src, len, &topts, &out, &outlen, &s->info, s->note, sizeof(s->note));
     if (rc == 0) {
         rc = pcr_jpeg_split(out, outlen, &s->split);
+        if (rc == 0 && s->info.trailer > 0) {
+            /* The bytes after the source's EOI (MPO frames, gain maps, IPTC
+             * trailers) follow the new EOI verbatim: they are the file's last
+             * chunk, served at the top level (pcrfs(5)). */
+            uint8_t *p = realloc(out, outlen + s->info.trailer);
+
+            if (!p) {
+                free(out);
+                free(src);
+                fail(b, "transcoding %s: %s", tool_escaped(&esc, rel), strerror(ENOMEM));
+                rc = -ENOMEM;
+                goto out;
+            }
+            out = p;
+            memcpy(out + outlen, src + len - s->info.trailer, s->info.trailer);
+            outlen += s->info.trailer;
+        }
         if (rc == 0) {
             free(src);
             s->kind = PCR_KIND_JPEG;
@@ -709,6 +726,7 @@ static int transcode_all(struct build *b)
                 .data = s->data ? s->data : (const uint8_t *)"",
                 .len = s->len,
                 .split = s->kind == PCR_KIND_JPEG ? &s->split : NULL,
+                .trailer = s->kind == PCR_KIND_JPEG ? s->info.trailer : 0,
                 .info = s->kind == PCR_KIND_JPEG ? s->info : (struct pcr_jpeg_info){0},
                 .src_size = s->src_size,
                 .note = s->kind == PCR_KIND_VERBATIM ? s->note : NULL,

@@ -20,12 +20,14 @@ What each class asserts, and would be false if the feature broke:
 
 import concurrent.futures
 import glob
+import io
 import json
 import os
 import re
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -36,6 +38,7 @@ import common  # noqa: E402
 from common import run  # noqa: E402
 
 LEVELS = 10  # libjpeg's default script; checked against pcrinfo --json below
+MKODD = os.path.join(common.SRCROOT, "tests", "gen", "mkodd.py")
 
 # Kept small so the whole CI stays well under its budget on 2 cores.
 MAIN_CLASSES, MAIN_PER_CLASS = 8, 32       # + ~25 awkward files: ~280 files
@@ -141,6 +144,29 @@ class Env:
             d = os.path.join(base, "main-L%d" % k)
             run([pcrinfo(), "--extract", d, "--level", str(k), m["store"]], check=0)
             m["extract"][k] = common.tree_files(d)
+        return m
+
+    @once
+    def odd(cls):
+        """tests/gen/mkodd.py's files (trailers after EOI, MPF, ICC after SOF), built
+        into one store and extracted at every level."""
+        m = {}
+        base = cls.dir()
+        m["src"] = os.path.join(base, "odd-src")
+        manifest = os.path.join(base, "odd.manifest.json")
+        run([common.PYTHON, MKODD, "--out", m["src"], "--manifest", manifest], check=0)
+        with open(manifest) as f:
+            m["entries"] = {bytes.fromhex(e["path_hex"]): e for e in json.load(f)["entries"]
+                            if e["type"] == "file"}
+        m["store"] = os.path.join(base, "odd.pcr")
+        m["build"] = run([mkpcrfs(), "-j2", m["src"], m["store"]], check=0)
+        m["levels"] = int(pcrinfo_json(m["store"])["levels"])
+        m["list"] = parse_list(m["store"])
+        m["extract"] = {}
+        for k in range(1, m["levels"] + 1):
+            d = os.path.join(base, "odd-L%d" % k)
+            run([pcrinfo(), "--extract", d, "--level", str(k), m["store"]], check=0)
+            m["extract"][k] = {rel: common.read(p) for rel, p in common.tree_files(d)[0].items()}
         return m
 
     @once
@@ -756,6 +782,250 @@ class Determinism(unittest.TestCase):
                "index.db rows that differ between -j1 and -j2")
         self.assertEqual([l for l in dumps[0] if not meta_time_row(l)],
                          [l for l in dumps[1] if not meta_time_row(l)])
+
+
+# ------------------------------------------------------------------------------------
+
+
+def mpf_index(data):
+    """(TIFF header offset, big-endian?, [(size, offset) per MP entry], offset of the
+    entries) of the first MPF APP2 before the first SOS, or None. Our own parser."""
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF and data[pos + 1] != 0xDA:
+        ln = (data[pos + 2] << 8) | data[pos + 3]
+        if data[pos + 1] == 0xE2 and data[pos + 4:pos + 8] == b"MPF\0":
+            t = pos + 8
+            e = ">" if data[t:t + 2] == b"MM" else "<"
+            ifd = t + struct.unpack_from(e + "I", data, t + 4)[0]
+            for i in range(struct.unpack_from(e + "H", data, ifd)[0]):
+                tag, _, cnt, off = struct.unpack_from(e + "HHII", data, ifd + 2 + 12 * i)
+                if tag == 0xB002:
+                    ents = [struct.unpack_from(e + "II", data, t + off + 16 * j + 4)
+                            for j in range(cnt // 16)]
+                    return t, e == ">", ents, t + off
+            return t, e == ">", [], None
+        pos += 2 + ln
+    return None
+
+
+def first_eoi(data):
+    """Offset one past the first image's EOI, by common.split_jpeg's rule."""
+    pos = 2
+    while True:
+        m = data[pos + 1]
+        if m == 0xD9:
+            return pos + 2
+        pos += 2 + ((data[pos + 2] << 8) | data[pos + 3])
+        if m == 0xDA:
+            while not (data[pos] == 0xFF and data[pos + 1] != 0 and
+                       not 0xD0 <= data[pos + 1] <= 0xD7):
+                pos += 1
+
+
+def frame_pixels(data, frame):
+    """Pixels of frame @frame of an MPO (or the only image), as Pillow decodes it."""
+    import numpy as np
+    from PIL import Image
+    with Image.open(io.BytesIO(data)) as im:
+        im.seek(frame)
+        im.load()
+        return im.mode, im.size, np.asarray(im).tobytes()
+
+
+class Trailers(unittest.TestCase):
+    """Bytes after the source's EOI (tests/gen/mkodd.py: MPO, Ultra HDR, AFCP,
+    FotoStation, PhotoMechanic trailers) end the top level verbatim, after the
+    transcoded image's EOI; lower levels end at FF D9; MPF offsets are rewritten; an
+    MPF we cannot rewrite keeps the file verbatim; an ICC APP2 after SOF stays
+    visible to Pillow."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.m = Env.odd()
+        cls.L = cls.m["levels"]
+        cls.root = os.fsencode(cls.m["src"])
+
+    def src(self, rel):
+        return common.read(os.path.join(self.root, rel))
+
+    def top(self, rel):
+        return self.m["extract"][self.L][rel]
+
+    def rel(self, name):
+        return b"odd/" + name
+
+    def jpegs(self):
+        return sorted(r for r, e in self.m["entries"].items() if e["expect"] == "jpeg")
+
+    def test_generator_made_trailers(self):
+        for rel, e in self.m["entries"].items():
+            src = self.src(rel)
+            self.assertEqual(len(src) - first_eoi(src), e["trailer"], common.fmt_path(rel))
+        self.assertEqual(sum(1 for e in self.m["entries"].values() if e["trailer"]), 7)
+
+    def test_top_level_is_transcoded_plus_trailer(self):
+        fails = []
+        for rel in self.jpegs():
+            src, top, t = self.src(rel), self.top(rel), self.m["entries"][rel]["trailer"]
+            img = top[:len(top) - t]
+            if top[len(top) - t:] != src[len(src) - t:]:
+                fails.append("%s: does not end with the source's %d-byte trailer" %
+                             (common.fmt_path(rel), t))
+                continue
+            try:
+                common.split_jpeg(img)  # a clean progressive JPEG ending at FF D9
+            except ValueError as e:
+                fails.append("%s: image part does not split: %s" % (common.fmt_path(rel), e))
+                continue
+            if common.sof_info(img)[0] != 0xC2:
+                fails.append("%s: not progressive" % common.fmt_path(rel))
+            if frame_pixels(img, 0) != frame_pixels(src, 0):
+                fails.append("%s: pixels differ from the source's first image" %
+                             common.fmt_path(rel))
+            kind, nchunks, sizes = self.m["list"][rel]
+            if kind != "jpeg" or sizes[-1] != len(top) or \
+                    nchunks != len(common.split_jpeg(img)) + (1 if t else 0):
+                fails.append("%s: --list says %s, %d chunks, %d bytes at the top" %
+                             (common.fmt_path(rel), kind, nchunks, sizes[-1]))
+        report(fails, "top-level files wrong")
+
+    def test_index_trailer_flag(self):
+        import sqlite3
+        db = sqlite3.connect("file:%s?immutable=1" % os.path.join(self.m["store"], "index.db"),
+                             uri=True)
+        try:
+            rows = {bytes(n): (k, tr) for n, k, tr in db.execute(
+                "SELECT name, kind, trailer FROM files")}
+        finally:
+            db.close()
+        for rel, e in self.m["entries"].items():
+            kind, tr = rows[os.path.basename(rel)]
+            want = 1 if e["expect"] == "jpeg" and e["trailer"] else 0
+            self.assertEqual(tr, want, "%s: trailer column" % common.fmt_path(rel))
+
+    def test_lower_levels_end_at_eoi(self):
+        fails = []
+        for rel in self.jpegs():
+            t = self.m["entries"][rel]["trailer"]
+            top = self.top(rel)
+            chunks = common.split_jpeg(top[:len(top) - t])
+            for k in range(1, self.L):
+                got = self.m["extract"][k][rel]
+                want = common.level_bytes(chunks, k, self.L)
+                if got != want:
+                    fails.append("%s level %d: %d bytes, want %d (chunks + FF D9, no trailer)"
+                                 % (common.fmt_path(rel), k, len(got), len(want)))
+                    continue
+                rc, err = common.djpeg(got)
+                if rc != 0:
+                    fails.append("%s level %d: djpeg %d %s" % (common.fmt_path(rel), k, rc, err))
+        report(fails, "lower levels wrong")
+
+    def test_gray_trailer_only_at_top(self):
+        rel = self.rel(b"gray_trailer.jpg")
+        t = self.m["entries"][rel]["trailer"]
+        sizes = self.m["list"][rel][2]
+        # 6 scans: levels 6..L-1 serve the complete image, L adds the trailer
+        self.assertEqual(len(set(sizes[5:self.L - 1])), 1, sizes)
+        self.assertEqual(sizes[self.L - 1], sizes[self.L - 2] + t, sizes)
+
+    def test_mpo_second_frame_from_top_level(self):
+        rel = self.rel(b"mpo.jpg")
+        src, top = self.src(rel), self.top(rel)
+        self.assertLess(len(top), len(src), "the transcode should be smaller")
+        for frame in (0, 1):
+            self.assertTrue(frame_pixels(top, frame) == frame_pixels(src, frame),
+                            "MPO frame %d differs from the source's" % frame)
+        # lower levels leave the trailer out: frame 2 is not there
+        with self.assertRaises(Exception):
+            frame_pixels(self.m["extract"][5][rel], 1)
+
+    def check_mpf(self, name, big_endian):
+        rel = self.rel(name)
+        src, top = self.src(rel), self.top(rel)
+        t = self.m["entries"][rel]["trailer"]
+        st, sbe, sent, _ = mpf_index(src)
+        ot, obe, oent, _ = mpf_index(top)
+        self.assertEqual((sbe, obe), (big_endian, big_endian))
+        self.assertEqual(len(oent), 2)
+        self.assertEqual(oent[0], (len(top) - t, 0), "entry 0: size = new primary length")
+        for (ss, so), (os_, oo) in zip(sent[1:], oent[1:]):
+            self.assertEqual(ss, os_, "sizes of secondary images are kept")
+            self.assertEqual(top[ot + oo:ot + oo + os_], src[st + so:st + so + ss],
+                             "the MPF offset must lead to the same image bytes")
+            self.assertEqual(top[ot + oo:ot + oo + 2], b"\xff\xd8")
+
+    def test_mpf_patched_little_endian(self):
+        self.check_mpf(b"mpo.jpg", False)
+
+    def test_mpf_patched_big_endian(self):
+        self.check_mpf(b"ultrahdr.jpg", True)
+
+    def test_ultrahdr_gain_map(self):
+        rel = self.rel(b"ultrahdr.jpg")
+        top, e = self.top(rel), self.m["entries"][rel]
+        n = int(re.search(rb'Item:Semantic="GainMap"[^>]*Item:Length="(\d+)"', top).group(1))
+        self.assertEqual(n, e["gainmap_len"], "GContainer Item:Length")
+        gm = top[-n:]
+        self.assertEqual(gm, self.src(rel)[-n:])
+        self.assertEqual(first_eoi(top), len(top) - n, "the gain map follows the EOI directly")
+        from PIL import Image
+        with Image.open(io.BytesIO(gm)) as im:
+            im.load()
+            self.assertEqual((im.mode, im.size), ("L", (36, 24)))
+            self.assertEqual(im.format, "JPEG")
+        with Image.open(io.BytesIO(top)) as im:
+            self.assertEqual((im.format, getattr(im, "n_frames", 1)), ("MPO", 2))
+
+    def test_mpf_without_trailer_unchanged(self):
+        rel = self.rel(b"mpo_primary_only.jpg")
+        src, top = self.src(rel), self.top(rel)
+        s, o = mpf_index(src), mpf_index(top)
+        self.assertEqual(s[2], o[2], "MPF entries of a file without a trailer are kept")
+        self.assertEqual(self.m["list"][rel][1], 10)
+
+    def test_bad_mpf_kept_verbatim(self):
+        rel = self.rel(b"bad_mpf.jpg")
+        src = self.src(rel)
+        self.assertEqual(self.m["list"][rel][0], "verbatim")
+        for k in range(1, self.L + 1):
+            self.assertTrue(self.m["extract"][k][rel] == src, "level %d not the source" % k)
+        self.assertIn(b"bad_mpf.jpg: MPF (multi-picture index)", self.m["build"].stderr)
+
+    def test_icc_after_sof_seen_by_pillow(self):
+        rel = self.rel(b"icc_after_sof.jpg")
+        icc = bytes.fromhex(self.m["entries"][rel]["icc_hex"])
+        src = self.src(rel)
+        ms = common.marker_list(src)
+        self.assertGreater(ms.index(0xE2), ms.index(0xC0), "fixture: ICC after SOF")
+        from PIL import Image
+        for k in (1, self.L):
+            out = self.m["extract"][k][rel]
+            with Image.open(io.BytesIO(out)) as im:
+                self.assertEqual(im.info.get("icc_profile"), icc, "level %d" % k)
+            ms = common.marker_list(out)
+            self.assertLess(ms.index(0xE2), ms.index(0xC2), "ICC precedes the frame header")
+        self.assertTrue(common.pixels(self.top(rel)) == common.pixels(src))
+
+    def test_verify_and_trailer_checksum(self):
+        run([pcrinfo(), "--verify", self.m["store"]], check=0)
+        store = os.path.join(Env.dir(), "odd-damaged.pcr")
+        shutil.copytree(self.m["store"], store)
+        rec = glob.glob(os.path.join(store, "records", "*"))[0]
+        with open(rec, "r+b") as f:
+            data = f.read()
+            i = data.find(b"caption kept by pcrfs")  # in afcp.jpg's trailer chunk
+            self.assertGreater(i, 0)
+            self.assertEqual(data.find(b"caption kept by pcrfs", i + 1), -1)
+            f.seek(i)
+            f.write(b"C")
+        p = run([pcrinfo(), "--verify", store])
+        out = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 1, short(out))
+        # the trailer chunk's block checksum fails the read (pcrfs(5), sums)
+        self.assertIn(b"FAILED odd/afcp.jpg: read: Input/output error", out)
+        self.assertIn(b"checksum mismatch", out)
+        self.assertEqual(out.count(b"FAILED"), 1, short(out))
 
 
 # ------------------------------------------------------------------------------------

@@ -926,5 +926,110 @@ class MountHelper(StoreFixture, unittest.TestCase):
         self.assertFalse(os.path.ismount(mnt))
 
 
+class Trailers(StoreFixture, unittest.TestCase):
+    """Bytes after the source's EOI (tests/gen/mkodd.py) through real mounts, with and
+    without -o open (the handle read path and the open-less pread path): full/ ends
+    with the source's trailer after the transcoded image's EOI, so Pillow opens the
+    second MPO frame from full/ and finds the Ultra HDR gain map at the end; scan1/
+    (and every level below the top) ends at FF D9; an ICC APP2 that sat after SOF is
+    seen by Pillow on full/ and scan1/."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pcrfs-mount-odd-",
+                                   dir=os.environ.get("PCRFS_TEST_TMPDIR"))
+        cls.src = os.path.join(cls.tmp, "src")
+        cls.store = os.path.join(cls.tmp, "store.pcr")
+        manifest = os.path.join(cls.tmp, "odd.manifest.json")
+        mu.run([mu.PYTHON, os.path.join(mu.SRCROOT, "tests", "gen", "mkodd.py"), "--out",
+                cls.src, "--manifest", manifest], check=0)
+        with open(manifest) as f:
+            cls.entries = {bytes.fromhex(e["path_hex"]): e for e in json.load(f)["entries"]
+                           if e["type"] == "file"}
+        mu.build_store(cls.src, cls.store)
+        cls.levels = mu.store_levels(cls.store)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.remove_fixture()
+
+    def each_mount(self, check):
+        for opts in ([], ["-o", "open"]):
+            mnt = os.path.join(self.tmp, "mnt" + "".join(opts).replace("-o", "-"))
+            m = mu.Mount(self.store, mnt, *opts)
+            try:
+                m.start()
+                check(mnt, " ".join(opts) or "default")
+                self.assertEqual(m.unmount(), 0, m.stderr())
+            finally:
+                m.cleanup()
+
+    def test_full_and_scan1_serve_what_the_store_says(self):
+        def check(mnt, how):
+            for rel, e in sorted(self.entries.items()):
+                src = read_bytes(os.path.join(os.fsencode(self.src), rel))
+                t = e["trailer"]
+                for view, level in (("full", "full"), ("scan1", 1),
+                                    ("scan%d" % (self.levels - 1), self.levels - 1)):
+                    p = os.path.join(os.fsencode(mnt), view.encode(), rel)
+                    got = read_bytes(p)
+                    want = mu.oracle(self.store, rel, level)
+                    what = "%s %s/%s" % (how, view, os.fsdecode(rel))
+                    self.assertTrue(got == want, "%s: %d bytes, pcrinfo --cat says %d" %
+                                    (what, len(got), len(want)))
+                    self.assertEqual(os.stat(p).st_size, len(got), what)
+                    if e["expect"] == "verbatim":
+                        self.assertTrue(got == src, what)
+                    elif view == "full":
+                        self.assertTrue(t == 0 or got[-t:] == src[-t:],
+                                        "%s: does not end with the source's trailer" % what)
+                        self.assertEqual(got[len(got) - t - 2:len(got) - t], EOI, what)
+                    else:
+                        self.assertEqual(got[-2:], EOI, "%s: must end at the EOI" % what)
+                        self.assertTrue(t == 0 or src[-t:] not in got,
+                                        "%s: holds the trailer" % what)
+                # reads of odd sizes across the EOI/trailer boundary of full/
+                p = os.path.join(os.fsencode(mnt), b"full", rel)
+                want = mu.oracle(self.store, rel, "full")
+                rng = random.Random(len(want))
+                with open(p, "rb", buffering=0) as f:
+                    for _ in range(40):
+                        off = rng.randrange(max(1, len(want) - t - 8), len(want) + 4)
+                        n = rng.randrange(1, 64)
+                        self.assertEqual(os.pread(f.fileno(), n, off), want[off:off + n],
+                                         "%s pread(%d, %d) of full/%s" %
+                                         (how, n, off, os.fsdecode(rel)))
+        self.each_mount(check)
+
+    def test_pillow_reads_mpo_frame_2_and_icc_from_full(self):
+        from PIL import Image
+
+        def frame(path, k):
+            with Image.open(path) as im:
+                im.seek(k)
+                im.load()
+                return im.mode, im.size, im.tobytes()
+
+        def check(mnt, how):
+            mpo = os.path.join(self.src, "odd", "mpo.jpg")
+            for k in (0, 1):
+                self.assertTrue(frame(os.path.join(mnt, "full", "odd", "mpo.jpg"), k) ==
+                                frame(mpo, k), "%s: MPO frame %d from full/" % (how, k))
+            with self.assertRaises(Exception, msg="scan1/ must not hold frame 2"):
+                frame(os.path.join(mnt, "scan1", "odd", "mpo.jpg"), 1)
+            icc = bytes.fromhex(self.entries[b"odd/icc_after_sof.jpg"]["icc_hex"])
+            for view in ("full", "scan1"):
+                with Image.open(os.path.join(mnt, view, "odd", "icc_after_sof.jpg")) as im:
+                    self.assertEqual(im.info.get("icc_profile"), icc, "%s %s/" % (how, view))
+            gl = self.entries[b"odd/ultrahdr.jpg"]["gainmap_len"]
+            uh = read_bytes(os.path.join(mnt, "full", "odd", "ultrahdr.jpg"))
+            self.assertTrue(uh[-gl:] == read_bytes(os.path.join(self.src, "odd",
+                                                                "ultrahdr.jpg"))[-gl:])
+            with Image.open(io.BytesIO(uh[-gl:])) as im:
+                im.load()
+                self.assertEqual(im.size, (36, 24), how)
+        self.each_mount(check)
+
+
 if __name__ == "__main__":
     unittest.main()

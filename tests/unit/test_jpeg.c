@@ -862,6 +862,332 @@ static void test_fuzz_regressions(void)
     expect_fail("fuzz: fractional sampling", b, "Fractional sampling not implemented yet", false);
 }
 
+/* ------------------------------------------------------------------------------ */
+/* Bytes after EOI (trailers) and the MPF multi-picture index.
+ *
+ * Sources are built here: a JPEG from make_jpeg(), an MPF APP2 segment written
+ * field by field in either byte order, and a second JPEG (or any bytes) appended
+ * after the EOI. The checks read the output's MPF with their own walk. */
+
+#define MPF_MAX_IMAGES 3
+
+struct mpf_src {
+    struct buf b;       /* the whole source */
+    size_t primary;     /* its first image's length (through EOI) */
+    size_t tiff;        /* offset of the MPF TIFF header in the source */
+    size_t entries;     /* offset of the MP entries from the TIFF header */
+    size_t seg, seglen; /* the APP2 segment: offset of its FF, bytes in all */
+};
+
+static void put_be_le(uint8_t *p, bool be, uint32_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[be ? n - 1 - i : i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_be_le(const uint8_t *p, bool be, unsigned n)
+{
+    uint32_t v = 0;
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint32_t)p[be ? n - 1 - i : i] << (8 * i);
+    return v;
+}
+
+/* FF E2 len "MPF\0" + TIFF: header, an IFD of MPFVersion, NumberOfImages and MP
+ * Entry (@nimg entries of 16 bytes, sizes and offsets zero for now). */
+static size_t mpf_segment(uint8_t *seg, bool be, unsigned nimg)
+{
+    uint8_t *t = seg + 8;
+    size_t tifflen = 8 + 2 + 3 * 12 + 4 + 16 * (size_t)nimg;
+
+    memset(seg, 0, 8 + tifflen);
+    seg[0] = 0xFF;
+    seg[1] = 0xE2;
+    put_be_le(seg + 2, true, (uint32_t)(2 + 4 + tifflen), 2);
+    memcpy(seg + 4, "MPF", 4);
+    memcpy(t, be ? "MM" : "II", 2);
+    put_be_le(t + 2, be, 42, 2);
+    put_be_le(t + 4, be, 8, 4); /* IFD right after the header */
+    put_be_le(t + 8, be, 3, 2);
+    uint8_t *e = t + 10;
+    put_be_le(e, be, 0xB000, 2), put_be_le(e + 2, be, 7, 2), put_be_le(e + 4, be, 4, 4);
+    memcpy(e + 8, "0100", 4);
+    e += 12;
+    put_be_le(e, be, 0xB001, 2), put_be_le(e + 2, be, 4, 2), put_be_le(e + 4, be, 1, 4);
+    put_be_le(e + 8, be, nimg, 4);
+    e += 12;
+    put_be_le(e, be, 0xB002, 2), put_be_le(e + 2, be, 7, 2);
+    put_be_le(e + 4, be, 16 * nimg, 4), put_be_le(e + 8, be, 50, 4);
+    return 8 + tifflen;
+}
+
+/* @primary with an MPF segment after its JFIF APP0, followed by @tail: entry 0 is
+ * the primary, entry i >= 1 starts at @at[i - 1] bytes into @tail with size @size. */
+static struct mpf_src mpf_source(struct buf primary, bool be, unsigned nimg, const size_t *at,
+                                 const size_t *size, struct buf tail)
+{
+    uint8_t seg[8 + 8 + 2 + 36 + 4 + 16 * MPF_MAX_IMAGES];
+    size_t seglen = mpf_segment(seg, be, nimg);
+    size_t ins = 2;
+    struct mpf_src m;
+
+    if (primary.p[2] == 0xFF && primary.p[3] == 0xE0)
+        ins = 4 + ((size_t)primary.p[4] << 8 | primary.p[5]);
+    m.seg = ins;
+    m.seglen = seglen;
+    m.primary = primary.len + seglen;
+    m.tiff = ins + 8;
+    m.entries = 50;
+    uint8_t *ent = seg + 8 + 50;
+    put_be_le(ent + 4, be, (uint32_t)m.primary, 4);
+    put_be_le(ent, be, 0x20030000, 4); /* representative baseline MP primary */
+    for (unsigned i = 1; i < nimg; i++) {
+        put_be_le(ent + 16 * i + 4, be, (uint32_t)size[i - 1], 4);
+        put_be_le(ent + 16 * i + 8, be, (uint32_t)(m.primary + at[i - 1] - m.tiff), 4);
+    }
+    struct buf withseg = buf_insert(primary, ins, seg, seglen);
+    m.b = buf_insert(withseg, withseg.len, tail.p, tail.len);
+    free(withseg.p);
+    return m;
+}
+
+/* The TIFF data of the first MPF APP2 segment before the first SOS, or NULL. */
+static const uint8_t *find_mpf_tiff(struct buf b, size_t *tiff)
+{
+    struct scaninfo si;
+    if (ref_scan(b.p, b.len, &si) != 0 || si.n == 0)
+        return NULL;
+    for (size_t i = 2; i + 8 < si.sos[0]; i++)
+        if (b.p[i] == 0xFF && b.p[i + 1] == 0xE2 && memcmp(b.p + i + 4, "MPF", 4) == 0) {
+            *tiff = i + 8;
+            return b.p + i + 8;
+        }
+    return NULL;
+}
+
+static int transcode_buf(struct buf in, const struct pcr_transcode_opts *o, struct buf *out,
+                         struct pcr_jpeg_info *info, char *why, size_t whylen)
+{
+    out->p = NULL;
+    out->len = 0;
+    return pcr_jpeg_transcode(in.p, in.len, o, &out->p, &out->len, info, why, whylen);
+}
+
+static void test_mpf_order(struct buf primary, struct buf second, bool be)
+{
+    const char *bo = be ? "MM" : "II";
+    static const char pad[] = "\0\0padding after the last image";
+    struct buf tail = buf_insert(second, second.len, pad, sizeof(pad));
+    size_t at[2] = {0, second.len}, size[2] = {second.len, sizeof(pad)};
+    struct mpf_src m = mpf_source(primary, be, 3, at, size, tail);
+    struct pcr_jpeg_info info;
+    struct buf out;
+    char why[256] = "";
+    size_t ot = 0;
+    int rc = transcode_buf(m.b, NULL, &out, &info, why, sizeof(why));
+
+    if (!check(rc == 0, "MPF %s: transcode rc=%d (%s)", bo, rc, why))
+        goto done;
+    check(info.trailer == tail.len && m.b.len - info.trailer == m.primary,
+          "MPF %s: trailer of %zu bytes reported (want %zu)", bo, info.trailer, tail.len);
+    const uint8_t *t = find_mpf_tiff(out, &ot);
+    if (!check(t != NULL, "MPF %s: output keeps the MPF segment", bo))
+        goto done;
+    const uint8_t *e = t + m.entries;
+    bool ok0 = get_be_le(e + 4, be, 4) == out.len && get_be_le(e + 8, be, 4) == 0;
+    check(ok0, "MPF %s: entry 0 size = new primary length %zu, offset 0", bo, out.len);
+    /* images i >= 1 now start at out.len + at[i - 1]: "out || trailer" */
+    bool ok = true;
+    for (unsigned i = 1; i < 3; i++)
+        ok = ok && ot + get_be_le(e + 16 * i + 8, be, 4) == out.len + at[i - 1] &&
+             get_be_le(e + 16 * i + 4, be, 4) == size[i - 1];
+    check(ok, "MPF %s: entries 1-2 point at their images after the new EOI, sizes kept", bo);
+    /* nothing else in the segment changed: compare with the source's, entry
+     * fields of sizes/offsets masked */
+    uint8_t a[200], b[200];
+    size_t tl = m.seglen - 8;
+    memcpy(a, m.b.p + m.tiff, tl);
+    memcpy(b, t, tl);
+    for (unsigned i = 0; i < 3; i++) {
+        memset(a + m.entries + 16 * i + 4, 0, 8);
+        memset(b + m.entries + 16 * i + 4, 0, 8);
+    }
+    check(memcmp(a, b, tl) == 0, "MPF %s: the rest of the segment is unchanged", bo);
+    /* the second image is where the index says, and decodes */
+    struct buf whole = buf_insert(out, out.len, tail.p, tail.len);
+    size_t s1 = ot + get_be_le(e + 16 + 8, be, 4);
+    struct refdec rd;
+    check(s1 + second.len <= whole.len && memcmp(whole.p + s1, second.p, second.len) == 0 &&
+              ref_decode((struct buf){whole.p + s1, second.len}, &rd) == 0 && rd.warnings == 0,
+          "MPF %s: image 2 found through the patched index decodes", bo);
+    if (s1 + second.len <= whole.len)
+        free(rd.pix);
+    struct pcr_jpeg_info di = {0};
+    rc = pcr_jpeg_decode(whole.p, whole.len, NULL, NULL, &di, why, sizeof(why));
+    check(rc == 0 && di.trailer == tail.len,
+          "MPF %s: decode of out || trailer stops at the EOI (trailer %zu)", bo, di.trailer);
+    free(whole.p);
+done:
+    free(out.p);
+    free(m.b.p);
+    free(tail.p);
+}
+
+/* Transcode @in, whose MPF was damaged: must fail with an MPF reason. */
+static void expect_mpf_fail(const char *name, struct buf in)
+{
+    struct buf out;
+    char why[256] = "";
+    struct pcr_jpeg_info info;
+    int rc = transcode_buf(in, NULL, &out, &info, why, sizeof(why));
+
+    check(rc == -EINVAL && out.p == NULL && strncmp(why, "MPF", 3) == 0,
+          "bad MPF %s: rc=%d why=\"%s\"", name, rc, why);
+    free(out.p);
+}
+
+static void test_trailers(void)
+{
+    const struct fx pf = {.name = "mpf primary", .w = 96, .h = 64, .in_cs = JCS_RGB};
+    const struct fx sf = {.name = "mpf second", .w = 40, .h = 24, .in_cs = JCS_GRAYSCALE};
+    uint8_t *pp = make_pixels(&pf), *sp = make_pixels(&sf);
+    struct buf primary = make_jpeg(&pf, pp), second = make_jpeg(&sf, sp);
+    struct buf plain, out;
+    struct pcr_jpeg_info info;
+    char why[256] = "";
+    int rc;
+
+    free(pp);
+    free(sp);
+    rc = transcode_buf(primary, NULL, &plain, &info, why, sizeof(why));
+    check(rc == 0 && info.trailer == 0, "trailer: none reported for a plain JPEG (rc=%d)", rc);
+
+    /* No MPF: the trailer is reported and the image transcodes as without it. */
+    {
+        static const char afcp[] = "IPTC\x1c\x02\x00\x00\x02\x00\x04xyzAXS!\0\0\0\x20\0\0\0\0";
+        struct buf in = buf_insert(primary, primary.len, afcp, sizeof(afcp) - 1);
+        rc = transcode_buf(in, NULL, &out, &info, why, sizeof(why));
+        check(rc == 0 && info.trailer == sizeof(afcp) - 1 && out.len == plain.len &&
+                  memcmp(out.p, plain.p, out.len) == 0,
+              "trailer: AFCP-like trailer of %zu bytes reported, image transcoded as without it",
+              info.trailer);
+        free(out.p);
+        free(in.p);
+    }
+
+    test_mpf_order(primary, second, false);
+    test_mpf_order(primary, second, true);
+
+    /* MPF without a trailer (its images were cut off): copied unchanged. */
+    {
+        size_t at = 0, size = second.len;
+        struct buf none = {(uint8_t *)"", 0};
+        struct mpf_src m = mpf_source(primary, true, 2, &at, &size, none);
+        size_t ot = 0;
+        rc = transcode_buf(m.b, NULL, &out, &info, why, sizeof(why));
+        const uint8_t *t = rc == 0 ? find_mpf_tiff(out, &ot) : NULL;
+        check(rc == 0 && info.trailer == 0 && t && memcmp(t, m.b.p + m.tiff, m.seglen - 8) == 0,
+              "MPF without a trailer: segment copied unchanged (rc=%d)", rc);
+        free(out.p);
+        free(m.b.p);
+    }
+
+    /* --drop-markers: no MPF left to patch; the trailer is still reported. */
+    {
+        size_t at = 0, size = second.len;
+        struct mpf_src m = mpf_source(primary, false, 2, &at, &size, second);
+        struct pcr_transcode_opts o = {.drop_markers = true};
+        size_t ot;
+        rc = transcode_buf(m.b, &o, &out, &info, why, sizeof(why));
+        check(rc == 0 && info.trailer == second.len && !find_mpf_tiff(out, &ot),
+              "MPF with drop_markers: segment dropped, trailer of %zu bytes kept", info.trailer);
+        free(out.p);
+        free(m.b.p);
+    }
+
+    /* Malformed indexes, each with a trailer: refused (the caller keeps the file). */
+    {
+        size_t at = 0, size = second.len;
+        struct mpf_src m = mpf_source(primary, false, 2, &at, &size, second);
+        struct buf c;
+        struct {
+            const char *name;
+            size_t off; /* from the TIFF header */
+            uint32_t v;
+            unsigned n;
+        } edits[] = {
+            {"offset into the primary", m.entries + 16 + 8, 16, 4},
+            {"offset past the end", m.entries + 16 + 8, 0x7FFFFFF0, 4},
+            {"size past the end", m.entries + 16 + 4, (uint32_t)second.len + 1, 4},
+            {"first entry with an offset", m.entries + 8, 4, 4},
+            {"IFD offset outside the segment", 4, 0xFFFF, 4},
+            {"IFD count too large", 8, 200, 2},
+            {"MP Entry count not a multiple of 16", 10 + 24 + 4, 33, 4},
+            {"MP Entry data outside the segment", 10 + 24 + 8, 0xFFF0, 4},
+            {"MP Entry of the wrong type", 10 + 24 + 2, 4, 2},
+            {"not a TIFF header", 2, 43, 2},
+        };
+        for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+            c = buf_dup(m.b.p, m.b.len);
+            put_be_le(c.p + m.tiff + edits[i].off, false, edits[i].v, edits[i].n);
+            expect_mpf_fail(edits[i].name, c);
+            free(c.p);
+        }
+        /* two MPF segments */
+        c = buf_insert(m.b, m.seg, m.b.p + m.seg, m.seglen);
+        expect_mpf_fail("two segments", c);
+        free(c.p);
+        /* every single-byte change of the segment: 0 or -EINVAL, never a crash
+         * (the sanitizer runs of this test check the bounds) */
+        bool sane = true;
+        for (size_t i = 0; i < m.seglen - 8; i++) {
+            c = buf_dup(m.b.p, m.b.len);
+            c.p[m.tiff + i] ^= 0xA5;
+            rc = transcode_buf(c, NULL, &out, &info, why, sizeof(why));
+            sane = sane && (rc == 0 || (rc == -EINVAL && out.p == NULL));
+            free(out.p);
+            free(c.p);
+        }
+        check(sane, "bad MPF: all %zu one-byte edits give 0 or -EINVAL", m.seglen - 8);
+        free(m.b.p);
+    }
+
+    /* The trailer takes a chunk: a 64-scan script leaves none for it. */
+    {
+        const struct fx gf = {.name = "gray", .w = 48, .h = 32, .in_cs = JCS_GRAYSCALE};
+        uint8_t *gp = make_pixels(&gf);
+        struct buf g = make_jpeg(&gf, gp), in;
+        static struct pcr_scripts sc;
+        struct pcr_script *s = &sc.by_class[PCR_CLASS_GRAY];
+        static const char tail[] = "trailer";
+
+        free(gp);
+        in = buf_insert(g, g.len, tail, sizeof(tail) - 1);
+        for (unsigned nscans = 63; nscans <= 64; nscans++) {
+            memset(&sc, 0, sizeof(sc));
+            s->nscans = nscans;
+            for (unsigned k = 0; k < nscans; k++) {
+                s->scan[k] = (struct pcr_scan){.ncomps = 1, .ss = (uint8_t)k, .se = (uint8_t)k};
+            }
+            s->scan[nscans - 1].se = 63; /* the last band runs to the end */
+            struct pcr_transcode_opts o = {.scripts = &sc};
+            rc = transcode_buf(in, &o, &out, &info, why, sizeof(why));
+            if (nscans == 63)
+                check(rc == 0 && info.trailer == sizeof(tail) - 1,
+                      "trailer: 63 scans + trailer fit (rc=%d, %s)", rc, why);
+            else
+                check(rc == -EINVAL && strstr(why, "after EOI"),
+                      "trailer: 64 scans + trailer refused (rc=%d, %s)", rc, why);
+            free(out.p);
+        }
+        free(in.p);
+        free(g.p);
+    }
+    free(plain.p);
+    free(primary.p);
+    free(second.p);
+}
+
 /* The transcoder holds no global state: concurrent calls give identical bytes. */
 struct thr {
     struct buf src, want;
@@ -957,6 +1283,7 @@ int main(void)
     test_markers();
     test_split_restarts();
     test_fuzz_regressions();
+    test_trailers();
     if (first.out.p) {
         test_split_edits(&first);
         test_bad_inputs(&first);

@@ -29,6 +29,7 @@
 #include <jerror.h>
 #include "pcrfs/jpeg.h"
 #include "common/internal.h"
+#include "jpeg/mpf.h"
 
 /* libjpeg holds the whole coefficient image in memory while transcoding (and while
  * decoding a progressive file). Its memory manager refuses virtual arrays beyond
@@ -185,6 +186,7 @@ struct transcode {
     bool src_made, dst_made, probe_made; /* jpeg_create_*() completed: destroy needed */
     const struct pcr_scripts *scripts;   /* NULL: libjpeg's default script */
     jpeg_scan_info scans[PCR_MAX_SCANS]; /* the script handed to libjpeg, if any */
+    size_t src_end;                      /* offset one past the source's EOI */
 };
 
 enum { RUN_OK, RUN_LIBJPEG, RUN_INCOMPLETE };
@@ -284,6 +286,10 @@ static int transcode_run(struct transcode *t, const uint8_t *buf, size_t len, bo
     }
     jpeg_read_header(&t->src, TRUE);
     coef = jpeg_read_coefficients(&t->src);
+    /* jpeg_read_coefficients() returns once the EOI is read (a missing EOI is a
+     * warning, hence a failure), and libjpeg reads no further: what is left in
+     * the memory source is exactly the bytes after the EOI (the trailer). */
+    t->src_end = len - t->src.src->bytes_in_buffer;
     if (incomplete_progression(&t->src))
         return RUN_INCOMPLETE;
 
@@ -333,6 +339,8 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
 
     *out = NULL;
     *outlen = 0;
+    if (info)
+        info->trailer = 0;
     pcr_errf(why, whylen, "%s", "");
     rc = quick_reject(src, len, why, whylen);
     if (rc)
@@ -383,6 +391,22 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
         free(t.out.buf);
         return -EINVAL;
     }
+    if (t.src_end < len) {
+        /* The trailer is stored as one more chunk, so the scans must leave room. */
+        if (split.nchunks >= PCR_MAX_CHUNKS) {
+            pcr_errf(why, whylen, "too many scans to keep the %zu bytes after EOI",
+                     len - t.src_end);
+            rc = -EINVAL;
+        } else {
+            rc = pcr_mpf_patch(src, t.src_end, len, t.out.buf, t.out.len, why, whylen);
+        }
+        if (rc) {
+            free(t.out.buf);
+            return rc;
+        }
+    }
+    if (info)
+        info->trailer = len - t.src_end;
     *out = t.out.buf;
     *outlen = t.out.len;
     return 0;
@@ -394,10 +418,11 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
 struct decode {
     struct jerr err;
     struct jpeg_decompress_struct d;
-    bool made;     /* jpeg_create_decompress() completed */
-    uint8_t *pix;  /* all pixels (caller wants them) or NULL */
-    uint8_t *rows; /* scratch rows when pixels are discarded */
-    size_t npix;   /* bytes at pix */
+    bool made;      /* jpeg_create_decompress() completed */
+    uint8_t *pix;   /* all pixels (caller wants them) or NULL */
+    uint8_t *rows;  /* scratch rows when pixels are discarded */
+    size_t npix;    /* bytes at pix */
+    size_t trailer; /* bytes after the EOI */
 };
 
 enum { DEC_OK, DEC_LIBJPEG, DEC_NOMEM, DEC_TOOBIG };
@@ -446,6 +471,7 @@ static int decode_run(struct decode *t, const uint8_t *buf, size_t len, bool kee
         jpeg_read_scanlines(&t->d, rows, n);
     }
     jpeg_finish_decompress(&t->d);
+    t->trailer = t->d.src->bytes_in_buffer; /* libjpeg stops reading at the EOI */
     return DEC_OK;
 }
 
@@ -472,6 +498,7 @@ int pcr_jpeg_decode(const uint8_t *buf, size_t len, uint8_t **pixels, size_t *np
             info->width = t.d.image_width;
             info->height = t.d.image_height;
             info->components = (unsigned)t.d.num_components;
+            info->trailer = t.trailer;
         }
         if (pixels) {
             *pixels = t.pix;

@@ -71,10 +71,7 @@ static unsigned scans_of(const struct pcr_file *f)
     return (unsigned)f->nchunks - f->trailer;
 }
 
-/* Scan chunks served at @level: all at the top level, else min(level, nscans). A
- * level that serves every scan serves the whole file, trailer included (pcrfs(5)):
- * the trailer lies in the group after the image's last scan, so this is also what
- * a prefix read of the record up to that level holds. */
+/* Scan chunks served at @level: all at the top level, else min(level, nscans). */
 static unsigned chunks_at(const struct pcr_file *f, unsigned level)
 {
     unsigned nscans = scans_of(f);
@@ -84,6 +81,14 @@ static unsigned chunks_at(const struct pcr_file *f, unsigned level)
     if (level >= f->levels || level >= nscans)
         return nscans;
     return level;
+}
+
+/* The trailer (bytes after the source's EOI) is served at the top level only
+ * (pcrfs(5), TRAILERS); below it an image ends at FF D9, also when every scan is
+ * served. */
+static bool trailer_at(const struct pcr_file *f, unsigned level)
+{
+    return f->trailer && level >= f->levels;
 }
 
 static unsigned clamp_level(const struct pcr_store *s, unsigned level)
@@ -97,7 +102,7 @@ static void plan_make(const struct pcr_store *s, const struct pcr_file *f, const
 {
     struct chunk_iter it = chunk_iter(f);
     unsigned m = chunks_at(f, level);
-    bool top = f->kind != PCR_KIND_JPEG || m == scans_of(f);
+    bool with_trailer = trailer_at(f, level);
     uint64_t off, len;
     uint32_t sum = 0;
 
@@ -112,7 +117,7 @@ static void plan_make(const struct pcr_store *s, const struct pcr_file *f, const
         if (i == m && f->kind == PCR_KIND_JPEG) {
             p->seg[p->n++] = (struct seg){.len = 2, .type = SEG_EOI};
             p->size += 2;
-            if (!top || !f->trailer)
+            if (!with_trailer)
                 break;
         }
         p->seg[p->n++] = (struct seg){.off = r->goff[i] + off, .len = len, .sum = sum,
@@ -132,7 +137,7 @@ uint64_t pcr_file_size(const struct pcr_file *f, unsigned level)
     unsigned m = chunks_at(f, level);
     uint64_t off, len, total = 2;
 
-    if (f->kind != PCR_KIND_JPEG || m == scans_of(f))
+    if (f->kind != PCR_KIND_JPEG || (m == scans_of(f) && (!f->trailer || trailer_at(f, level))))
         return f->size_full;
     for (unsigned i = 0; i < m; i++) {
         chunk_next(&it, &off, &len);
@@ -159,7 +164,7 @@ void pcr_file_info(const struct pcr_file *f, struct pcr_file_info *out)
     out->dir = f->dir;
     out->name = f->name;
     out->kind = (enum pcr_kind)f->kind;
-    out->nchunks = scans_of(f);
+    out->nchunks = f->nchunks;
     out->trailer = f->trailer ? pcr_file_chunk_len(f, f->nchunks - 1u) : 0;
     out->width = f->width;
     out->height = f->height;

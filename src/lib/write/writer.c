@@ -389,6 +389,12 @@ static int wput(struct pcr_writer *w, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Chunks of @it: one per scan, plus its trailer (pcrfs(5)); a verbatim file has one. */
+static unsigned item_nchunks(const struct pcr_item *it)
+{
+    return it->kind == PCR_KIND_JPEG ? it->split->nchunks + (it->trailer ? 1 : 0) : 1;
+}
+
 /* Chunk @g of @it as (pointer, length); false if it has no such chunk. */
 static bool item_chunk(const struct pcr_item *it, unsigned g, const uint8_t **p, size_t *n)
 {
@@ -397,6 +403,11 @@ static bool item_chunk(const struct pcr_item *it, unsigned g, const uint8_t **p,
             return false;
         *p = it->data;
         *n = it->len;
+        return true;
+    }
+    if (g == it->split->nchunks && it->trailer) {
+        *p = it->data + it->len - it->trailer;
+        *n = it->trailer;
         return true;
     }
     if (g >= it->split->nchunks)
@@ -415,10 +426,14 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
         !name_ok(it->name))
         return -EINVAL;
     if (it->kind == PCR_KIND_VERBATIM)
-        return it->len == 0 || it->data ? 0 : -EINVAL;
+        return (it->len == 0 || it->data) && !it->trailer ? 0 : -EINVAL;
+    /* img: the progressive file's length; the trailer follows it */
+    size_t img = it->len - it->trailer;
     if (it->kind != PCR_KIND_JPEG || !sp || sp->nchunks < 1 || sp->nchunks > PCR_MAX_CHUNKS ||
-        it->len < 4 || sp->end[sp->nchunks - 1] + 2 != it->len || it->data[it->len - 2] != 0xFF ||
-        it->data[it->len - 1] != 0xD9)
+        it->len < 4 || it->trailer > it->len - 4 || !it->data ||
+        sp->nchunks + (it->trailer ? 1 : 0) > PCR_MAX_CHUNKS ||
+        sp->end[sp->nchunks - 1] + 2 != img || it->data[img - 2] != 0xFF ||
+        it->data[img - 1] != 0xD9)
         return -EINVAL;
     for (unsigned i = 1; i < sp->nchunks; i++)
         if (sp->end[i] < sp->end[i - 1])
@@ -456,7 +471,7 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
                      (unsigned long long)items[i].id, items[i].name ? items[i].name : "?");
             return -EINVAL;
         }
-        unsigned nc = items[i].kind == PCR_KIND_JPEG ? items[i].split->nchunks : 1;
+        unsigned nc = item_nchunks(&items[i]);
         if (nc > ngroups)
             ngroups = nc;
     }
@@ -516,7 +531,7 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
     uint64_t gpos[PCR_MAX_CHUNKS] = {0};
     for (unsigned i = 0; !ret && i < n; i++) {
         const struct pcr_item *it = &items[i];
-        unsigned nc = it->kind == PCR_KIND_JPEG ? it->split->nchunks : 1;
+        unsigned nc = item_nchunks(it);
         size_t clen = 0, slen = 0;
         uint8_t *sums = malloc(4 * (pcr_sum_blocks(it->len) + nc));
         if (!sums) {
@@ -551,6 +566,7 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
                         .src_size = (int64_t)it->src_size,
                         .checksum = pcr_xxh64(it->data, it->len),
                         .note = it->note,
+                        .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
                         .sums = sums,
                         .sums_len = slen,
                     });
