@@ -16,12 +16,13 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "common/internal.h" /* pcr_xxh64() */
+#include "pcrfs/checksum.h"
 #include "pcrfs/fidelity.h"
 #include "pcrfs/jpeg.h"
 #include "pcrfs/store.h"
 #include "summary.h"
 #include "tool.h"
+#include "util/json.h"
 
 #define IO_CHUNK (1u << 20)
 
@@ -667,20 +668,6 @@ struct fid_args {
     bool json;
 };
 
-static void json_string(const char *str)
-{
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            printf("\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7F)
-            printf("\\u%04x", *p);
-        else
-            putchar(*p);
-    }
-    putchar('"');
-}
-
 static int do_fidelity(struct pcr_store *s, const struct fid_args *a)
 {
     struct fidelity fx = {.s = s, .L = pcr_store_levels(s)};
@@ -769,7 +756,7 @@ static int do_fidelity(struct pcr_store *s, const struct fid_args *a)
     if (a->json) {
         printf("{\"script\":");
         if (script[0])
-            json_string(script);
+            pcr_json_fquote(stdout, script);
         else
             fputs("null", stdout);
         printf(",\"levels\":%u,\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"scales\":%d,"

@@ -21,6 +21,7 @@
 #include "progress.h"
 #include "tokimport.h"
 #include "tool.h"
+#include "util/json.h"
 
 #define MAX_REPORTED 20         /* bad items (and skipped files) listed one by one */
 #define SHARD_TOKENS (1u << 24) /* tokens held in memory for one shard: 32 MiB */
@@ -1409,27 +1410,13 @@ void toksum_print_text(const struct toksum *ts, FILE *f)
         fprintf(f, "codebook      none\n");
 }
 
-/* A string from the index, as JSON (printable ASCII kept, the rest \u-escaped). */
-static void json_text(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7F)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
+/* A measured number, null if absent. */
 static void json_num(FILE *f, double v)
 {
-    if (isnan(v))
-        fputs("null", f);
-    else
-        fprintf(f, "%.4f", v);
+    struct pcr_json j;
+
+    pcr_json_init(&j, f);
+    pcr_json_double(&j, v, 4);
 }
 
 void toksum_print_json(const struct toksum *ts, FILE *f)
@@ -1451,14 +1438,14 @@ void toksum_print_json(const struct toksum *ts, FILE *f)
     fputs(",\"model_bytes\":", f);
     json_num(f, ts->model_bytes);
     fputs(",\"coder\":", f);
-    json_text(f, ts->coder);
+    pcr_json_fquote(f, ts->coder);
     fputs(",\"source\":", f);
-    json_text(f, ts->source);
+    pcr_json_fquote(f, ts->source);
     fputs(",\"codebook\":", f);
     if (ts->codebook) {
         fprintf(f, "{\"entries\":%" PRIu64 ",\"dim\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"dtype\":",
                 ts->cb_k, ts->cb_d, ts->codebook_bytes);
-        json_text(f, ts->cb_dtype);
+        pcr_json_fquote(f, ts->cb_dtype);
         fputc('}', f);
     } else
         fputs("null", f);
