@@ -148,7 +148,9 @@ static void load_scripts(const char *arg, struct pcr_scripts *out)
     free(text);
 }
 
-int main(int argc, char **argv)
+/* The command line into @b and @topts (exits on --help, --version and usage errors).
+ * @return true if tokens are to be imported. */
+static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_opts *topts)
 {
     static const struct option longopts[] = {
         {"jobs", required_argument, NULL, 'j'},
@@ -164,82 +166,78 @@ int main(int argc, char **argv)
         TOKIMPORT_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    struct build b = {.per_record = DEFAULT_PER_RECORD};
-    struct tokimport_opts topts = {0};
-    struct tokimport *tok = NULL;
-    bool tokens;
-    struct pcr_writer_opts wopts = {0};
-    struct sigaction sa;
-    sigset_t block, old;
     unsigned long long v;
-    char err[1024] = "";
-    bool force_progress = false;
+    bool force_progress = false, tokens;
     const char *scans_arg = "default";
-    double t0 = tool_now();
     long ncpu;
-    int c, rc, status = 0;
+    int c;
 
-    tool_prog = "mkpcrfs";
     ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    b.jobs = ncpu > 0 ? (ncpu > MAX_JOBS ? MAX_JOBS : (unsigned)ncpu) : 1;
+    b->jobs = ncpu > 0 ? (ncpu > MAX_JOBS ? MAX_JOBS : (unsigned)ncpu) : 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":j:n:fqvhV", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':
             if (tool_parse_uint(optarg, 1, MAX_JOBS, &v) < 0)
                 tool_usage_error("invalid number of jobs '%s' (1..%u)", optarg, MAX_JOBS);
-            b.jobs = (unsigned)v;
+            b->jobs = (unsigned)v;
             break;
         case 'n':
             if (tool_parse_uint(optarg, 1, MAX_PER_RECORD, &v) < 0)
                 tool_usage_error("invalid images per record '%s' (1..%u)", optarg, MAX_PER_RECORD);
-            b.per_record = (unsigned)v;
+            b->per_record = (unsigned)v;
             break;
         case 'f':
-            b.force = true;
+            b->force = true;
             break;
         case OPT_DROP_MARKERS:
-            b.drop_markers = true;
+            b->drop_markers = true;
             break;
         case OPT_SCANS:
             scans_arg = optarg;
             break;
         case 'q':
-            b.quiet = true;
+            b->quiet = true;
             break;
         case OPT_PROGRESS:
             force_progress = true;
             break;
         case 'v':
-            b.verbose = true;
+            b->verbose = true;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            exit(0);
         case 'V':
             printf("mkpcrfs (pcrfs) %s\n", PCR_VERSION);
-            return 0;
+            exit(0);
         default:
-            if (!tokimport_option(&topts, c, optarg))
+            if (!tokimport_option(topts, c, optarg))
                 tool_getopt_error(c, argv);
         }
     }
-    tokens = tokimport_enabled(&topts);
+    tokens = tokimport_enabled(topts);
     if (argc - optind < (tokens ? 1 : 2))
         tool_usage_error("missing %s", argc - optind == 0 && !tokens ? "SRC and STORE" : "STORE");
     if (argc - optind > 2)
         tool_usage_error("too many arguments: '%s'", argv[optind + 2]);
     /* With tokens, SRC may be omitted (or "-"): a store of tokens only. */
-    b.src = argc - optind == 2 ? argv[optind] : NULL;
-    if (tokens && b.src && strcmp(b.src, "-") == 0)
-        b.src = NULL;
-    b.store = argv[argc - 1];
-    load_scripts(scans_arg, &b.scripts);
-    wopts.levels = b.scripts.levels;
-    wopts.script = b.scripts.name;
-    b.progress = force_progress || (!b.quiet && isatty(STDERR_FILENO));
-    wopts.force = b.force;
-    tool_log_init(b.verbose);
+    b->src = argc - optind == 2 ? argv[optind] : NULL;
+    if (tokens && b->src && strcmp(b->src, "-") == 0)
+        b->src = NULL;
+    b->store = argv[argc - 1];
+    load_scripts(scans_arg, &b->scripts);
+    b->progress = force_progress || (!b->quiet && isatty(STDERR_FILENO));
+    return tokens;
+}
+
+/* Signals, SRC, the writer (the temporary store) and the directories the walk must
+ * not enter. @return 0, or -1 (reported; nothing was created). */
+static int start(struct build *b, const struct pcr_writer_opts *wopts)
+{
+    struct sigaction sa;
+    char err[1024] = "";
+    int rc;
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -249,43 +247,67 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    b.srcfd = b.src ? open(b.src, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (b.src && b.srcfd < 0) {
-        tool_err("%s: %s", b.src, strerror(errno));
-        return 1;
+    b->srcfd = b->src ? open(b->src, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (b->src && b->srcfd < 0) {
+        tool_err("%s: %s", b->src, strerror(errno));
+        return -1;
     }
-    if (pthread_mutex_init(&b.lock, NULL) || pthread_cond_init(&b.space_cv, NULL) ||
-        pthread_cond_init(&b.done_cv, NULL)) {
+    if (pthread_mutex_init(&b->lock, NULL) || pthread_cond_init(&b->space_cv, NULL) ||
+        pthread_cond_init(&b->done_cv, NULL)) {
         tool_err("cannot initialise threads");
-        return 1;
+        return -1;
     }
 
-    rc = pcr_writer_create(b.store, &wopts, &b.w, err, sizeof(err));
+    rc = pcr_writer_create(b->store, wopts, &b->w, err, sizeof(err));
     if (rc < 0) {
         if (rc == -EEXIST)
-            tool_err("%s: already exists (--force replaces a pcrfs store)", b.store);
+            tool_err("%s: already exists (--force replaces a pcrfs store)", b->store);
         else if (rc == -ENOTDIR || rc == -EINVAL)
-            tool_err("%s: exists and is not a pcrfs store; not replacing it", b.store);
+            tool_err("%s: exists and is not a pcrfs store; not replacing it", b->store);
         else
-            tool_err("creating %s: %s", b.store, err[0] ? err : strerror(-rc));
-        return 1;
+            tool_err("creating %s: %s", b->store, err[0] ? err : strerror(-rc));
+        return -1;
     }
-    tmpdir_copy = strdup(pcr_writer_tmpdir(b.w));
+    tmpdir_copy = strdup(pcr_writer_tmpdir(b->w));
     tool_oom_hook = on_oom;
     {
         struct stat st;
 
-        if (stat(pcr_writer_tmpdir(b.w), &st) == 0) {
-            b.exclude[b.nexclude].dev = st.st_dev;
-            b.exclude[b.nexclude].ino = st.st_ino;
-            b.exclude[b.nexclude++].store = false;
+        if (stat(pcr_writer_tmpdir(b->w), &st) == 0) {
+            b->exclude[b->nexclude].dev = st.st_dev;
+            b->exclude[b->nexclude].ino = st.st_ino;
+            b->exclude[b->nexclude++].store = false;
         }
-        if (stat(b.store, &st) == 0) {
-            b.exclude[b.nexclude].dev = st.st_dev;
-            b.exclude[b.nexclude].ino = st.st_ino;
-            b.exclude[b.nexclude++].store = true;
+        if (stat(b->store, &st) == 0) {
+            b->exclude[b->nexclude].dev = st.st_dev;
+            b->exclude[b->nexclude].ino = st.st_ino;
+            b->exclude[b->nexclude++].store = true;
         }
     }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct build b = {.per_record = DEFAULT_PER_RECORD};
+    struct tokimport_opts topts = {0};
+    struct tokimport *tok = NULL;
+    bool tokens;
+    struct pcr_writer_opts wopts = {0};
+    sigset_t block, old;
+    char err[1024] = "";
+    double t0 = tool_now();
+    int rc, status = 0;
+
+    tool_prog = "mkpcrfs";
+    tokens = parse_args(argc, argv, &b, &topts);
+    wopts.levels = b.scripts.levels;
+    wopts.script = b.scripts.name;
+    wopts.force = b.force;
+    tool_log_init(b.verbose);
+
+    if (start(&b, &wopts) < 0)
+        return 1;
 
     if (tokens) {
         topts.progress = b.progress;

@@ -71,7 +71,18 @@ enum {
     OPT_THRESHOLD,
 };
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+struct opts {
+    enum mode mode;
+    const char *arg;       /* of --cat, --extract */
+    const char *level_arg; /* --level */
+    const char *path;      /* STORE */
+    bool verbose;
+    struct fid_args fa;
+};
+
+/* Parse the command line into @o (exits on --help, --version and usage errors). */
+static void parse_args(int argc, char **argv, struct opts *o)
 {
     static const struct option longopts[] = {
         {"json", no_argument, NULL, OPT_JSON},
@@ -91,17 +102,12 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     enum mode mode = MODE_SUMMARY;
-    const char *arg = NULL, *level_arg = NULL, *path;
-    struct pcr_store *s;
-    char err[1024] = "";
-    bool verbose = false, json = false, fid_opt = false;
+    bool json = false, fid_opt = false;
     struct fid_args fa = {.sample = FID_SAMPLE, .seed = 1, .threshold = FID_THRESHOLD};
     unsigned long long v;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned level;
-    int c, rc;
+    int c;
 
-    tool_prog = "pcrinfo";
     opterr = 0;
     fa.jobs = ncpu > 0 ? (ncpu > MAX_JOBS ? MAX_JOBS : (unsigned)ncpu) : 1;
     while ((c = getopt_long(argc, argv, ":j:vhV", longopts, NULL)) != -1) {
@@ -159,20 +165,20 @@ int main(int argc, char **argv)
                 tool_usage_error("%s and %s cannot be used together", mode_opt[mode], mode_opt[m]);
             mode = m;
             if (optarg)
-                arg = optarg;
+                o->arg = optarg;
             break;
         case OPT_LEVEL:
-            level_arg = optarg;
+            o->level_arg = optarg;
             break;
         case 'v':
-            verbose = true;
+            o->verbose = true;
             break;
         case 'h':
             usage(stdout);
-            return 0;
+            exit(0);
         case 'V':
             printf("pcrinfo (pcrfs) %s\n", PCR_VERSION);
-            return 0;
+            exit(0);
         default:
             tool_getopt_error(c, argv);
         }
@@ -190,10 +196,26 @@ int main(int argc, char **argv)
     fa.json = json;
     if (fid_opt && mode != MODE_FIDELITY)
         tool_usage_error("--sample, --seed, --threshold and --jobs apply only to --fidelity");
-    if (level_arg && mode != MODE_CAT && mode != MODE_EXTRACT)
+    if (o->level_arg && mode != MODE_CAT && mode != MODE_EXTRACT)
         tool_usage_error("--level applies only to --cat and --extract");
-    path = argv[optind];
-    tool_log_init(verbose);
+    o->path = argv[optind];
+    o->mode = mode;
+    o->fa = fa;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {0};
+    const char *path;
+    struct pcr_store *s;
+    char err[1024] = "";
+    unsigned level;
+    int rc;
+
+    tool_prog = "pcrinfo";
+    parse_args(argc, argv, &o);
+    path = o.path;
+    tool_log_init(o.verbose);
 
     rc = pcr_store_open(path, &s, err, sizeof(err));
     if (rc < 0) {
@@ -201,18 +223,18 @@ int main(int argc, char **argv)
         return 1;
     }
     level = pcr_store_levels(s);
-    if (level_arg && strcmp(level_arg, "full") != 0) {
+    if (o.level_arg && strcmp(o.level_arg, "full") != 0) {
         unsigned long long v;
 
-        if (tool_parse_uint(level_arg, 1, level, &v) < 0) {
+        if (tool_parse_uint(o.level_arg, 1, level, &v) < 0) {
             pcr_store_close(s);
-            tool_usage_error("invalid level '%s': this store has levels 1..%u or 'full'", level_arg,
+            tool_usage_error("invalid level '%s': this store has levels 1..%u or 'full'", o.level_arg,
                              level);
         }
         level = (unsigned)v;
     }
 
-    switch (mode) {
+    switch (o.mode) {
     case MODE_SUMMARY:
     case MODE_JSON: {
         struct summary *sm;
@@ -223,7 +245,7 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        if (mode == MODE_JSON)
+        if (o.mode == MODE_JSON)
             summary_print_json(sm, stdout);
         else
             summary_print_text(sm, stdout);
@@ -238,13 +260,13 @@ int main(int argc, char **argv)
         rc = do_list(s);
         break;
     case MODE_CAT:
-        rc = do_cat(s, arg, level);
+        rc = do_cat(s, o.arg, level);
         break;
     case MODE_EXTRACT:
-        rc = do_extract(s, arg, level);
+        rc = do_extract(s, o.arg, level);
         break;
     case MODE_FIDELITY:
-        rc = do_fidelity(s, &fa);
+        rc = do_fidelity(s, &o.fa);
         break;
     }
     pcr_store_close(s);
