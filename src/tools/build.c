@@ -127,8 +127,12 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
 
 int build_walk(struct build *b)
 {
-    const struct walk_ops ops = {.ctx = b, .error = on_error, .skip = on_skip,
-                                 .begin = on_begin, .dir = on_dir, .file = on_file};
+    const struct walk_ops ops = {.ctx = b,
+                                 .error = on_error,
+                                 .skip = on_skip,
+                                 .begin = on_begin,
+                                 .dir = on_dir,
+                                 .file = on_file};
     struct walk_opts o = {.rootfd = b->srcfd, .root_name = b->src, .stop = &mk_interrupted};
 
     b->dirs = grow(NULL, &b->dircap, sizeof(*b->dirs));
@@ -361,6 +365,33 @@ static void stop_workers(struct build *b)
     pthread_mutex_unlock(&b->lock);
 }
 
+/* Start up to b->jobs workers into @tids. @return how many started (0: none,
+ * reported). */
+static unsigned start_workers(struct build *b, pthread_t *tids)
+{
+    sigset_t block, old;
+    unsigned t, started = 0;
+
+    /* Signals are for the main thread: workers inherit this mask, so a read() in a
+     * worker is never interrupted, and the main thread sees the flag at once. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    for (t = 0; t < b->jobs; t++) {
+        int e = pthread_create(&tids[t], NULL, worker, b);
+
+        if (e) {
+            if (t == 0)
+                tool_err("cannot start a thread: %s", strerror(e));
+            break; /* fewer threads still work */
+        }
+        started++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return started;
+}
+
 /* @return 0; -1 failed (message printed); -2 interrupted. */
 int build_transcode(struct build *b)
 {
@@ -368,8 +399,7 @@ int build_transcode(struct build *b)
     struct tool_buf esc = {0};
     pthread_t *tids = xmalloc(sizeof(*tids) * b->jobs);
     uint64_t done_bytes = 0, lo, i;
-    unsigned t, started = 0;
-    sigset_t block, old;
+    unsigned t, started;
     int rc = 0;
 
     b->nslots = (uint64_t)b->per_record * WINDOW;
@@ -384,28 +414,12 @@ int build_transcode(struct build *b)
     }
     progress_start(b->progress, b->nfiles, b->total_bytes);
 
-    /* Signals are for the main thread: workers inherit this mask, so a read() in a
-     * worker is never interrupted, and the main thread sees the flag at once. */
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, &old);
-    for (t = 0; t < b->jobs; t++) {
-        int e = pthread_create(&tids[t], NULL, worker, b);
-
-        if (e) {
-            if (t == 0) {
-                pthread_sigmask(SIG_SETMASK, &old, NULL);
-                tool_err("cannot start a thread: %s", strerror(e));
-                free(items);
-                free(tids);
-                return -1;
-            }
-            break; /* fewer threads still work */
-        }
-        started++;
+    started = start_workers(b, tids);
+    if (!started) {
+        free(items);
+        free(tids);
+        return -1;
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
 
     for (lo = 0; lo < b->nfiles && rc == 0; lo += b->per_record) {
         uint64_t hi = lo + b->per_record < b->nfiles ? lo + b->per_record : b->nfiles;

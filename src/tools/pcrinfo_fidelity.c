@@ -297,8 +297,8 @@ static void fid_print_text(const struct fid_totals *r, const struct fid_args *a)
            r->script[0] ? r->script : "?");
     if (r->reduced)
         printf("              %u image%s smaller than %d px used fewer than %d scales\n",
-               r->reduced, r->reduced == 1 ? "" : "s",
-               PCR_MSSSIM_WINDOW << (PCR_MSSSIM_SCALES - 1), PCR_MSSSIM_SCALES);
+               r->reduced, r->reduced == 1 ? "" : "s", PCR_MSSSIM_WINDOW << (PCR_MSSSIM_SCALES - 1),
+               PCR_MSSSIM_SCALES);
     if (r->large)
         printf("              %u image%s over %u Mpixels left out\n", r->large,
                r->large == 1 ? "" : "s", FID_MAX_PIXELS >> 20);
@@ -404,10 +404,19 @@ int do_fidelity(struct pcr_store *s, const struct fid_args *a)
     }
 
     {
-        struct fid_totals r = {.script = script, .L = L, .reduced = reduced, .large = large,
-                               .recommended = recommended, .ok = ok, .failures = failures,
-                               .njpeg = njpeg, .all = all, .sum_ssim = sum_ssim,
-                               .min_ssim = min_ssim, .sum_dec = sum_dec, .sum_bytes = sum_bytes};
+        struct fid_totals r = {.script = script,
+                               .L = L,
+                               .reduced = reduced,
+                               .large = large,
+                               .recommended = recommended,
+                               .ok = ok,
+                               .failures = failures,
+                               .njpeg = njpeg,
+                               .all = all,
+                               .sum_ssim = sum_ssim,
+                               .min_ssim = min_ssim,
+                               .sum_dec = sum_dec,
+                               .sum_bytes = sum_bytes};
 
         if (a->json)
             fid_print_json(&r, a);

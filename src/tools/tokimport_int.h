@@ -35,7 +35,7 @@ struct tdir {
     char *name;      /* "" for the root */
     char *rel;       /* --tokens: path relative to DIR ("" for the root) */
     uint64_t parent; /* index of the parent (the root: 0, itself) */
-    uint64_t *kids; /* indices of the subdirectories */
+    uint64_t *kids;  /* indices of the subdirectories */
     uint64_t nkids, kidcap;
     uint64_t *files; /* indices of the files */
     uint64_t nfiles, filecap;

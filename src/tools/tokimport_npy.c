@@ -65,8 +65,8 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
 
 int ti_npy_walk(struct tokimport *t)
 {
-    const struct walk_ops ops = {.ctx = t, .error = on_error, .skip = on_skip, .dir = on_dir,
-                                 .file = on_file};
+    const struct walk_ops ops = {
+        .ctx = t, .error = on_error, .skip = on_skip, .dir = on_dir, .file = on_file};
     struct walk_opts o = {.root_name = t->o.npy_dir, .prefix_root = true, .stop = t->stop};
     int rc;
 
@@ -91,7 +91,7 @@ int ti_npy_walk(struct tokimport *t)
 }
 
 int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *grid, size_t cap,
-                    unsigned *h, unsigned *w)
+                unsigned *h, unsigned *w)
 {
     struct pcr_npy a;
     struct stat st;
@@ -109,7 +109,7 @@ int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *g
     if ((uint64_t)st.st_size > MAX_NPY_BYTES) {
         close(fd);
         ti_bad(t, "%s: %" PRIu64 " bytes, too large for a token grid of at most %u tokens",
-            ti_src_desc(t, f), (uint64_t)st.st_size, PCR_TOK_MAX_TOKENS);
+               ti_src_desc(t, f), (uint64_t)st.st_size, PCR_TOK_MAX_TOKENS);
         return -1;
     }
     /* One byte more than the size, to see a file that grew. */
@@ -144,7 +144,7 @@ int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *g
         rc = pcr_npy_to_grid(&a, grid, cap, h, w, why, sizeof(why));
     if (rc) {
         ti_bad(t, "%s: %s", ti_src_desc(t, f),
-            rc == -E2BIG ? "more tokens than it had when it was first read" : why);
+               rc == -E2BIG ? "more tokens than it had when it was first read" : why);
         return -1;
     }
     return 0;

@@ -126,7 +126,8 @@ int ti_seit_tree(struct tokimport *t)
                 break;
             }
             if (len > 255) {
-                ti_bad(t, "SeiT image %" PRIu64 ": a directory name longer than 255 bytes", order[i]);
+                ti_bad(t, "SeiT image %" PRIu64 ": a directory name longer than 255 bytes",
+                       order[i]);
                 break;
             }
             if (level < depth && stack[level].len == len &&
@@ -153,7 +154,7 @@ int ti_seit_tree(struct tokimport *t)
         tn = ti_tok_name(p);
         if (!tn) {
             ti_bad(t, "SeiT image %" PRIu64 ": the name '%s' is too long with .tok", order[i],
-                tool_escaped(&t->esc, p));
+                   tool_escaped(&t->esc, p));
             break;
         }
         ti_new_file(t, dir, tn)->seit = order[i];

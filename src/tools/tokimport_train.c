@@ -52,10 +52,11 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
                 if (dfd >= 0)
                     close(dfd);
                 cur = f->dir;
-                dfd = tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                dfd =
+                    tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
                 if (dfd < 0)
-                    ti_bad(t, "cannot open directory %s: %s", ti_npy_path(t, t->dirs[cur].rel, NULL),
-                        strerror(errno));
+                    ti_bad(t, "cannot open directory %s: %s",
+                           ti_npy_path(t, t->dirs[cur].rel, NULL), strerror(errno));
             }
             if (dfd < 0 || ti_load_npy(t, dfd, f, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
                 continue;

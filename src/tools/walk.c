@@ -174,8 +174,8 @@ static int subdir(struct walk *w, uint64_t d, const char *name, const char *rel,
         if (!w->dirs)
             tool_oom();
     }
-    w->dirs[w->ndirs++] = (struct wnode){.parent = d, .rel = xstrdup(rel), .dev = st->st_dev,
-                                         .ino = st->st_ino};
+    w->dirs[w->ndirs++] =
+        (struct wnode){.parent = d, .rel = xstrdup(rel), .dev = st->st_dev, .ino = st->st_ino};
     return w->ops->dir(w->ops->ctx, d, name, rel, st);
 }
 

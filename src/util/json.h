@@ -49,7 +49,7 @@ void pcr_json_vprintf(struct pcr_json *j, const char *fmt, va_list ap)
 
 /* The values. Each is preceded by a comma when it is not the first of its object
  * or array (see pcr_json_key()). */
-void pcr_json_str(struct pcr_json *j, const char *s);           /* NULL: null */
+void pcr_json_str(struct pcr_json *j, const char *s);            /* NULL: null */
 void pcr_json_strn(struct pcr_json *j, const char *s, size_t n); /* NUL bytes escaped */
 void pcr_json_u64(struct pcr_json *j, uint64_t v);
 void pcr_json_i64(struct pcr_json *j, int64_t v);

@@ -88,7 +88,7 @@ int pcr_huf_decode(const struct pcr_huf_dec *d, const uint8_t *in, size_t len, u
 
 /* ---- Codec internals (tokcodec.c, shared with toktrain.c, the benchmark, tests) -- */
 
-#define PCR_TOK_NVALUES  65536u       /* token values: 0..65535 */
+#define PCR_TOK_NVALUES  65536u      /* token values: 0..65535 */
 #define PCR_TOK_MAX_DICT (16u << 20) /* largest zstd dictionary a model may hold */
 
 struct pcr_tok_model;

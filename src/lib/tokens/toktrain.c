@@ -294,7 +294,8 @@ int pcr_tok_trainer_finish(struct pcr_tok_trainer *t, struct pcr_tok_model **out
     rep.sample_grids = t->nsamples;
 
     if (t->o.coder != PCR_TOK_ZSTD_DICT) {
-        rc = pcr_tok_model_serialise(PCR_TOK_HUFFMAN, nseen, order, lens, 0, NULL, 0, &blob, &bloblen);
+        rc = pcr_tok_model_serialise(PCR_TOK_HUFFMAN, nseen, order, lens, 0, NULL, 0, &blob,
+                                     &bloblen);
         if (rc == 0)
             rc = pcr_tok_model_load(blob, bloblen, &huf, err, errlen);
         free(blob);
@@ -309,8 +310,8 @@ int pcr_tok_trainer_finish(struct pcr_tok_trainer *t, struct pcr_tok_model **out
         rc = train_dict(t, rank, holdout, &dict, &dictlen, err, errlen);
         if (rc)
             goto done;
-        rc = pcr_tok_model_serialise(PCR_TOK_ZSTD_DICT, nseen, order, NULL, t->o.zstd_level, dict, dictlen,
-                        &blob, &bloblen);
+        rc = pcr_tok_model_serialise(PCR_TOK_ZSTD_DICT, nseen, order, NULL, t->o.zstd_level, dict,
+                                     dictlen, &blob, &bloblen);
         if (rc == 0)
             rc = pcr_tok_model_load(blob, bloblen, &zs, err, errlen);
         free(blob);
