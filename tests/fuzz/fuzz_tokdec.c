@@ -159,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 1:
     case 2: {
-        const struct pcr_tok_model *m = models[data[0] % 5];
+        const struct pcr_tok_model *m = models[data[0] % 6];
         unsigned h, w;
         ssize_t len;
         if (size < 2)
