@@ -9,7 +9,7 @@ BUILD=${PCRFS_BUILD_DIR:-$ROOT/build-demo}
 
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 
-[ "${PCRFS_SKIP_DEPS:-0}" = 1 ] || bash scripts/deps.sh
+[ "${PCRFS_SKIP_DEPS:-0}" = 1 ] || bash scripts/deps.sh demo
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" "$ROOT" >/dev/null
 ninja -C "$BUILD" >/dev/null
 MKPCRFS=$BUILD/src/tools/mkpcrfs

@@ -1,22 +1,47 @@
 #!/bin/bash
-# Install everything pcrfs needs to build, test, fuzz and demo on Debian 12.
+# Install what pcrfs needs on Debian 12, for one purpose:
+#   scripts/deps.sh demo   build pcrfs and run scripts/demo.sh: the build
+#                          dependencies, fuse3, and what the demo runs (Python with
+#                          Pillow and numpy for the sample images, djpeg)
+#   scripts/deps.sh test   (the default) everything: also clang and libFuzzer,
+#                          valgrind, torchvision, the sqlite3 CLI and docutils, for
+#                          scripts/test.sh and CI
 # Runs apt-get only when a package is missing (so a prepared machine needs no
-# network); uses sudo when not root.
+# network); uses sudo when not root. When another apt-get or dpkg holds the package
+# lock (unattended-upgrades on a fresh machine), it waits for it up to 10 minutes
+# instead of failing at once.
 set -euo pipefail
 
-pkgs=(
+what=${1:-test}
+demo_pkgs=(
     # build
     build-essential pkg-config meson ninja-build
-    libfuse3-dev libsqlite3-dev libjpeg62-turbo-dev libzstd-dev
+    libfuse3-dev libsqlite3-dev libjpeg62-turbo-dev libzstd-dev zlib1g-dev
     # run and mount
     fuse3 util-linux
-    # tests: djpeg/jpegtran/cjpeg, Pillow, numpy, torchvision's ImageFolder, sqlite3 CLI
-    libjpeg-turbo-progs python3 python3-pil python3-numpy python3-torchvision sqlite3
+    # the demo's sample images (tests/gen/mkdataset.py) and its djpeg check
+    python3 python3-pil python3-numpy libjpeg-turbo-progs
+)
+test_pkgs=(
+    # tests: torchvision's ImageFolder, sqlite3 CLI
+    python3-torchvision sqlite3
     # fuzz targets (libFuzzer) and memory checking
     clang libclang-rt-14-dev valgrind
     # man pages from reStructuredText
     python3-docutils
 )
+case $what in
+    demo) pkgs=("${demo_pkgs[@]}") ;;
+    test) pkgs=("${demo_pkgs[@]}" "${test_pkgs[@]}") ;;
+    -h | --help)
+        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "usage: scripts/deps.sh [demo|test]" >&2
+        exit 2
+        ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -25,7 +50,7 @@ for p in "${pkgs[@]}"; do
     fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "deps: all ${#pkgs[@]} packages installed"
+    echo "deps: all ${#pkgs[@]} packages for '$what' installed"
     exit 0
 fi
 
@@ -40,5 +65,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update
-$SUDO apt-get install -y --no-install-recommends "${pkgs[@]}"
+# apt 2.6 (Debian 12) waits for the dpkg lock with this option (seconds); older apt
+# ignores it.
+lock=(-o DPkg::Lock::Timeout=600)
+$SUDO apt-get "${lock[@]}" update
+$SUDO apt-get "${lock[@]}" install -y --no-install-recommends "${pkgs[@]}"

@@ -260,6 +260,23 @@ int pcr_tok_decode(const struct pcr_tok_model *m, const uint8_t *blob, size_t le
 #define PCR_TOKSHARD_HEADER  32u
 #define PCR_TOKSHARD_VERSION 1u
 
+/* A shard header's fields. */
+struct pcr_tokshard_hdr {
+    uint32_t version;
+    uint32_t count;      /* blobs */
+    uint64_t model_id;   /* pcr_tok_model_id() of the model the blobs were encoded with */
+    uint64_t blob_bytes; /* the file is PCR_TOKSHARD_HEADER + this */
+};
+
+/* Decode a shard header from its PCR_TOKSHARD_HEADER bytes (untrusted; no I/O, so a
+ * reader that has the bytes already, such as the store's record cache, checks them
+ * the same way as pcr_tokshard_open()). *out is filled whenever the magic matches.
+ * @return 0; -EINVAL not a token shard (bad magic); -ENOTSUP another version. The
+ *         caller checks count, model_id and blob_bytes against what it expects. */
+int pcr_tokshard_hdr_decode(const uint8_t hdr[PCR_TOKSHARD_HEADER], struct pcr_tokshard_hdr *out);
+/* Encode @h (magic included) into @out. */
+void pcr_tokshard_hdr_encode(const struct pcr_tokshard_hdr *h, uint8_t out[PCR_TOKSHARD_HEADER]);
+
 struct pcr_tokshard_writer;
 struct pcr_tokshard;
 

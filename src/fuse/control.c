@@ -13,143 +13,40 @@
 #include <time.h>
 
 #include "fs.h"
+#include "util/json.h"
 
-/* A growing string; an allocation failure is remembered and reported at the end so
- * the renderers stay linear. */
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-};
-
-static bool sb_reserve(struct sbuf *b, size_t more)
+/* The renderers write through the JSON writer shared with the tools (src/util/json.h:
+ * one string escaping everywhere), into a growing buffer whose allocation failure is
+ * remembered (b.oom) and reported at the end so that the renderers stay linear. */
+static void sb_puts(struct pcr_json *b, const char *s)
 {
-    size_t cap;
-    char *p;
-
-    if (b->oom)
-        return false;
-    if (b->len + more + 1 <= b->cap)
-        return true;
-    cap = b->cap ? b->cap : 1024;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = true;
-        return false;
-    }
-    b->p = p;
-    b->cap = cap;
-    return true;
+    pcr_json_puts(b, s);
 }
 
-static void sb_putn(struct sbuf *b, const char *s, size_t n)
-{
-    if (!sb_reserve(b, n))
-        return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(struct sbuf *b, const char *s)
-{
-    sb_putn(b, s, strlen(s));
-}
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(struct sbuf *b, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void sb_printf(struct pcr_json *b, const char *fmt,
+                                                            ...)
 {
     va_list ap;
-    int n;
 
     va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
+    pcr_json_vprintf(b, fmt, ap);
     va_end(ap);
-    if (n < 0 || !sb_reserve(b, (size_t)n))
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-/* Length of the well-formed UTF-8 sequence at @s (at most @n bytes), 0 if none. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    size_t len, i;
-    uint32_t cp;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        len = 2, cp = s[0] & 0x1f;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        len = 3, cp = s[0] & 0x0f;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        len = 4, cp = s[0] & 0x07;
-    else
-        return 0;
-    if (len > n)
-        return 0;
-    for (i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    /* overlong forms, surrogates and code points past U+10FFFF are not UTF-8 */
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
 }
 
 /* A JSON string. Store paths and index values are arbitrary bytes: bytes that are
  * not UTF-8 become U+FFFD so the output always parses. */
-static void sb_json_str(struct sbuf *b, const char *str)
+static void sb_json_str(struct pcr_json *b, const char *str)
 {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t n = strlen(str), i = 0, k;
-
-    sb_putn(b, "\"", 1);
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c == '"' || c == '\\') {
-            char esc[2] = {'\\', (char)c};
-            sb_putn(b, esc, 2);
-            i++;
-        } else if (c < 0x20 || c == 0x7f) {
-            sb_printf(b, "\\u%04x", c);
-            i++;
-        } else if ((k = utf8_seq(s + i, n - i)) > 0) {
-            sb_putn(b, (const char *)s + i, k);
-            i += k;
-        } else {
-            sb_puts(b, "\\ufffd");
-            i++;
-        }
-    }
-    sb_putn(b, "\"", 1);
+    pcr_json_quote(b, str, strlen(str));
 }
 
 /* A value from the index's meta table: a number if it is all digits, else a string,
  * null if absent. */
-static void sb_json_meta(struct sbuf *b, struct pcr_store *s, const char *key)
+static void sb_json_meta(struct pcr_json *b, struct pcr_store *s, const char *key)
 {
     char val[512];
-    ssize_t n = pcr_store_meta(s, key, val, sizeof(val));
-    size_t i;
 
-    if (n < 0) {
-        sb_puts(b, "null");
-        return;
-    }
-    for (i = 0; val[i] >= '0' && val[i] <= '9'; i++)
-        ;
-    if (i > 0 && i < 19 && val[i] == '\0' && (val[0] != '0' || i == 1))
-        sb_puts(b, val);
-    else
-        sb_json_str(b, val);
+    pcr_json_numtext(b, pcr_store_meta(s, key, val, sizeof(val)) < 0 ? NULL : val);
 }
 
 static const char *view_name(const struct pcrfs *fs, unsigned view, char *buf, size_t len)
@@ -162,10 +59,11 @@ static const char *view_name(const struct pcrfs *fs, unsigned view, char *buf, s
 
 int pcrfs_info_render(struct pcrfs *fs)
 {
-    struct sbuf b = {0};
+    struct pcr_json b;
     char name[32];
     unsigned v;
 
+    pcr_json_init(&b, NULL);
     sb_puts(&b, "{\n  \"store\": ");
     sb_json_str(&b, fs->store_path);
     sb_puts(&b, ",\n  \"format_version\": ");
@@ -216,11 +114,12 @@ int pcrfs_info_render(struct pcrfs *fs)
 int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
 {
     struct pcr_stats stats, *st = &stats;
-    struct sbuf b = {0};
+    struct pcr_json b;
     struct timespec now;
     char name[32];
     unsigned v, k;
 
+    pcr_json_init(&b, NULL);
     pcr_store_stats(fs->store, st);
     clock_gettime(CLOCK_MONOTONIC, &now);
 

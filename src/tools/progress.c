@@ -8,7 +8,6 @@
 
 static struct {
     bool enabled;
-    bool drawn; /* the bar is on the terminal line now */
     uint64_t total_files, total_bytes;
     double start, last;
 } pg;
@@ -81,36 +80,21 @@ void progress_update(uint64_t files, uint64_t bytes, bool force)
     if (barw > 50)
         barw = 50;
     fill = (unsigned)(frac * barw);
-    n = (size_t)snprintf(line, sizeof(line), "\r%s", left);
+    n = (size_t)snprintf(line, sizeof(line), "%s", left);
     if (barw) {
         line[n++] = '[';
         for (i = 0; i < barw; i++)
             line[n++] = i < fill ? '#' : '.';
         line[n++] = ']';
     }
-    snprintf(line + n, sizeof(line) - n, "%s\033[K", right);
-    tool_stderr_lock();
-    fputs(line, stderr);
-    fflush(stderr);
-    pg.drawn = true;
-    tool_stderr_unlock();
-}
-
-void progress_erase_locked(void)
-{
-    if (pg.drawn) {
-        fputs("\r\033[K", stderr);
-        pg.drawn = false;
-    }
+    snprintf(line + n, sizeof(line) - n, "%s", right);
+    tool_status_show(line);
 }
 
 void progress_finish(void)
 {
     if (!pg.enabled)
         return;
-    tool_stderr_lock();
-    progress_erase_locked();
-    fflush(stderr);
+    tool_status_clear();
     pg.enabled = false;
-    tool_stderr_unlock();
 }

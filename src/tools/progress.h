@@ -1,9 +1,9 @@
 /* pcrfs tools — a one-line progress bar on stderr.
  *
- * Only the thread that calls progress_update() draws; any thread may print a
- * message in between through tool_err()/tool_warn(), which erase the bar first
- * (progress_erase_locked()) so that the message is not glued to it; the bar comes
- * back at the next update.
+ * Only the thread that calls progress_update() draws. The bar is formatted here and
+ * shown as tool.c's status line (tool_status_show()), so any thread may print a
+ * message in between through tool_err()/tool_warn(), which erase the bar first; the
+ * bar comes back at the next update.
  */
 #ifndef PCRFS_PROGRESS_H
 #define PCRFS_PROGRESS_H
@@ -18,7 +18,5 @@ void progress_start(bool enabled, uint64_t total_files, uint64_t total_bytes);
 void progress_update(uint64_t files, uint64_t bytes, bool force);
 /* Erase the bar for good (at the end, or before exiting on an error). */
 void progress_finish(void);
-/* Erase the bar from the terminal line; the caller holds tool_stderr_lock(). */
-void progress_erase_locked(void);
 
 #endif

@@ -10,6 +10,7 @@
 #include "summary.h"
 #include "tokimport.h"
 #include "tool.h"
+#include "util/json.h"
 
 /* Verbatim files listed one by one in the text summary (JSON lists them all). */
 #define LIST_MAX 20
@@ -299,28 +300,13 @@ void summary_print_text(const struct summary *sm, FILE *f)
     tool_buf_free(&esc);
 }
 
-/* A JSON string of the displayed (escaped) form of a name: valid UTF-8 always. */
-static void json_str(FILE *f, const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-
-    fputc('"', f);
-    for (; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7F)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
+/* A name or a note as JSON: its displayed (escaped, tool_escape()) form, the same
+ * text the summary prints, so a name that is not UTF-8 reads the same in both. */
 static void json_escaped_str(FILE *f, const char *s)
 {
     struct tool_buf esc = {0};
 
-    json_str(f, tool_escaped(&esc, s));
+    pcr_json_fquote(f, tool_escaped(&esc, s));
     tool_buf_free(&esc);
 }
 
@@ -362,7 +348,7 @@ void summary_print_json(const struct summary *sm, FILE *f)
     if (sm->scans[1][0]) {
         for (k = 0; k < NCLASS; k++) {
             fprintf(f, "%s\"%s\":", k ? "," : "{", scan_class[k]);
-            json_str(f, sm->scans[k]);
+            pcr_json_fquote(f, sm->scans[k]);
         }
         fputc('}', f);
     } else {
@@ -371,7 +357,7 @@ void summary_print_json(const struct summary *sm, FILE *f)
     fputs(",\"verbatim_files\":[", f);
     for (i = 0; i < sm->nverbatim; i++) {
         fprintf(f, "%s{\"path\":", i ? "," : "");
-        json_str(f, sm->vfiles[i].path);
+        pcr_json_fquote(f, sm->vfiles[i].path);
         fputs(",\"reason\":", f);
         json_escaped_str(f, sm->vfiles[i].note);
         fputc('}', f);

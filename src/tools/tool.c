@@ -9,21 +9,40 @@
 #include <time.h>
 #include <unistd.h>
 #include "tool.h"
-#include "progress.h"
+#include "util/utf8.h"
 
 const char *tool_prog = "pcrfs";
 
 void (*tool_oom_hook)(void);
 
+/* Serialises every writer of stderr; status_drawn: the status line is on the
+ * terminal now (under the lock). */
 static pthread_mutex_t stderr_mutex = PTHREAD_MUTEX_INITIALIZER;
+static bool status_drawn;
 
-void tool_stderr_lock(void)
+static void status_erase_locked(void)
 {
-    pthread_mutex_lock(&stderr_mutex);
+    if (status_drawn) {
+        fputs("\r\033[K", stderr);
+        status_drawn = false;
+    }
 }
 
-void tool_stderr_unlock(void)
+void tool_status_show(const char *line)
 {
+    pthread_mutex_lock(&stderr_mutex);
+    /* "\033[K" clears what a longer previous line left to the right */
+    fprintf(stderr, "\r%s\033[K", line);
+    fflush(stderr);
+    status_drawn = true;
+    pthread_mutex_unlock(&stderr_mutex);
+}
+
+void tool_status_clear(void)
+{
+    pthread_mutex_lock(&stderr_mutex);
+    status_erase_locked();
+    fflush(stderr);
     pthread_mutex_unlock(&stderr_mutex);
 }
 
@@ -33,11 +52,11 @@ static void vmsg(const char *kind, const char *fmt, va_list ap)
     char line[4096];
 
     vsnprintf(line, sizeof(line), fmt, ap);
-    tool_stderr_lock();
-    progress_erase_locked();
+    pthread_mutex_lock(&stderr_mutex);
+    status_erase_locked();
     fprintf(stderr, "%s: %s%s\n", tool_prog, kind, line);
     fflush(stderr);
-    tool_stderr_unlock();
+    pthread_mutex_unlock(&stderr_mutex);
 }
 
 void tool_oom(void)
@@ -160,33 +179,14 @@ void tool_buf_free(struct tool_buf *b)
 }
 
 /* Length of the well-formed UTF-8 sequence at @p (at most @n bytes) encoding a
- * printable code point, or 0. Overlong forms, surrogates, code points above
- * U+10FFFF and the C1 controls are rejected: they would print misleadingly. */
+ * printable code point, or 0. What is not UTF-8 (pcr_utf8_seq()) and the C1
+ * controls are rejected: they would print misleadingly. */
 static size_t utf8_printable(const unsigned char *p, size_t n)
 {
-    unsigned c = p[0];
-    size_t len, i;
-    uint32_t cp, min;
+    uint32_t cp;
+    size_t len = pcr_utf8_seq(p, n, &cp);
 
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2, cp = c & 0x1F, min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3, cp = c & 0x0F, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4, cp = c & 0x07, min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF) || cp < 0xA0)
-        return 0;
-    return len;
+    return len > 0 && cp >= 0xA0 ? len : 0;
 }
 
 void tool_escape(struct tool_buf *b, const char *name, size_t len)

@@ -1,8 +1,10 @@
 /* pcrfs tools — helpers shared by mkpcrfs and pcrinfo: messages, the library's log
  * hook, escaping of arbitrary byte names for display, and option parsing.
  *
- * Every line on stderr goes through tool_msg() so that it can first erase the
- * progress bar (see progress.h) and so that lines from several threads never mix.
+ * tool.c owns stderr: every message goes through tool_err()/tool_warn(), which
+ * first erase the status line (the progress bar, progress.h, draws through
+ * tool_status_show()) and print under one lock, so that lines from several threads
+ * never mix and never glue onto the bar.
  */
 #ifndef PCRFS_TOOL_H
 #define PCRFS_TOOL_H
@@ -37,9 +39,11 @@ void tool_getopt_error(int c, char **argv) __attribute__((noreturn));
  * name; @verbose also shows PCR_LOG_INFO and PCR_LOG_DEBUG. */
 void tool_log_init(bool verbose);
 
-/* Serialise writers of stderr (the progress bar and messages from any thread). */
-void tool_stderr_lock(void);
-void tool_stderr_unlock(void);
+/* The status line: a transient last line on stderr (the progress bar) that every
+ * message erases first and the next tool_status_show() brings back. Show @line
+ * (one line, no newline; it replaces the previous one), or erase it for good. */
+void tool_status_show(const char *line);
+void tool_status_clear(void);
 
 /* A growable string, for escaped names and paths. */
 struct tool_buf {

@@ -7,7 +7,13 @@
  *   3  pcr_tok_escape_decode() of the rest (SeiT data);
  *   4  pcr_huf_dec_init() with code lengths from the input, then decoding the rest
  *      (the canonical decoder's slow path must stay inside its tables for any
- *      code that passes validation).
+ *      code that passes validation);
+ *   5  pcr_tok_model_load() like 0, but with the model's trailing XXH64 recomputed
+ *      first: a mutated model almost never has the right checksum, so mode 0 alone
+ *      stops at the checksum and never reaches the parser behind it (the rank table,
+ *      the code lengths, the dictionary). The next byte k says that the last k bytes
+ *      are not part of the model but a blob to decode with it, as a 1x16 grid, if it
+ *      loads.
  * For 1 and 2 the next byte picks the grid shape. A blob that decodes must encode
  * back to a blob that decodes to the same grid.
  * Seeds: PCR_FUZZ_SEEDS=DIR fuzz_tokdec -runs=0 writes a valid input per mode to DIR.
@@ -17,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "pcrfs/checksum.h"
 #include "pcrfs/tokens.h"
+#include "common/le.h"
 #include "tokens/tokens_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -72,6 +80,37 @@ static void write_seeds(const char *dir, uint16_t (*g)[1024])
     /* Mode 4: lengths 1, 2, 3, 3 (guard last), then some bits. */
     memcpy(blob, "\x02\x01\x02\x03\x03\x4f\xa7", 7);
     put_seed(dir, k++, 4, 0, blob, 7);
+    /* Mode 5: each model with a stale checksum (mode 5 fixes it) and no blob. */
+    for (int c = PCR_TOK_HUFFMAN; c <= PCR_TOK_ZSTD_DICT; c++) {
+        size_t len;
+        const void *mb = pcr_tok_model_blob(models[c], &len);
+
+        if (len + 1 > sizeof(blob))
+            continue;
+        blob[0] = 0; /* k = 0 */
+        memcpy(blob + 1, mb, len);
+        memset(blob + len - 7, 0, 8);
+        put_seed(dir, k++, 5, 0, blob, len + 1);
+    }
+}
+
+/* Mode 5: load @len bytes at @p as a model after recomputing its checksum, then
+ * decode @blob with it. */
+static void load_fixed(const uint8_t *p, size_t len, const uint8_t *blob, size_t bloblen)
+{
+    static uint8_t buf[1 << 20];
+    static uint16_t grid[16];
+    struct pcr_tok_model *m;
+    char err[256];
+
+    if (len < 8 || len > sizeof(buf))
+        return;
+    memcpy(buf, p, len);
+    pcr_put_le64(buf + len - 8, pcr_xxh64(buf, len - 8));
+    if (pcr_tok_model_load(buf, len, &m, err, sizeof(err)) != 0)
+        return;
+    (void)pcr_tok_decode(m, blob, bloblen, 1, 16, grid);
+    pcr_tok_model_free(m);
 }
 
 /* Fixed models trained on deterministic, mildly skewed, spatially repetitive grids. */
@@ -111,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         init_models();
     if (size < 1)
         return 0;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0: {
         struct pcr_tok_model *m;
         if (pcr_tok_model_load(data + 1, size - 1, &m, err, sizeof(err)) == 0)
@@ -120,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 1:
     case 2: {
-        const struct pcr_tok_model *m = models[data[0] % 5];
+        const struct pcr_tok_model *m = models[data[0] % 6];
         unsigned h, w;
         ssize_t len;
         if (size < 2)
@@ -151,6 +190,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)pcr_huf_decode(&d, data + 2 + nsym, size - 2 - nsym, out, 1024);
             pcr_huf_dec_free(&d);
         }
+        break;
+    }
+    case 5: {
+        size_t k;
+
+        if (size < 2)
+            return 0;
+        k = data[1] <= size - 2 ? data[1] : 0;
+        load_fixed(data + 2, size - 2 - k, data + size - k, k);
         break;
     }
     }

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 #include "common/internal.h"
+#include "common/le.h"
 
 #define P1 0x9E3779B185EBCA87ULL
 #define P2 0xC2B2AE3D27D4EB4FULL
@@ -17,19 +18,6 @@
 static inline uint64_t rotl(uint64_t x, int r)
 {
     return (x << r) | (x >> (64 - r));
-}
-
-static inline uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static inline uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static inline uint64_t round1(uint64_t acc, uint64_t in)
@@ -57,7 +45,7 @@ void pcr_xxh64_init(struct pcr_xxh64 *st)
 static void stripe(uint64_t v[4], const uint8_t *p)
 {
     for (int i = 0; i < 4; i++)
-        v[i] = round1(v[i], rd64(p + 8 * i));
+        v[i] = round1(v[i], pcr_get_le64(p + 8 * i));
 }
 
 void pcr_xxh64_update(struct pcr_xxh64 *st, const void *data, size_t len)
@@ -99,11 +87,11 @@ uint64_t pcr_xxh64_final(const struct pcr_xxh64 *st)
     }
     h += st->total;
     for (; p + 8 <= end; p += 8) {
-        h ^= round1(0, rd64(p));
+        h ^= round1(0, pcr_get_le64(p));
         h = rotl(h, 27) * P1 + P4;
     }
     if (p + 4 <= end) {
-        h ^= (uint64_t)rd32(p) * P1;
+        h ^= (uint64_t)pcr_get_le32(p) * P1;
         h = rotl(h, 23) * P2 + P3;
         p += 4;
     }
@@ -160,9 +148,8 @@ size_t pcr_sums_put(const uint8_t *data, size_t len, uint8_t *out)
 
     for (size_t off = 0; off < len; off += PCR_SUM_BLOCK) {
         size_t l = len - off < PCR_SUM_BLOCK ? len - off : PCR_SUM_BLOCK;
-        uint32_t v = pcr_sum32(data + off, l);
-        for (int b = 0; b < 4; b++)
-            out[n++] = (uint8_t)(v >> (8 * b));
+        pcr_put_le32(out + n, pcr_sum32(data + off, l));
+        n += 4;
     }
     return n;
 }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdarg.h>
+#include "pcrfs/checksum.h" /* XXH64 (seed 0), the checksum of each file */
 #include "pcrfs/log.h"
 
 #define PCR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -14,18 +15,6 @@ void pcr_log(enum pcr_log_level level, const char *fmt, ...) __attribute__((form
 /* Write a formatted message into @buf (if non-NULL); always NUL-terminates. */
 void pcr_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* XXH64 (seed 0), the checksum of each file's full bytes. Implemented from the
- * published xxHash specification; streaming state for data that comes in pieces. */
-struct pcr_xxh64 {
-    uint64_t v[4];
-    uint64_t total;
-    uint8_t buf[32];
-    unsigned nbuf;
-};
-void pcr_xxh64_init(struct pcr_xxh64 *st);
-void pcr_xxh64_update(struct pcr_xxh64 *st, const void *data, size_t len);
-uint64_t pcr_xxh64_final(const struct pcr_xxh64 *st);
-uint64_t pcr_xxh64(const void *data, size_t len);
 
 /* Chunk checksums (pcrfs(5)): each chunk is cut into blocks of PCR_SUM_BLOCK bytes
  * (the last one shorter), and each block has the low 32 bits of its XXH64 as a

@@ -2,45 +2,26 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include "common/le.h"
 #include "format/record.h"
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 void pcr_record_hdr_encode(const struct pcr_record_hdr *h, uint8_t out[PCR_RECORD_HDR])
 {
     memcpy(out, PCR_RECORD_MAGIC, 8);
-    put32(out + 8, h->version);
-    put32(out + 12, h->ngroups);
-    put64(out + 16, h->nimages);
-    put64(out + 24, h->size);
+    pcr_put_le32(out + 8, h->version);
+    pcr_put_le32(out + 12, h->ngroups);
+    pcr_put_le64(out + 16, h->nimages);
+    pcr_put_le64(out + 24, h->size);
 }
 
 int pcr_record_hdr_decode(const uint8_t in[PCR_RECORD_HDR], struct pcr_record_hdr *h)
 {
     if (memcmp(in, PCR_RECORD_MAGIC, 8) != 0)
         return -EINVAL;
-    h->version = (uint32_t)get(in + 8, 4);
-    h->ngroups = (uint32_t)get(in + 12, 4);
-    h->nimages = get(in + 16, 8);
-    h->size = get(in + 24, 8);
+    h->version = pcr_get_le32(in + 8);
+    h->ngroups = pcr_get_le32(in + 12);
+    h->nimages = pcr_get_le64(in + 16);
+    h->size = pcr_get_le64(in + 24);
     return 0;
 }
 

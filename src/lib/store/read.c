@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pcrfs/tokens.h"
+#include "common/le.h"
 #include "format/record.h"
 #include "store/store_internal.h"
 
@@ -181,16 +182,13 @@ void pcr_file_info(const struct pcr_file *f, struct pcr_file_info *out)
 static const char *check_shard_hdr(const struct pcr_store *s, const struct rec *r,
                                    const uint8_t hdr[PCR_RECORD_HDR])
 {
-    uint64_t v[4] = {0};
-    static const int off[4] = {8, 12, 16, 24}, len[4] = {4, 4, 8, 8};
+    struct pcr_tokshard_hdr h;
+    int ret = pcr_tokshard_hdr_decode(hdr, &h);
 
-    if (memcmp(hdr, "PCRTOKS\n", 8) != 0)
+    if (ret == -EINVAL)
         return "bad magic (not a pcrfs token shard)";
-    for (int i = 0; i < 4; i++)
-        for (int k = len[i] - 1; k >= 0; k--)
-            v[i] = (v[i] << 8) | hdr[off[i] + k];
-    if (v[0] != PCR_TOKSHARD_VERSION || v[1] != r->nimages ||
-        v[2] != pcr_tok_model_id(s->model) || v[3] + PCR_TOKSHARD_HEADER != r->size)
+    if (ret || h.count != r->nimages || h.model_id != pcr_tok_model_id(s->model) ||
+        h.blob_bytes + PCR_TOKSHARD_HEADER != r->size)
         return "header disagrees with the index";
     return NULL;
 }
@@ -310,8 +308,7 @@ static uint8_t *scratch(struct tls *t, size_t n)
 
 static uint32_t sum_at(const struct pcr_file *f, uint64_t i)
 {
-    const uint8_t *p = f->sums + 4 * i;
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return pcr_get_le32(f->sums + 4 * i);
 }
 
 /* One chunk range being read: block-aligned [a, a + span) of segment @seg, of which

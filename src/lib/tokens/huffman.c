@@ -335,7 +335,7 @@ static inline uint64_t load_be64(const uint8_t *p)
  * check after the loop compares the bits consumed with the blob's length; this
  * keeps a per-symbol bounds test out of the loop. */
 static inline int decode_core(const struct pcr_huf_dec *d, const uint8_t *in, size_t len,
-                              uint16_t *out16, uint8_t *out8, size_t n)
+                              uint16_t *out, size_t n)
 {
     const uint8_t *p = in, *const end = in + len;
     const uint32_t *const table = d->table;
@@ -383,10 +383,7 @@ static inline int decode_core(const struct pcr_huf_dec *d, const uint8_t *in, si
         }
         bits <<= l;
         nbits -= l;
-        if (out16)
-            out16[i] = (uint16_t)sym;
-        else
-            out8[i] = (uint8_t)sym;
+        out[i] = (uint16_t)sym;
     }
     consumed = (uint64_t)((size_t)(p - in) + virt) * 8 - nbits;
     if (consumed > (uint64_t)len * 8)
@@ -404,11 +401,5 @@ static inline int decode_core(const struct pcr_huf_dec *d, const uint8_t *in, si
 int pcr_huf_decode(const struct pcr_huf_dec *d, const uint8_t *in, size_t len, uint16_t *out,
                    size_t n)
 {
-    return decode_core(d, in, len, out, NULL, n);
-}
-
-int pcr_huf_decode8(const struct pcr_huf_dec *d, const uint8_t *in, size_t len, uint8_t *out,
-                    size_t n)
-{
-    return decode_core(d, in, len, NULL, out, n);
+    return decode_core(d, in, len, out, n);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include "pcrfs/tokens.h"
 #include "common/internal.h"
+#include "common/le.h"
 #include "tokens/tokens_internal.h"
 
 #define NPY_MAGIC     "\x93NUMPY"
@@ -231,12 +232,12 @@ int pcr_npy_parse(const void *buf, size_t len, struct pcr_npy *out, char *err, s
     if (out->major == 1 && out->minor == 0) {
         if (len < 10)
             goto truncated_header;
-        hlen = (size_t)b[8] | (size_t)b[9] << 8;
+        hlen = pcr_get_le16(b + 8);
         hstart = 10;
     } else if (out->major == 2 && out->minor == 0) {
         if (len < 12)
             goto truncated_header;
-        hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 | (size_t)b[11] << 24;
+        hlen = pcr_get_le32(b + 8);
         hstart = 12;
     } else {
         pcr_errf(err, errlen, "unsupported .npy version %u.%u (1.0 and 2.0 only)", out->major,
@@ -512,14 +513,11 @@ size_t pcr_npy_write_grid(unsigned h, unsigned w, const uint16_t *grid, uint8_t 
     memcpy(out, NPY_MAGIC, NPY_MAGIC_LEN);
     out[6] = 1;
     out[7] = 0;
-    out[8] = (uint8_t)((hl - 10) & 0xff);
-    out[9] = (uint8_t)((hl - 10) >> 8);
+    pcr_put_le16(out + 8, (uint16_t)(hl - 10));
     n = (size_t)grid_dict(h, w, (char *)out + 10, hl - 10);
     memset(out + 10 + n, ' ', hl - 11 - n);
     out[hl - 1] = '\n';
-    for (size_t i = 0; i < (size_t)h * w; i++) {
-        out[hl + 2 * i] = (uint8_t)(grid[i] & 0xff);
-        out[hl + 2 * i + 1] = (uint8_t)(grid[i] >> 8);
-    }
+    for (size_t i = 0; i < (size_t)h * w; i++)
+        pcr_put_le16(out + hl + 2 * i, grid[i]);
     return total;
 }

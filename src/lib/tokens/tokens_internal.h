@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include "pcrfs/tokens.h"
 
 /* ---- Canonical Huffman over an alphabet of up to 65536 symbols ----------------
  *
@@ -84,13 +85,21 @@ long pcr_huf_encode(const struct pcr_huf_enc *e, const uint16_t *sym, size_t n, 
  * truncated, trailing bytes, bad padding). Never reads outside [in, in+len). */
 int pcr_huf_decode(const struct pcr_huf_dec *d, const uint8_t *in, size_t len, uint16_t *out,
                    size_t n);
-/* Same, over a byte alphabet (for measuring the escape code + Huffman). */
-int pcr_huf_decode8(const struct pcr_huf_dec *d, const uint8_t *in, size_t len, uint8_t *out,
-                    size_t n);
 
-/* ---- Codec internals (for the benchmark and tests) ------------------------------ */
+/* ---- Codec internals (tokcodec.c, shared with toktrain.c, the benchmark, tests) -- */
+
+#define PCR_TOK_NVALUES  65536u      /* token values: 0..65535 */
+#define PCR_TOK_MAX_DICT (16u << 20) /* largest zstd dictionary a model may hold */
 
 struct pcr_tok_model;
+/* Serialise a model (format: pcr_tok_model_blob() in pcrfs/tokens.h): @value the
+ * rank -> value table of @nseen entries; @lens (nseen + 1 code lengths, HUFFMAN) or
+ * @level and @dict (ZSTD_DICT). *out is malloc()ed. @return 0, -ENOMEM. */
+int pcr_tok_model_serialise(enum pcr_tok_coder coder, unsigned nseen, const uint16_t *value,
+                            const uint8_t *lens, int level, const void *dict, size_t dictlen,
+                            uint8_t **out, size_t *outlen);
+/* A grid shape the codec takes: H, W in 1..PCR_TOK_MAX_SIDE, H*W <= PCR_TOK_MAX_TOKENS. */
+bool pcr_tok_shape_ok(unsigned h, unsigned w);
 /* ranks[i] = the model's rank of grid[i] (the frequency re-indexing). */
 void pcr_tok_model_ranks(const struct pcr_tok_model *m, const uint16_t *grid, size_t n,
                          uint16_t *ranks);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "pcrfs/tokens.h"
 #include "common/internal.h"
+#include "common/le.h"
 
 #define SHARD_MAGIC "PCRTOKS\n"
 #define WBUF        (1u << 20)
@@ -37,26 +38,25 @@ struct pcr_tokshard {
     uint64_t size;
 };
 
-static void put32(uint8_t *p, uint32_t v)
+void pcr_tokshard_hdr_encode(const struct pcr_tokshard_hdr *h, uint8_t out[PCR_TOKSHARD_HEADER])
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    memcpy(out, SHARD_MAGIC, 8);
+    pcr_put_le32(out + 8, h->version);
+    pcr_put_le32(out + 12, h->count);
+    pcr_put_le64(out + 16, h->model_id);
+    pcr_put_le64(out + 24, h->blob_bytes);
 }
 
-static void put64(uint8_t *p, uint64_t v)
+int pcr_tokshard_hdr_decode(const uint8_t hdr[PCR_TOKSHARD_HEADER], struct pcr_tokshard_hdr *out)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+    memset(out, 0, sizeof(*out));
+    if (memcmp(hdr, SHARD_MAGIC, 8) != 0)
+        return -EINVAL;
+    out->version = pcr_get_le32(hdr + 8);
+    out->count = pcr_get_le32(hdr + 12);
+    out->model_id = pcr_get_le64(hdr + 16);
+    out->blob_bytes = pcr_get_le64(hdr + 24);
+    return out->version == PCR_TOKSHARD_VERSION ? 0 : -ENOTSUP;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t len, off_t off)
@@ -155,14 +155,16 @@ int pcr_tokshard_add(struct pcr_tokshard_writer *w, const void *blob, size_t len
 
 int pcr_tokshard_finish(struct pcr_tokshard_writer *w, char *err, size_t errlen)
 {
+    struct pcr_tokshard_hdr hd = {
+        .version = PCR_TOKSHARD_VERSION,
+        .count = w->count,
+        .model_id = w->model_id,
+        .blob_bytes = w->size - PCR_TOKSHARD_HEADER,
+    };
     uint8_t h[PCR_TOKSHARD_HEADER];
     int rc;
 
-    memcpy(h, SHARD_MAGIC, 8);
-    put32(h + 8, PCR_TOKSHARD_VERSION);
-    put32(h + 12, w->count);
-    put64(h + 16, w->model_id);
-    put64(h + 24, w->size - PCR_TOKSHARD_HEADER);
+    pcr_tokshard_hdr_encode(&hd, h);
     rc = flush(w);
     if (rc == 0)
         rc = write_all(w->fd, h, sizeof(h), 0);
@@ -194,8 +196,8 @@ int pcr_tokshard_open(const char *path, uint64_t model_id, struct pcr_tokshard *
 {
     struct pcr_tokshard *s;
     uint8_t h[PCR_TOKSHARD_HEADER];
+    struct pcr_tokshard_hdr hd;
     struct stat st;
-    uint32_t version;
     int rc;
 
     *out = NULL;
@@ -212,31 +214,31 @@ int pcr_tokshard_open(const char *path, uint64_t model_id, struct pcr_tokshard *
     }
     rc = -EINVAL;
     if (fstat(s->fd, &st) != 0 || st.st_size < (off_t)PCR_TOKSHARD_HEADER ||
-        pread(s->fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || memcmp(h, SHARD_MAGIC, 8) != 0) {
+        pread(s->fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+        pcr_tokshard_hdr_decode(h, &hd) == -EINVAL) {
         pcr_errf(err, errlen, "%s: not a pcrfs token shard", path);
         goto fail;
     }
-    version = get32(h + 8);
-    if (version != PCR_TOKSHARD_VERSION) {
+    if (hd.version != PCR_TOKSHARD_VERSION) {
         pcr_errf(err, errlen, "%s: token shard version %" PRIu32 " (this pcrfs reads %u)", path,
-                 version, PCR_TOKSHARD_VERSION);
+                 hd.version, PCR_TOKSHARD_VERSION);
         rc = -ENOTSUP;
         goto fail;
     }
-    if (get64(h + 24) != (uint64_t)st.st_size - PCR_TOKSHARD_HEADER) {
+    if (hd.blob_bytes != (uint64_t)st.st_size - PCR_TOKSHARD_HEADER) {
         pcr_errf(err, errlen,
                  "%s: size %" PRIu64 " but the header says %" PRIu64 " (truncated or damaged)",
-                 path, (uint64_t)st.st_size, get64(h + 24) + PCR_TOKSHARD_HEADER);
+                 path, (uint64_t)st.st_size, hd.blob_bytes + PCR_TOKSHARD_HEADER);
         goto fail;
     }
-    if (get64(h + 16) != model_id) {
+    if (hd.model_id != model_id) {
         pcr_errf(err, errlen,
                  "%s: encoded with another token model (%016" PRIx64 ", expected %016" PRIx64 ")",
-                 path, get64(h + 16), model_id);
+                 path, hd.model_id, model_id);
         rc = -ESTALE;
         goto fail;
     }
-    s->count = get32(h + 12);
+    s->count = hd.count;
     s->size = (uint64_t)st.st_size;
     *out = s;
     return 0;

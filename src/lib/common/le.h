@@ -1,0 +1,43 @@
+/* pcrfs — little-endian fields of the on-disk formats (record and shard headers, the
+ * token model, NPY headers): one set of helpers for every module; not installed.
+ * Byte by byte, so they work on any host and at any alignment; compilers turn them
+ * into single loads and stores. */
+#ifndef PCRFS_LE_H
+#define PCRFS_LE_H
+
+#include <stdint.h>
+
+static inline uint16_t pcr_get_le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
+
+static inline uint32_t pcr_get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t pcr_get_le64(const uint8_t *p)
+{
+    return (uint64_t)pcr_get_le32(p) | (uint64_t)pcr_get_le32(p + 4) << 32;
+}
+
+static inline void pcr_put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void pcr_put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline void pcr_put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+#endif

@@ -1,0 +1,590 @@
+/* mkpcrfs — the build: the walk of SRC, the transcoding pipeline and the build's
+ * meta keys (phases 1 and 2 and the first half of 3; see mkpcrfs.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "mkpcrfs.h"
+#include "progress.h"
+#include "tool.h"
+#include "walk.h"
+
+/* Records a worker may run ahead of the one being written, plus that one. */
+#define WINDOW 3
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+
+    if (!p)
+        tool_oom();
+    return p;
+}
+
+static char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+
+    return memcpy(xmalloc(n), s, n);
+}
+
+static void *grow(void *p, uint64_t *cap, size_t size)
+{
+    *cap = *cap ? *cap * 2 : 64;
+    p = realloc(p, *cap * size);
+    if (!p)
+        tool_oom();
+    return p;
+}
+
+/* "REL/NAME" (or NAME at the root), malloc()ed. */
+static char *join(const char *rel, const char *name)
+{
+    size_t a = strlen(rel), n = strlen(name);
+    char *p = xmalloc(a + n + 2);
+
+    if (a) {
+        memcpy(p, rel, a);
+        p[a++] = '/';
+    }
+    memcpy(p + a, name, n + 1);
+    return p;
+}
+
+/* ---- Phase 1: the walk (walk.h); the walker's directory d is our id d + 1 ---- */
+
+static int on_error(void *ctx, const char *msg)
+{
+    (void)ctx;
+    tool_err("%s", msg);
+    return -1; /* a source we cannot read entirely is not built from */
+}
+
+static void on_skip(void *ctx, const char *what, const char *why)
+{
+    struct build *b = ctx;
+
+    tool_warn("skipped %s: %s", what, why);
+    b->skipped++;
+}
+
+static int on_begin(void *ctx, uint64_t d)
+{
+    struct build *b = ctx;
+
+    b->dirs[d].first_file = b->nfiles + 1;
+    b->dirs[d].first_child = b->ndirs + 1;
+    return 0;
+}
+
+static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
+                  const struct stat *st)
+{
+    struct build *b = ctx;
+    struct dnode *c;
+
+    (void)st;
+    if (b->ndirs == b->dircap)
+        b->dirs = grow(b->dirs, &b->dircap, sizeof(*b->dirs));
+    c = &b->dirs[b->ndirs++];
+    memset(c, 0, sizeof(*c));
+    c->parent = parent + 1;
+    c->name = xstrdup(name);
+    c->rel = xstrdup(rel);
+    b->dirs[parent].nsubdirs++;
+    return 0;
+}
+
+static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
+                   const struct stat *st)
+{
+    struct build *b = ctx;
+
+    /* Fail now rather than an hour into the transcode. */
+    if (faccessat(dfd, *name, R_OK, AT_EACCESS) < 0) {
+        struct tool_buf esc = {0};
+
+        tool_err("cannot read %s: %s", tool_escaped(&esc, rel), strerror(errno));
+        tool_buf_free(&esc);
+        return -1;
+    }
+    if (b->nfiles == b->filecap)
+        b->files = grow(b->files, &b->filecap, sizeof(*b->files));
+    b->files[b->nfiles].dir = d + 1;
+    b->files[b->nfiles].name = *name;
+    *name = NULL;
+    b->nfiles++;
+    b->dirs[d].nfiles++;
+    b->total_bytes += (uint64_t)st->st_size;
+    return 0;
+}
+
+int build_walk(struct build *b)
+{
+    const struct walk_ops ops = {.ctx = b,
+                                 .error = on_error,
+                                 .skip = on_skip,
+                                 .begin = on_begin,
+                                 .dir = on_dir,
+                                 .file = on_file};
+    struct walk_opts o = {.rootfd = b->srcfd, .root_name = b->src, .stop = &mk_interrupted};
+
+    b->dirs = grow(NULL, &b->dircap, sizeof(*b->dirs));
+    memset(&b->dirs[0], 0, sizeof(b->dirs[0]));
+    b->dirs[0].parent = PCR_ROOT_DIR;
+    b->dirs[0].name = xstrdup("");
+    b->dirs[0].rel = xstrdup("");
+    b->ndirs = 1;
+    if (b->srcfd < 0)
+        return 0; /* tokens only: the image tree is its root */
+    for (unsigned k = 0; k < b->nexclude; k++) {
+        o.exclude[k].dev = b->exclude[k].dev;
+        o.exclude[k].ino = b->exclude[k].ino;
+        o.exclude[k].warn = b->exclude[k].store;
+    }
+    o.nexclude = b->nexclude;
+    return walk_tree(&o, &ops) < 0 ? -1 : 0;
+}
+
+int build_add_dirs(struct build *b)
+{
+    uint64_t d;
+    int rc;
+
+    for (d = 1; d <= b->ndirs; d++) {
+        const struct dnode *n = &b->dirs[d - 1];
+        struct pcr_dir_row row = {
+            .id = d,
+            .parent = n->parent,
+            .name = n->name,
+            .first_child = n->first_child,
+            .nsubdirs = n->nsubdirs,
+            .first_file = n->first_file,
+            .nfiles = n->nfiles,
+        };
+
+        rc = pcr_writer_add_dir(b->w, &row);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- Phase 2: the pipeline ---- */
+
+static void fail(struct build *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void fail(struct build *b, const char *fmt, ...)
+{
+    va_list ap;
+
+    pthread_mutex_lock(&b->lock);
+    if (!b->failed) {
+        va_start(ap, fmt);
+        vsnprintf(b->errmsg, sizeof(b->errmsg), fmt, ap);
+        va_end(ap);
+        b->failed = true;
+    }
+    b->stop = true;
+    pthread_cond_broadcast(&b->done_cv);
+    pthread_cond_broadcast(&b->space_cv);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Read the whole file; its size may have changed since the walk. */
+static int read_file(int fd, uint64_t hint, uint8_t **out, size_t *outlen)
+{
+    size_t cap = (size_t)hint + 1, len = 0;
+    uint8_t *buf = malloc(cap);
+
+    if (!buf)
+        return -ENOMEM;
+    for (;;) {
+        ssize_t n;
+
+        if (len == cap) {
+            uint8_t *p = realloc(buf, cap * 2);
+
+            if (!p) {
+                free(buf);
+                return -ENOMEM;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        n = read(fd, buf + len, cap - len);
+        if (n < 0) {
+            int e = errno;
+
+            if (e == EINTR)
+                continue;
+            free(buf);
+            return -e;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+    }
+    *out = buf;
+    *outlen = len;
+    return 0;
+}
+
+static int process(struct build *b, uint64_t i, struct slot *s)
+{
+    const struct fnode *f = &b->files[i];
+    const struct pcr_transcode_opts topts = {.drop_markers = b->drop_markers,
+                                             .scripts = &b->scripts};
+    struct tool_buf esc = {0};
+    char *rel = join(b->dirs[f->dir - 1].rel, f->name);
+    uint8_t *src = NULL, *out = NULL;
+    size_t len = 0, outlen = 0;
+    struct stat st;
+    int fd, rc;
+
+    /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
+    fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        rc = -errno;
+        fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+        goto out;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        fail(b, "%s: no longer a regular file", tool_escaped(&esc, rel));
+        close(fd);
+        goto out;
+    }
+    rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
+    close(fd);
+    if (rc < 0) {
+        fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+        goto out;
+    }
+    s->src_size = len;
+    s->note[0] = '\0';
+    /* JPEG or not is decided by the content: a non-JPEG fails fast ("not a JPEG"). */
+    rc = pcr_jpeg_transcode(src, len, &topts, &out, &outlen, &s->info, s->note, sizeof(s->note));
+    if (rc == 0) {
+        rc = pcr_jpeg_split(out, outlen, &s->split);
+        if (rc == 0 && s->info.trailer > 0) {
+            /* The bytes after the source's EOI (MPO frames, gain maps, IPTC
+             * trailers) follow the new EOI verbatim: they are the file's last
+             * chunk, served at the top level (pcrfs(5)). */
+            uint8_t *p = realloc(out, outlen + s->info.trailer);
+
+            if (!p) {
+                free(out);
+                free(src);
+                fail(b, "transcoding %s: %s", tool_escaped(&esc, rel), strerror(ENOMEM));
+                rc = -ENOMEM;
+                goto out;
+            }
+            out = p;
+            memcpy(out + outlen, src + len - s->info.trailer, s->info.trailer);
+            outlen += s->info.trailer;
+        }
+        if (rc == 0) {
+            free(src);
+            s->kind = PCR_KIND_JPEG;
+            s->data = out;
+            s->len = outlen;
+            goto out;
+        }
+        /* The transcoder's output always splits; if it ever does not, the source
+         * is kept as it is rather than lost. */
+        snprintf(s->note, sizeof(s->note), "transcoded file does not split: %s", strerror(-rc));
+        free(out);
+    } else if (rc != -EINVAL) {
+        fail(b, "transcoding %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+        free(src);
+        goto out;
+    }
+    if (!s->note[0])
+        snprintf(s->note, sizeof(s->note), "cannot be transcoded");
+    s->kind = PCR_KIND_VERBATIM;
+    s->data = src;
+    s->len = len;
+    rc = 0;
+out:
+    free(rel);
+    tool_buf_free(&esc);
+    return rc;
+}
+
+static void *worker(void *arg)
+{
+    struct build *b = arg;
+
+    for (;;) {
+        uint64_t i;
+        struct slot *s;
+
+        pthread_mutex_lock(&b->lock);
+        while (!b->stop && b->next < b->nfiles && b->next / b->per_record >= b->wrec + WINDOW)
+            pthread_cond_wait(&b->space_cv, &b->lock);
+        if (b->stop || b->next >= b->nfiles) {
+            pthread_mutex_unlock(&b->lock);
+            return NULL;
+        }
+        i = b->next++;
+        pthread_mutex_unlock(&b->lock);
+
+        s = &b->slots[i % b->nslots];
+        if (process(b, i, s) < 0)
+            return NULL;
+        pthread_mutex_lock(&b->lock);
+        s->done = true;
+        pthread_cond_broadcast(&b->done_cv);
+        pthread_mutex_unlock(&b->lock);
+    }
+}
+
+/* Wait for slot @i; draws the progress bar meanwhile. @return 0, or -1 if the
+ * build stops (failure or signal). */
+static int wait_slot(struct build *b, uint64_t i, uint64_t done_files, uint64_t done_bytes)
+{
+    struct slot *s = &b->slots[i % b->nslots];
+    bool done;
+
+    pthread_mutex_lock(&b->lock);
+    while (!s->done && !b->failed && !mk_interrupted) {
+        struct timespec ts;
+
+        /* Wake up regularly to see signals and keep the ETA moving. */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&b->done_cv, &b->lock, &ts);
+        pthread_mutex_unlock(&b->lock);
+        progress_update(done_files, done_bytes, false);
+        pthread_mutex_lock(&b->lock);
+    }
+    done = s->done;
+    pthread_mutex_unlock(&b->lock);
+    return done ? 0 : -1;
+}
+
+static void stop_workers(struct build *b)
+{
+    pthread_mutex_lock(&b->lock);
+    b->stop = true;
+    pthread_cond_broadcast(&b->space_cv);
+    pthread_mutex_unlock(&b->lock);
+}
+
+/* Start up to b->jobs workers into @tids. @return how many started (0: none,
+ * reported). */
+static unsigned start_workers(struct build *b, pthread_t *tids)
+{
+    sigset_t block, old;
+    unsigned t, started = 0;
+
+    /* Signals are for the main thread: workers inherit this mask, so a read() in a
+     * worker is never interrupted, and the main thread sees the flag at once. */
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    for (t = 0; t < b->jobs; t++) {
+        int e = pthread_create(&tids[t], NULL, worker, b);
+
+        if (e) {
+            if (t == 0)
+                tool_err("cannot start a thread: %s", strerror(e));
+            break; /* fewer threads still work */
+        }
+        started++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return started;
+}
+
+/* @return 0; -1 failed (message printed); -2 interrupted. */
+int build_transcode(struct build *b)
+{
+    struct pcr_item *items = xmalloc(sizeof(*items) * b->per_record);
+    struct tool_buf esc = {0};
+    pthread_t *tids = xmalloc(sizeof(*tids) * b->jobs);
+    uint64_t done_bytes = 0, lo, i;
+    unsigned t, started;
+    int rc = 0;
+
+    b->nslots = (uint64_t)b->per_record * WINDOW;
+    if (b->nslots > b->nfiles)
+        b->nslots = b->nfiles ? b->nfiles : 1;
+    b->slots = calloc(b->nslots, sizeof(*b->slots));
+    if (!b->slots) {
+        tool_err("out of memory");
+        free(items);
+        free(tids);
+        return -1;
+    }
+    progress_start(b->progress, b->nfiles, b->total_bytes);
+
+    started = start_workers(b, tids);
+    if (!started) {
+        free(items);
+        free(tids);
+        return -1;
+    }
+
+    for (lo = 0; lo < b->nfiles && rc == 0; lo += b->per_record) {
+        uint64_t hi = lo + b->per_record < b->nfiles ? lo + b->per_record : b->nfiles;
+
+        for (i = lo; i < hi; i++) {
+            struct slot *s = &b->slots[i % b->nslots];
+            const struct fnode *f = &b->files[i];
+
+            if (wait_slot(b, i, i, done_bytes) < 0) {
+                rc = -1;
+                break;
+            }
+            if (s->kind == PCR_KIND_VERBATIM) {
+                char *rel = join(b->dirs[f->dir - 1].rel, f->name);
+
+                tool_warn("stored verbatim: %s: %s", tool_escaped(&esc, rel), s->note);
+                free(rel);
+            }
+            items[i - lo] = (struct pcr_item){
+                .id = i + 1,
+                .dir = f->dir,
+                .name = f->name,
+                .kind = s->kind,
+                /* The writer may not like NULL even for zero bytes. */
+                .data = s->data ? s->data : (const uint8_t *)"",
+                .len = s->len,
+                .split = s->kind == PCR_KIND_JPEG ? &s->split : NULL,
+                .trailer = s->kind == PCR_KIND_JPEG ? s->info.trailer : 0,
+                .info = s->kind == PCR_KIND_JPEG ? s->info : (struct pcr_jpeg_info){0},
+                .src_size = s->src_size,
+                .note = s->kind == PCR_KIND_VERBATIM ? s->note : NULL,
+            };
+            done_bytes += s->src_size;
+            progress_update(i + 1, done_bytes, false);
+        }
+        if (mk_interrupted)
+            rc = -2;
+        if (rc == 0) {
+            int e = pcr_writer_add_record(b->w, items, (unsigned)(hi - lo));
+
+            if (e < 0) {
+                tool_err("writing %s: %s", b->store, strerror(-e));
+                if (b->verbose && pcr_writer_error(b->w)[0])
+                    tool_err("%s", pcr_writer_error(b->w));
+                rc = -1;
+            }
+        }
+        /* Release the record's slots (also on failure: nothing may leak). */
+        pthread_mutex_lock(&b->lock);
+        for (i = lo; i < hi; i++) {
+            struct slot *s = &b->slots[i % b->nslots];
+
+            if (s->done) {
+                free(s->data);
+                s->data = NULL;
+                s->done = false;
+            }
+        }
+        b->wrec++;
+        pthread_cond_broadcast(&b->space_cv);
+        pthread_mutex_unlock(&b->lock);
+    }
+    if (rc == 0)
+        progress_update(b->nfiles, done_bytes, true);
+
+    stop_workers(b);
+    for (t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+    /* Slots done ahead of a failure still hold data. */
+    for (i = 0; i < b->nslots; i++) {
+        free(b->slots[i].data);
+        b->slots[i].data = NULL;
+    }
+    progress_finish();
+    if (b->failed) {
+        tool_err("%s", b->errmsg);
+        rc = -1;
+    }
+    if (mk_interrupted)
+        rc = -2;
+    free(items);
+    free(tids);
+    tool_buf_free(&esc);
+    return rc;
+}
+
+/* ---- Phase 3: the meta keys ---- */
+
+/* Meta "scans.CLASS": each class's script in jpegtran -scans syntax, or
+ * "libjpeg-default"; with "script" (the name) it says exactly how the store was cut. */
+static int set_script_meta(struct build *b)
+{
+    static const char *const key[PCR_CLASS_COUNT] = {
+        [PCR_CLASS_GRAY] = "scans.gray",
+        [PCR_CLASS_YCC] = "scans.ycc",
+        [PCR_CLASS_RGB] = "scans.rgb",
+        [PCR_CLASS_CMYK] = "scans.cmyk",
+    };
+    char text[PCR_MAX_SCANS * 40];
+    int rc;
+
+    for (unsigned c = 0; c < PCR_CLASS_COUNT; c++) {
+        const struct pcr_script *sc = &b->scripts.by_class[c];
+
+        if (sc->nscans)
+            pcr_script_format(sc, text, sizeof(text));
+        else
+            snprintf(text, sizeof(text), "libjpeg-default");
+        rc = pcr_writer_set_meta(b->w, key[c], text);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int build_set_meta(struct build *b)
+{
+    char v[64];
+    int rc;
+
+    snprintf(v, sizeof(v), "%u", b->per_record);
+    if ((rc = pcr_writer_set_meta(b->w, "script", b->scripts.name)) < 0 ||
+        (rc = set_script_meta(b)) < 0 || (rc = pcr_writer_set_meta(b->w, "per_record", v)) < 0 ||
+        (rc = pcr_writer_set_meta(b->w, "drop_markers", b->drop_markers ? "1" : "0")) < 0 ||
+        (rc = pcr_writer_set_meta(b->w, "source", b->src ? b->src : "")) < 0 ||
+        (rc = pcr_writer_set_meta(b->w, "created_by", "mkpcrfs " PCR_VERSION)) < 0)
+        return rc;
+    snprintf(v, sizeof(v), "%" PRIu64, b->skipped);
+    return pcr_writer_set_meta(b->w, "skipped", v);
+}
+
+void build_free(struct build *b)
+{
+    uint64_t i;
+
+    for (i = 0; i < b->ndirs; i++) {
+        free(b->dirs[i].name);
+        free(b->dirs[i].rel);
+    }
+    free(b->dirs);
+    for (i = 0; i < b->nfiles; i++)
+        free(b->files[i].name);
+    free(b->files);
+    if (b->slots) {
+        for (i = 0; i < b->nslots; i++)
+            free(b->slots[i].data);
+        free(b->slots);
+    }
+    if (b->srcfd >= 0)
+        close(b->srcfd);
+}

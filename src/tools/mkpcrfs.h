@@ -1,0 +1,109 @@
+/* mkpcrfs — what the command line (mkpcrfs.c) and the build (build.c) share.
+ *
+ * Three phases:
+ *  1. Walk SRC (walk.h) and number the tree the way pcrfs/writer.h requires
+ *     (directories in BFS order with each directory's children contiguous and sorted
+ *     by name, files grouped by directory and sorted).
+ *  2. Transcode with -j worker threads. Workers claim file ids in increasing order
+ *     and put results into a ring of slots; the main thread takes the slots in id
+ *     order, record by record, and hands each full record to the writer. The
+ *     store's bytes therefore depend on nothing but SRC and the options recorded in
+ *     it, never on -j or on timing. A worker may not claim a file more than two
+ *     records ahead of the record being written: that bounds memory to three
+ *     records of images whatever the speed of the disk.
+ *  3. Record the build options, commit (the writer renames the temporary
+ *     directory into place), then open the new store and print its summary with the
+ *     same code as pcrinfo.
+ * Token grids (--tokens, --seit; tokimport.h) are read, checked and trained on
+ * before phase 1, so that a bad token input fails before any image is transcoded,
+ * and written to the store between phases 2 and 3. With tokens SRC may be left
+ * out: the image tree is then its root alone.
+ */
+#ifndef PCRFS_TOOLS_MKPCRFS_H
+#define PCRFS_TOOLS_MKPCRFS_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "pcrfs/jpeg.h"
+#include "pcrfs/writer.h"
+
+struct dnode {
+    uint64_t parent; /* id of the parent (the root: 1) */
+    char *name;      /* "" for the root */
+    char *rel;       /* path relative to SRC, "" for the root */
+    uint64_t first_child, nsubdirs;
+    uint64_t first_file, nfiles;
+};
+
+struct fnode {
+    uint64_t dir; /* id of its directory */
+    char *name;
+};
+
+/* One file's result, filled by a worker, consumed by the main thread. */
+struct slot {
+    bool done; /* under b->lock */
+    enum pcr_kind kind;
+    uint8_t *data; /* malloc()ed: the progressive JPEG or the source bytes */
+    size_t len;
+    uint64_t src_size;
+    struct pcr_split split;    /* JPEG only */
+    struct pcr_jpeg_info info; /* JPEG only */
+    char note[256];            /* VERBATIM: why */
+};
+
+struct build {
+    const char *src, *store;
+    int srcfd;
+    unsigned jobs, per_record;
+    bool force, drop_markers, quiet, progress, verbose;
+    struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
+
+    struct dnode *dirs;
+    uint64_t ndirs, dircap;
+    struct fnode *files;
+    uint64_t nfiles, filecap;
+    uint64_t total_bytes, skipped;
+    /* Directories never to enter: the temporary store and the existing store, when
+     * STORE lies inside SRC. */
+    struct {
+        dev_t dev;
+        ino_t ino;
+        bool store; /* STORE itself (say so), else the temporary directory */
+    } exclude[2];
+    unsigned nexclude;
+
+    struct pcr_writer *w;
+
+    /* The pipeline. */
+    pthread_mutex_t lock;
+    pthread_cond_t space_cv; /* the writer moved on: workers may claim more */
+    pthread_cond_t done_cv;  /* a slot is done, or a worker failed */
+    struct slot *slots;
+    uint64_t nslots;
+    uint64_t next; /* next file index (0-based) to claim */
+    uint64_t wrec; /* record the main thread is collecting */
+    bool stop;     /* interrupted or failed: workers leave */
+    bool failed;
+    char errmsg[1024]; /* first worker failure */
+};
+
+/* Set by SIGINT/SIGTERM (mkpcrfs.c); polled between steps. */
+extern volatile sig_atomic_t mk_interrupted;
+
+/* Phase 1: the tree, into b->dirs and b->files. @return 0; -1 failed (reported). */
+int build_walk(struct build *b);
+/* The directory rows, to the writer. @return 0 or a negative errno. */
+int build_add_dirs(struct build *b);
+/* Phase 2. @return 0; -1 failed (message printed); -2 interrupted. */
+int build_transcode(struct build *b);
+/* The build options as meta keys. @return 0 or a negative errno. */
+int build_set_meta(struct build *b);
+void build_free(struct build *b);
+
+void *xmalloc(size_t n);
+
+#endif

@@ -1,0 +1,401 @@
+/* pcrinfo — the modes that read a store's files: --list, --verify (every file at the
+ * highest level against its checksum, every JPEG decoded), --cat and --extract.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "pcrfs/checksum.h"
+#include "pcrfs/jpeg.h"
+#include "pcrinfo.h"
+
+#define IO_CHUNK (1u << 20)
+
+int file_path(struct pcr_store *s, uint64_t id, struct tool_buf *b)
+{
+    ssize_t n;
+
+    tool_buf_reserve(b, 255);
+    while ((n = pcr_store_path(s, id, b->s, b->cap)) == -ENAMETOOLONG)
+        tool_buf_reserve(b, b->cap * 2);
+    if (n < 0)
+        return (int)n;
+    b->len = (size_t)n;
+    return 0;
+}
+
+static const char *kind_name(enum pcr_kind k)
+{
+    return k == PCR_KIND_JPEG ? "jpeg" : k == PCR_KIND_VERBATIM ? "verbatim" : "unknown";
+}
+
+int do_list(struct pcr_store *s)
+{
+    struct tool_buf path = {0}, esc = {0};
+    unsigned levels = pcr_store_levels(s), k;
+    uint64_t n = pcr_store_nfiles(s), id;
+    int rc = 0;
+
+    for (id = 1; id <= n; id++) {
+        const struct pcr_file *f;
+        struct pcr_file_info fi;
+        int e;
+
+        if ((e = pcr_store_file(s, id, &f)) < 0 || (e = file_path(s, id, &path)) < 0) {
+            tool_err("file %" PRIu64 ": %s", id, strerror(-e));
+            rc = 1;
+            continue;
+        }
+        pcr_file_info(f, &fi);
+        tool_buf_reset(&esc);
+        tool_escape(&esc, path.s, path.len);
+        printf("%s\t%s\t%u\t", esc.s, kind_name(fi.kind), fi.nchunks);
+        for (k = 1; k <= levels; k++)
+            printf("%s%" PRIu64, k > 1 ? " " : "", pcr_file_size(f, k));
+        putchar('\n');
+    }
+    tool_buf_free(&path);
+    tool_buf_free(&esc);
+    return rc;
+}
+
+int do_verify(struct pcr_store *s)
+{
+    struct tool_buf path = {0}, esc = {0};
+    unsigned L = pcr_store_levels(s);
+    uint64_t n = pcr_store_nfiles(s), id, failures = 0, decoded = 0;
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+
+    for (id = 1; id <= n; id++) {
+        const struct pcr_file *f;
+        struct pcr_file_info fi;
+        struct pcr_jpeg_info ji;
+        char why[512] = "";
+        uint64_t size, sum;
+        ssize_t got;
+        int e;
+
+        if ((e = file_path(s, id, &path)) < 0) {
+            printf("FAILED file %" PRIu64 ": %s\n", id, strerror(-e));
+            failures++;
+            continue;
+        }
+        tool_buf_reset(&esc);
+        tool_escape(&esc, path.s, path.len);
+        if ((e = pcr_store_file(s, id, &f)) < 0) {
+            printf("FAILED %s: %s\n", esc.s, strerror(-e));
+            failures++;
+            continue;
+        }
+        pcr_file_info(f, &fi);
+        size = pcr_file_size(f, L);
+        if (size > SIZE_MAX / 2) {
+            printf("FAILED %s: size %" PRIu64 " out of range\n", esc.s, size);
+            failures++;
+            continue;
+        }
+        if (size + 1 > cap) {
+            uint8_t *p = realloc(buf, (size_t)size + 1);
+
+            if (!p) {
+                printf("FAILED %s: out of memory for %" PRIu64 " bytes\n", esc.s, size);
+                failures++;
+                continue;
+            }
+            buf = p;
+            cap = (size_t)size + 1;
+        }
+        /* Ask for one byte more than the index says: a read that returns it would
+         * mean the size is wrong. */
+        got = pcr_store_read(s, f, L, buf, (size_t)size + 1, 0);
+        if (got < 0) {
+            printf("FAILED %s: read: %s\n", esc.s, strerror((int)-got));
+            failures++;
+            continue;
+        }
+        if ((uint64_t)got != size) {
+            printf("FAILED %s: read %zd bytes, the index says %" PRIu64 "\n", esc.s, got, size);
+            failures++;
+            continue;
+        }
+        sum = pcr_xxh64(buf, (size_t)got);
+        if (sum != fi.checksum) {
+            printf("FAILED %s: checksum %016" PRIx64 ", the index says %016" PRIx64 "\n", esc.s,
+                   sum, fi.checksum);
+            failures++;
+            continue;
+        }
+        if (fi.kind != PCR_KIND_JPEG)
+            continue;
+        e = pcr_jpeg_decode(buf, (size_t)got, NULL, NULL, &ji, why, sizeof(why));
+        if (e < 0) {
+            printf("FAILED %s: does not decode: %s\n", esc.s, why[0] ? why : strerror(-e));
+            failures++;
+            continue;
+        }
+        if (ji.width != fi.width || ji.height != fi.height || ji.components != fi.components) {
+            printf("FAILED %s: decodes as %ux%u, %u components; the index says %ux%u, %u\n", esc.s,
+                   ji.width, ji.height, ji.components, fi.width, fi.height, fi.components);
+            failures++;
+            continue;
+        }
+        decoded++;
+    }
+    printf("verified %" PRIu64 " files at level %u (%" PRIu64 " JPEGs decoded): %" PRIu64
+           " failure%s\n",
+           n, L, decoded, failures, failures == 1 ? "" : "s");
+    free(buf);
+    tool_buf_free(&path);
+    tool_buf_free(&esc);
+    return failures ? 1 : 0;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Copy @f at @level to @fd. @return 0, or a negative errno; *@reading tells
+ * which side failed. */
+static int copy_file(struct pcr_store *s, const struct pcr_file *f, unsigned level, int fd,
+                     uint8_t *buf, bool *reading)
+{
+    struct pcr_handle *h;
+    uint64_t off = 0, size;
+    int rc;
+
+    *reading = true;
+    rc = pcr_handle_open(s, f, level, &h);
+    if (rc < 0)
+        return rc;
+    size = pcr_handle_size(h);
+    while (off < size) {
+        ssize_t n = pcr_handle_read(h, buf, IO_CHUNK, off);
+
+        if (n < 0) {
+            rc = (int)n;
+            break;
+        }
+        if (n == 0) {
+            rc = -EIO; /* shorter than its size: the store is inconsistent */
+            break;
+        }
+        *reading = false;
+        rc = write_all(fd, buf, (size_t)n);
+        if (rc < 0)
+            break;
+        *reading = true;
+        off += (uint64_t)n;
+    }
+    pcr_handle_close(h);
+    return rc;
+}
+
+int do_cat(struct pcr_store *s, const char *path, unsigned level)
+{
+    struct pcr_node node = {.is_dir = true, .id = PCR_ROOT_DIR};
+    const struct pcr_file *f;
+    char *copy = strdup(path), *p, *save = NULL;
+    uint8_t *buf = malloc(IO_CHUNK);
+    bool reading;
+    int rc;
+
+    if (!copy || !buf) {
+        tool_err("out of memory");
+        free(copy);
+        free(buf);
+        return 1;
+    }
+    /* Component by component from the root; empty components and "." are
+     * skipped, as in a path name; ".." is refused (nothing above the root). */
+    rc = 0;
+    for (p = strtok_r(copy, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
+        if (strcmp(p, ".") == 0)
+            continue;
+        if (!node.is_dir) {
+            rc = -ENOTDIR;
+            break;
+        }
+        if (strcmp(p, "..") == 0) {
+            rc = -ENOENT;
+            break;
+        }
+        rc = pcr_store_lookup(s, node.id, p, &node);
+        if (rc < 0)
+            break;
+    }
+    free(copy);
+    if (rc == 0 && node.is_dir)
+        rc = -EISDIR;
+    if (rc == 0)
+        rc = pcr_store_file(s, node.id, &f);
+    if (rc < 0) {
+        struct tool_buf esc = {0};
+
+        tool_err("%s: %s", tool_escaped(&esc, path), strerror(-rc));
+        tool_buf_free(&esc);
+        free(buf);
+        return 1;
+    }
+    rc = copy_file(s, f, level, STDOUT_FILENO, buf, &reading);
+    free(buf);
+    if (rc < 0) {
+        struct tool_buf esc = {0};
+
+        if (reading)
+            tool_err("reading %s: %s", tool_escaped(&esc, path), strerror(-rc));
+        else
+            tool_err("writing to standard output: %s", strerror(-rc));
+        tool_buf_free(&esc);
+        return 1;
+    }
+    return 0;
+}
+
+/* Names come from the store: never trust them to stay inside DIR. */
+static bool safe_name(const char *n)
+{
+    return n[0] && !strchr(n, '/') && strcmp(n, ".") != 0 && strcmp(n, "..") != 0;
+}
+
+struct extract {
+    struct pcr_store *s;
+    unsigned level;
+    uint8_t *buf;
+    struct tool_buf path; /* of the directory being written, relative to DIR */
+    struct tool_buf esc;
+    const char *dest;
+};
+
+static const char *ex_path(struct extract *x, const char *name)
+{
+    size_t keep = x->path.len;
+    const char *r;
+
+    if (keep)
+        tool_buf_add(&x->path, "/", 1);
+    tool_buf_add(&x->path, name, strlen(name));
+    tool_buf_reset(&x->esc);
+    tool_escape(&x->esc, x->path.s, x->path.len);
+    x->path.len = keep;
+    x->path.s[keep] = '\0';
+    r = x->esc.s;
+    return r;
+}
+
+static int extract_dir(struct extract *x, uint64_t dir, int dfd)
+{
+    uint64_t pos;
+
+    for (pos = 0;; pos++) {
+        struct pcr_dirent de;
+        int rc = pcr_store_readdir(x->s, dir, pos, &de);
+
+        if (rc == -ENOENT)
+            return 0;
+        if (rc < 0) {
+            tool_err("%s: reading directory %s: %s", x->dest,
+                     x->path.len ? tool_escaped(&x->esc, x->path.s) : ".", strerror(-rc));
+            return -1;
+        }
+        if (!safe_name(de.name)) {
+            tool_err("%s: unsafe name in the store in %s: refused", x->dest,
+                     x->path.len ? tool_escaped(&x->esc, x->path.s) : ".");
+            return -1;
+        }
+        if (de.node.is_dir) {
+            size_t keep = x->path.len;
+            int cfd;
+
+            if (mkdirat(dfd, de.name, 0777) < 0 ||
+                (cfd = openat(dfd, de.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+                tool_err("%s/%s: %s", x->dest, ex_path(x, de.name), strerror(errno));
+                return -1;
+            }
+            if (keep)
+                tool_buf_add(&x->path, "/", 1);
+            tool_buf_add(&x->path, de.name, strlen(de.name));
+            rc = extract_dir(x, de.node.id, cfd);
+            close(cfd);
+            x->path.len = keep;
+            x->path.s[keep] = '\0';
+            if (rc < 0)
+                return -1;
+        } else {
+            const struct pcr_file *f;
+            bool reading = true;
+            int fd;
+
+            rc = pcr_store_file(x->s, de.node.id, &f);
+            if (rc < 0) {
+                tool_err("%s: %s", ex_path(x, de.name), strerror(-rc));
+                return -1;
+            }
+            fd = openat(dfd, de.name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+            if (fd < 0) {
+                tool_err("%s/%s: %s", x->dest, ex_path(x, de.name), strerror(errno));
+                return -1;
+            }
+            rc = copy_file(x->s, f, x->level, fd, x->buf, &reading);
+            if (close(fd) < 0 && rc == 0) {
+                rc = -errno;
+                reading = false;
+            }
+            if (rc < 0) {
+                if (reading)
+                    tool_err("reading %s: %s", ex_path(x, de.name), strerror(-rc));
+                else
+                    tool_err("writing %s/%s: %s", x->dest, ex_path(x, de.name), strerror(-rc));
+                return -1;
+            }
+        }
+    }
+}
+
+int do_extract(struct pcr_store *s, const char *dest, unsigned level)
+{
+    struct extract x = {.s = s, .level = level, .dest = dest};
+    int dfd, rc;
+
+    if (mkdir(dest, 0777) < 0) {
+        tool_err("%s: %s", dest, errno == EEXIST ? "already exists" : strerror(errno));
+        return 1;
+    }
+    dfd = open(dest, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0) {
+        tool_err("%s: %s", dest, strerror(errno));
+        return 1;
+    }
+    x.buf = malloc(IO_CHUNK);
+    if (!x.buf) {
+        tool_err("out of memory");
+        close(dfd);
+        return 1;
+    }
+    tool_buf_add(&x.path, "", 0);
+    rc = extract_dir(&x, PCR_ROOT_DIR, dfd);
+    close(dfd);
+    free(x.buf);
+    tool_buf_free(&x.path);
+    tool_buf_free(&x.esc);
+    return rc < 0 ? 1 : 0;
+}

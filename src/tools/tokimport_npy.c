@@ -1,0 +1,151 @@
+/* pcrfs tools — mkpcrfs --tokens DIR: the walk of a tree of .npy files (walk.h, the
+ * same walker and rules as the image tree) and reading one grid (see
+ * tokimport_int.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "tokimport_int.h"
+#include "walk.h"
+
+static bool ends_npy(const char *name)
+{
+    size_t n = strlen(name);
+
+    /* "x.npy" with a non-empty stem; ".npy" alone is a hidden file, not a grid */
+    return n > 4 && strcmp(name + n - 4, ".npy") == 0;
+}
+
+/* The walker's callbacks: its directory numbers are our indices (the root is 0). */
+
+static int on_error(void *ctx, const char *msg)
+{
+    ti_bad(ctx, "%s", msg);
+    return 0; /* every bad entry is reported before failing */
+}
+
+static void on_skip(void *ctx, const char *what, const char *why)
+{
+    ti_skipped(ctx, what, why);
+}
+
+static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
+                  const struct stat *st)
+{
+    (void)st;
+    ti_new_dir(ctx, parent, name, rel);
+    return 0;
+}
+
+static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
+                   const struct stat *st)
+{
+    struct tokimport *t = ctx;
+    struct tfile *f;
+
+    (void)dfd;
+    (void)rel;
+    if (!ends_npy(*name)) {
+        ti_skipped(t, ti_npy_path(t, t->dirs[d].rel, *name), "not a .npy file");
+        return 0;
+    }
+    /* x.npy -> x.tok: same length, renamed in place and handed over */
+    memcpy(*name + strlen(*name) - 3, "tok", 3);
+    f = ti_new_file(t, d, *name);
+    *name = NULL;
+    f->size = (uint64_t)st->st_size;
+    t->total_bytes += f->size;
+    return 0;
+}
+
+int ti_npy_walk(struct tokimport *t)
+{
+    const struct walk_ops ops = {
+        .ctx = t, .error = on_error, .skip = on_skip, .dir = on_dir, .file = on_file};
+    struct walk_opts o = {.root_name = t->o.npy_dir, .prefix_root = true, .stop = t->stop};
+    int rc;
+
+    t->rootfd = open(t->o.npy_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (t->rootfd < 0) {
+        tool_err("--tokens %s: %s", tool_escaped(&t->esc, t->o.npy_dir), strerror(errno));
+        return -1;
+    }
+    o.rootfd = t->rootfd;
+    for (unsigned k = 0; k < t->nskip; k++) {
+        o.exclude[k].dev = t->skip[k].dev;
+        o.exclude[k].ino = t->skip[k].ino;
+        o.exclude[k].warn = t->skip[k].store;
+    }
+    o.nexclude = t->nskip;
+    ti_new_dir(t, 0, "", "");
+    rc = walk_tree(&o, &ops);
+    if (t->skipped > MAX_REPORTED)
+        tool_warn("skipped %" PRIu64 " more entries of %s that are not .npy files",
+                  t->skipped - MAX_REPORTED, tool_escaped(&t->esc, t->o.npy_dir));
+    return rc == -2 ? -2 : rc;
+}
+
+int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *grid, size_t cap,
+                unsigned *h, unsigned *w)
+{
+    struct pcr_npy a;
+    struct stat st;
+    char why[512], name[300];
+    size_t len = 0;
+    int fd, rc;
+
+    fd = tool_open_noatime(dfd, ti_npy_name(f, name, sizeof(name)), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        ti_bad(t, "%s: %s", ti_src_desc(t, f), strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if ((uint64_t)st.st_size > MAX_NPY_BYTES) {
+        close(fd);
+        ti_bad(t, "%s: %" PRIu64 " bytes, too large for a token grid of at most %u tokens",
+               ti_src_desc(t, f), (uint64_t)st.st_size, PCR_TOK_MAX_TOKENS);
+        return -1;
+    }
+    /* One byte more than the size, to see a file that grew. */
+    if ((size_t)st.st_size + 1 > t->bufcap) {
+        t->bufcap = (size_t)st.st_size + 1;
+        t->buf = ti_xrealloc(t->buf, t->bufcap);
+    }
+    for (;;) {
+        ssize_t r = read(fd, t->buf + len, t->bufcap - len);
+
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+
+            close(fd);
+            ti_bad(t, "%s: read: %s", ti_src_desc(t, f), strerror(e));
+            return -1;
+        }
+        if (r == 0)
+            break;
+        len += (size_t)r;
+        if (len == t->bufcap) {
+            close(fd);
+            ti_bad(t, "%s: the file grew while it was read", ti_src_desc(t, f));
+            return -1;
+        }
+    }
+    close(fd);
+    rc = pcr_npy_parse(t->buf, len, &a, why, sizeof(why));
+    if (rc == 0)
+        rc = pcr_npy_to_grid(&a, grid, cap, h, w, why, sizeof(why));
+    if (rc) {
+        ti_bad(t, "%s: %s", ti_src_desc(t, f),
+               rc == -E2BIG ? "more tokens than it had when it was first read" : why);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,169 @@
+/* pcrfs tools — mkpcrfs --seit: SeiT's release files (pcr_seit_open()) turned into
+ * the token tree (see tokimport_int.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "tokimport_int.h"
+
+static int cmp_name_idx(const void *a, const void *b, void *ctx)
+{
+    char *const *names = ctx;
+
+    return strcmp(names[*(const uint64_t *)a], names[*(const uint64_t *)b]);
+}
+
+/* Labels that DatasetFolder would not reproduce: it numbers classes by sorted
+ * top-level directory, so the class index equals SeiT's label only if each class
+ * directory holds one label and the labels go 0, 1, 2, ... in directory order.
+ * Only a warning: the grids are imported either way. */
+static void check_labels(struct tokimport *t, char **names, const uint64_t *order, uint64_t n)
+{
+    uint64_t i = 0, cls = 0, mixed = 0, renumbered = 0;
+    char first_mixed[300] = "", first_renum[300] = "";
+
+    while (i < n) {
+        const char *nm = names[order[i]], *slash = strchr(nm, '/');
+        size_t clen = slash ? (size_t)(slash - nm) : 0;
+        struct pcr_seit_item it;
+        uint64_t label, j;
+        bool one = true;
+
+        pcr_seit_item(t->seit, order[i], &it);
+        label = it.label;
+        for (j = i + 1; j < n; j++) {
+            const char *m = names[order[j]];
+
+            if (!clen || strncmp(m, nm, clen + 1) != 0)
+                break;
+            pcr_seit_item(t->seit, order[j], &it);
+            if (it.label != label)
+                one = false;
+        }
+        if (clen) {
+            if (!one && mixed++ == 0)
+                snprintf(first_mixed, sizeof(first_mixed), "%.*s", (int)clen, nm);
+            else if (one && label != cls && renumbered++ == 0)
+                snprintf(first_renum, sizeof(first_renum),
+                         "'%.*s' is class %" PRIu64 " but has SeiT label %" PRIu64, (int)clen, nm,
+                         cls, label);
+            cls++;
+        }
+        i = j;
+    }
+    if (mixed)
+        tool_warn("%s: %" PRIu64 " class directories hold images of several labels (the "
+                  "first: '%s'); DatasetFolder's labels will differ from SeiT's",
+                  tool_escaped(&t->esc, t->o.seit_names), mixed, first_mixed);
+    else if (renumbered)
+        tool_warn("%s: DatasetFolder numbers classes by directory name: %s (%" PRIu64
+                  " classes differ)",
+                  tool_escaped(&t->esc, t->o.seit_names), first_renum, renumbered);
+}
+
+int ti_seit_tree(struct tokimport *t)
+{
+    struct pcr_seit_paths paths = {.data = t->o.seit_data,
+                                   .index = t->o.seit_index,
+                                   .labels = t->o.seit_labels,
+                                   .names = t->o.seit_names};
+    struct pcr_seit_opts so = {.h = t->o.seit_h, .w = t->o.seit_w};
+    char err[1024] = "", buf[8192];
+    uint64_t n, i, *order;
+    char **names;
+    /* The directories along the previous name: names sorted in byte order keep every
+     * directory's entries together, so each directory is created once. */
+    struct {
+        const char *comp;
+        size_t len;
+        uint64_t dir;
+    } stack[256];
+    unsigned depth = 0;
+    int rc;
+
+    rc = pcr_seit_open(&paths, &so, &t->seit, err, sizeof(err));
+    if (rc) {
+        tool_err("%s", err[0] ? err : strerror(-rc));
+        return -1;
+    }
+    n = pcr_seit_count(t->seit);
+    names = ti_xrealloc(NULL, (n ? n : 1) * sizeof(*names));
+    order = ti_xrealloc(NULL, (n ? n : 1) * sizeof(*order));
+    for (i = 0; i < n; i++) {
+        struct pcr_seit_item it;
+
+        if (pcr_seit_name(t->seit, i, buf, sizeof(buf)) < 0) {
+            ti_bad(t, "SeiT image %" PRIu64 ": name too long", i);
+            buf[0] = '\0';
+        }
+        names[i] = ti_xstrdup(buf);
+        order[i] = i;
+        pcr_seit_item(t->seit, i, &it);
+        t->total_bytes += it.length;
+    }
+    if (n > 1)
+        qsort_r(order, n, sizeof(*order), cmp_name_idx, names);
+    ti_new_dir(t, 0, "", NULL);
+    for (i = 0; i < n && !t->bad; i++) {
+        const char *nm = names[order[i]], *p = nm, *slash;
+        unsigned level = 0;
+        uint64_t dir = 0;
+        char *tn;
+
+        /* follow or create the directories of this name */
+        while ((slash = strchr(p, '/')) != NULL) {
+            size_t len = (size_t)(slash - p);
+
+            if (level == 256) {
+                ti_bad(t, "SeiT image %" PRIu64 ": more than 256 directory levels", order[i]);
+                break;
+            }
+            if (len > 255) {
+                ti_bad(t, "SeiT image %" PRIu64 ": a directory name longer than 255 bytes",
+                       order[i]);
+                break;
+            }
+            if (level < depth && stack[level].len == len &&
+                memcmp(stack[level].comp, p, len) == 0) {
+                dir = stack[level].dir;
+            } else {
+                char comp[256];
+
+                memcpy(comp, p, len);
+                comp[len] = '\0';
+                dir = ti_new_dir(t, dir, comp, NULL);
+                stack[level].comp = p;
+                stack[level].len = len;
+                stack[level].dir = dir;
+                depth = level + 1;
+            }
+            level++;
+            p = slash + 1;
+        }
+        if (t->bad)
+            break;
+        /* the stack now holds exactly this name's directories */
+        depth = level;
+        tn = ti_tok_name(p);
+        if (!tn) {
+            ti_bad(t, "SeiT image %" PRIu64 ": the name '%s' is too long with .tok", order[i],
+                   tool_escaped(&t->esc, p));
+            break;
+        }
+        ti_new_file(t, dir, tn)->seit = order[i];
+    }
+    if (!t->bad && t->o.seit_names)
+        check_labels(t, names, order, n);
+    for (i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    free(order);
+    return 0;
+}

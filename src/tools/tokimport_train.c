@@ -1,0 +1,223 @@
+/* pcrfs tools — pass 1 of the token import: every grid read and checked, the model
+ * trained on all of them, and --codebook read and checked (see tokimport_int.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "progress.h"
+#include "tokimport_int.h"
+
+static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
+{
+    uint64_t i, done_bytes = 0;
+    uint64_t cur = UINT64_MAX, *by_image = NULL;
+    int dfd = -1, rc = 0;
+
+    /* SeiT images in file order: the data is read sequentially and messages come in
+     * image order. (Files of a --tokens tree are already grouped by directory.) */
+    if (t->seit) {
+        by_image = ti_xrealloc(NULL, (t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
+        for (i = 0; i < t->nfiles; i++)
+            by_image[t->files[i].seit] = i;
+    }
+    progress_start(t->o.progress, t->nfiles, t->total_bytes);
+    for (i = 0; i < t->nfiles; i++) {
+        struct tfile *f = &t->files[by_image ? by_image[i] : i];
+        unsigned h, w;
+
+        if (*t->stop) {
+            rc = -2;
+            break;
+        }
+        if (t->seit) {
+            char err[1024];
+            struct pcr_seit_item it;
+
+            pcr_seit_item(t->seit, f->seit, &it);
+            f->size = it.length;
+            if (pcr_seit_grid(t->seit, f->seit, t->grid, err, sizeof(err)) < 0) {
+                ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
+                continue;
+            }
+            pcr_seit_shape(t->seit, &h, &w);
+        } else {
+            if (f->dir != cur) {
+                if (dfd >= 0)
+                    close(dfd);
+                cur = f->dir;
+                dfd =
+                    tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                if (dfd < 0)
+                    ti_bad(t, "cannot open directory %s: %s",
+                           ti_npy_path(t, t->dirs[cur].rel, NULL), strerror(errno));
+            }
+            if (dfd < 0 || ti_load_npy(t, dfd, f, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
+                continue;
+        }
+        f->h = h;
+        f->w = w;
+        f->hash = ti_grid_hash(t->grid, h, w);
+        t->total_tokens += (uint64_t)h * w;
+        if (!t->bad && pcr_tok_trainer_add(tr, t->grid, h, w) < 0)
+            tool_oom();
+        done_bytes += f->size;
+        progress_update(i + 1, done_bytes, false);
+    }
+    if (dfd >= 0)
+        close(dfd);
+    free(by_image);
+    if (rc == 0)
+        progress_update(t->nfiles, done_bytes, true);
+    progress_finish();
+    return rc;
+}
+
+/* Read and check --codebook: first alone (@min_entries 0, before the long pass),
+ * then against the largest token value (the bytes are already loaded). */
+static int load_codebook(struct tokimport *t, uint64_t min_entries)
+{
+    const char *path = t->o.codebook;
+    struct pcr_npy a;
+    struct stat st;
+    char why[512];
+    size_t len = 0;
+    int fd;
+
+    if (t->codebook) {
+        if (pcr_npy_parse(t->codebook, t->codebook_len, &a, why, sizeof(why)) < 0 ||
+            pcr_npy_check_codebook(&a, min_entries, why, sizeof(why)) < 0) {
+            tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), why);
+            return -1;
+        }
+        return 0;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_CODEBOOK_BYTES) {
+        close(fd);
+        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path),
+                 S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
+        return -1;
+    }
+    t->codebook = ti_xrealloc(NULL, (size_t)st.st_size + 1);
+    for (;;) {
+        ssize_t r = read(fd, t->codebook + len, (size_t)st.st_size + 1 - len);
+
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+
+            close(fd);
+            tool_err("--codebook %s: read: %s", tool_escaped(&t->esc, path), strerror(e));
+            return -1;
+        }
+        if (r == 0 || (len += (size_t)r) > (size_t)st.st_size)
+            break;
+    }
+    close(fd);
+    if (len > (size_t)st.st_size) {
+        tool_err("--codebook %s: the file grew while it was read", tool_escaped(&t->esc, path));
+        return -1;
+    }
+    t->codebook_len = len;
+    if (pcr_npy_parse(t->codebook, len, &a, why, sizeof(why)) < 0 ||
+        pcr_npy_check_codebook(&a, min_entries, why, sizeof(why)) < 0) {
+        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), why);
+        return -1;
+    }
+    return 0;
+}
+
+int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
+                   struct tokimport **out)
+{
+    static volatile sig_atomic_t never;
+    struct tokimport *t = calloc(1, sizeof(*t));
+    struct pcr_tok_train_opts to = {0};
+    struct pcr_tok_trainer *tr = NULL;
+    const char *src;
+    char err[1024] = "";
+    int rc;
+
+    if (!t)
+        tool_oom();
+    *out = NULL;
+    t->o = *o;
+    if (!t->o.per_shard)
+        t->o.per_shard = TOKIMPORT_PER_SHARD;
+    t->stop = stop ? stop : &never;
+    t->rootfd = -1;
+    for (unsigned k = 0; k < 2; k++) {
+        struct stat st;
+
+        if (o->skip[k] && stat(o->skip[k], &st) == 0 && S_ISDIR(st.st_mode)) {
+            t->skip[t->nskip].dev = st.st_dev;
+            t->skip[t->nskip].ino = st.st_ino;
+            t->skip[t->nskip++].store = k == 0;
+        }
+    }
+    rc = o->codebook ? load_codebook(t, 0) : 0;
+    if (rc == 0)
+        rc = o->npy_dir ? ti_npy_walk(t) : ti_seit_tree(t);
+    if (rc == 0)
+        ti_number_tree(t);
+    src = o->npy_dir ? o->npy_dir : o->seit_data;
+    if (rc == 0 && t->bad == 0 && t->nfiles == 0) {
+        tool_err("%s: no token grid found%s", tool_escaped(&t->esc, src),
+                 o->npy_dir ? " (no .npy file)" : "");
+        rc = -1;
+    }
+    if (rc == 0) {
+        t->grid = ti_xrealloc(NULL, (size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
+        to.coder = o->coder;
+        if (pcr_tok_trainer_new(&to, &tr) < 0)
+            tool_oom();
+        rc = train(t, tr);
+    }
+    if (rc == 0 && t->bad) {
+        if (t->bad > MAX_REPORTED)
+            tool_err("... and %" PRIu64 " more", t->bad - MAX_REPORTED);
+        tool_err("%" PRIu64 " bad token %s in %s%s", t->bad, t->bad == 1 ? "input" : "inputs",
+                 tool_escaped(&t->esc, src),
+                 /* every image failing is the sign of a wrong shape */
+                 t->seit && !o->seit_h && t->bad == t->nfiles
+                     ? " (SeiT grids are taken as 32x32: see --seit-shape)"
+                     : "");
+        rc = -1;
+    }
+    if (rc == 0) {
+        rc = pcr_tok_trainer_finish(tr, &t->model, &t->rep, err, sizeof(err));
+        tr = NULL;
+        if (rc < 0) {
+            tool_err("training the token model: %s", err[0] ? err : strerror(-rc));
+            rc = -1;
+        }
+    }
+    if (tr)
+        pcr_tok_trainer_free(tr);
+    if (rc == 0 && o->codebook)
+        rc = load_codebook(t, (uint64_t)t->rep.max_value + 1);
+    if (rc == 0 && *t->stop)
+        rc = -2;
+    if (rc < 0) {
+        tokimport_free(t);
+        return rc == -2 ? -2 : -1;
+    }
+    free(t->grid);
+    t->grid = NULL;
+    *out = t;
+    return 0;
+}
