@@ -67,7 +67,13 @@ int do_list(struct pcr_store *s)
     return rc;
 }
 
-int do_verify(struct pcr_store *s)
+struct verify_counts {
+    uint64_t files, failures, decoded;
+};
+
+/* Read every file of @s (the image tree, or the token tree with @prefix "tokens/")
+ * at its highest level, check its size and its XXH64, decode every JPEG. */
+static void verify_tree(struct pcr_store *s, const char *prefix, struct verify_counts *c)
 {
     struct tool_buf path = {0}, esc = {0};
     unsigned L = pcr_store_levels(s);
@@ -90,6 +96,7 @@ int do_verify(struct pcr_store *s)
             continue;
         }
         tool_buf_reset(&esc);
+        tool_escape(&esc, prefix, strlen(prefix));
         tool_escape(&esc, path.s, path.len);
         if ((e = pcr_store_file(s, id, &f)) < 0) {
             printf("FAILED %s: %s\n", esc.s, strerror(-e));
@@ -150,13 +157,38 @@ int do_verify(struct pcr_store *s)
         }
         decoded++;
     }
-    printf("verified %" PRIu64 " files at level %u (%" PRIu64 " JPEGs decoded): %" PRIu64
-           " failure%s\n",
-           n, L, decoded, failures, failures == 1 ? "" : "s");
+    c->files += n;
+    c->failures += failures;
+    c->decoded += decoded;
     free(buf);
     tool_buf_free(&path);
     tool_buf_free(&esc);
-    return failures ? 1 : 0;
+}
+
+int do_verify(struct pcr_store *s)
+{
+    struct verify_counts img = {0}, tok = {0};
+    struct pcr_store *t = NULL;
+    char err[512];
+    int e;
+
+    verify_tree(s, "", &img);
+    /* the token tree too: each .tok file decoded and checked like any file */
+    e = pcr_store_open_tokens(s, &t, err, sizeof(err));
+    if (e == 0) {
+        verify_tree(t, "tokens/", &tok);
+        pcr_store_close(t);
+    } else if (e != -ENOENT) {
+        printf("FAILED tokens/: %s\n", err);
+        tok.failures++;
+    }
+    printf("verified %" PRIu64 " files at level %u (%" PRIu64 " JPEGs decoded)", img.files,
+           pcr_store_levels(s), img.decoded);
+    if (t)
+        printf(" and %" PRIu64 " token files", tok.files);
+    printf(": %" PRIu64 " failure%s\n", img.failures + tok.failures,
+           img.failures + tok.failures == 1 ? "" : "s");
+    return img.failures + tok.failures ? 1 : 0;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n)

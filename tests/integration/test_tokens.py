@@ -243,6 +243,25 @@ class NpyTreeWithImages(Fixture, unittest.TestCase):
         self.assertRegex(text, r"tokens +24 grids in 4 directories, 1 shard, coder ")
         self.assertRegex(text, r"token grids +32x32, [0-9.]+ bytes/grid, [0-9.]+ bits/token")
 
+    def test_verify_checks_token_files(self):
+        """pcrinfo --verify reads every .tok file too; a flipped byte inside a token
+        blob fails that file (its block checksum), named under tokens/."""
+        p = mu.run([pcrinfo(), "--verify", self.store], check=0)
+        self.assertIn(b"and 24 token files: 0 failures", p.stdout)
+        store = os.path.join(self.tmp, "verify-damaged.pcr")
+        shutil.copytree(self.store, store)
+        shard = sorted(glob.glob(os.path.join(store, "tokens", "*.tks")))[0]
+        with open(shard, "r+b") as f:
+            f.seek(40)  # inside the first blob (the header is 32 bytes)
+            b = f.read(1)
+            f.seek(40)
+            f.write(bytes([b[0] ^ 0x55]))
+        p = mu.run([pcrinfo(), "--verify", store])
+        out = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 1, out)
+        self.assertEqual(out.count(b"FAILED tokens/"), 1, out)
+        self.assertIn(b"24 token files: 1 failure", out)
+
     def test_datasetfolder_and_dataloader(self):
         import torch
         from torchvision.datasets import DatasetFolder
