@@ -19,11 +19,16 @@
  *     min(len, size - off) bytes, reads at an offset disagreeing with the whole read,
  *     a JPEG level that is not FF D9-terminated or not a prefix of the next level.
  *
+ * In schema mode (flags & 8) the tables themselves are mutated (see mutate_schema):
+ * a store must then be refused at open, quickly, with a one-line message.
+ *
  * Input layout (every read past the end yields 0; see gen_* below):
- *   flags, levels, records, the record file "000009.pcr", dirs, files, corruptions.
+ *   flags, levels, records, the record file "000009.pcr", dirs, files, corruptions,
+ *   [app id, version], [schema mode: token tables + count, mutations].
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +41,7 @@
 #include "pcrfs/log.h"
 #include "pcrfs/store.h"
 #include "common/internal.h"
+#include "format/index.h"
 #include "format/record.h"
 
 #define TRAP(...)                                                                                  \
@@ -243,6 +249,12 @@ static struct recfile fixed[3] = {
 };
 static struct recfile rec9 = {"000009.pcr", 0, {0}, 0};
 
+/* The bytes of the fixture's record files past their header. */
+static uint8_t rec_byte(const struct recfile *r, uint64_t off)
+{
+    return (uint8_t)(off * 31 + (uint8_t)r->name[5]);
+}
+
 static void write_record(const char *dir, const struct recfile *r, const struct pcr_record_hdr *h,
                          uint64_t len)
 {
@@ -254,7 +266,7 @@ static void write_record(const char *dir, const struct recfile *r, const struct 
     pcr_record_hdr_encode(h, hdr);
     memcpy(b, hdr, len < PCR_RECORD_HDR ? len : PCR_RECORD_HDR);
     for (uint64_t o = PCR_RECORD_HDR; o < len; o++)
-        b[o] = (uint8_t)(o * 31 + r->name[5]);
+        b[o] = rec_byte(r, o);
     unlink(path);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || write(fd, b, len) != (ssize_t)len)
@@ -324,6 +336,8 @@ enum {
     F_SRC_SIZE,
     F_CHECKSUM,
     F_NOTE,
+    F_TRAILER,
+    F_SUMS,
     F_NCOL
 };
 
@@ -337,26 +351,252 @@ static struct table tdirs = {"dirs", D_NCOL, 0, {{{0}}}};
 static struct table trecs = {"records", R_NCOL, 0, {{{0}}}};
 static struct table tfiles = {"files", F_NCOL, 0, {{{0}}}};
 
-static const char schema_strict[] =
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
-    "CREATE TABLE dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
+/* ---- the schema: pcrfs(5)'s, or one a hostile index would try ----
+ * Each table is a list of (name, declaration) pairs; in schema mode (flags & 8) the
+ * input mutates them (types, names, generated columns, defaults, collations, keys,
+ * views, triggers, indexes, partial token tables...). Every mutation makes a schema
+ * other than pcrfs(5)'s, so a store that opens after one is a finding, and so is
+ * one that hangs (libFuzzer's -timeout): a view over an unbounded recursive query
+ * used to make the reader spin forever. */
+
+struct coldef {
+    char name[24], decl[96];
+};
+
+struct tabdef {
+    const char *name;
+    bool without_rowid, absent, view;
+    unsigned ncol;
+    struct coldef col[24];
+    char extra[512]; /* statements after the table: triggers, indexes, views */
+};
+
+static const struct tabdef ref_tables[4] = {
+    {"meta", true, false, false, 2, {{"key", "TEXT PRIMARY KEY"}, {"value", "TEXT NOT NULL"}}, ""},
+    {"dirs", false, false, false, 7,
+     {{"id", "INTEGER PRIMARY KEY"}, {"parent", "INTEGER NOT NULL"}, {"name", "BLOB NOT NULL"},
+      {"first_child", "INTEGER NOT NULL"}, {"nsubdirs", "INTEGER NOT NULL"},
+      {"first_file", "INTEGER NOT NULL"}, {"nfiles", "INTEGER NOT NULL"}},
+     ""},
+    {"records", false, false, false, 5,
+     {{"id", "INTEGER PRIMARY KEY"}, {"name", "TEXT NOT NULL"}, {"size", "INTEGER NOT NULL"},
+      {"nimages", "INTEGER NOT NULL"}, {"groups", "BLOB NOT NULL"}},
+     ""},
+    {"files", false, false, false, 17,
+     {{"id", "INTEGER PRIMARY KEY"}, {"dir", "INTEGER NOT NULL"}, {"name", "BLOB NOT NULL"},
+      {"kind", "INTEGER NOT NULL"}, {"record", "INTEGER NOT NULL"}, {"slot", "INTEGER NOT NULL"},
+      {"nchunks", "INTEGER NOT NULL"}, {"chunks", "BLOB NOT NULL"}, {"size", "INTEGER NOT NULL"},
+      {"width", "INTEGER NOT NULL"}, {"height", "INTEGER NOT NULL"},
+      {"components", "INTEGER NOT NULL"}, {"src_size", "INTEGER NOT NULL"},
+      {"checksum", "INTEGER NOT NULL"}, {"note", "TEXT"}, {"trailer", "INTEGER NOT NULL"},
+      {"sums", "BLOB NOT NULL"}},
+     ""},
+};
+
+static struct tabdef tables[4];
+static char schema_extra[1024]; /* statements after all tables */
+static bool schema_changed;     /* the schema is no longer pcrfs(5)'s */
+static char schema_used[8192];
+static bool with_tokens;        /* the token tables are made (complete) */  /* what write_index() ran, for the report of a finding */
+
+static const char token_tables[] =
+    "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
     " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
     " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
-    "CREATE TABLE records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
+    "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
     " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
-    "CREATE TABLE files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
+    "CREATE TABLE tok_files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
     " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
     " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
     " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
-    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT);";
+    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
+    " trailer INTEGER NOT NULL, sums BLOB NOT NULL);"
+    "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
 
-/* No types, no keys: what a hand-made index could look like. Ids may repeat. */
-static const char schema_loose[] =
-    "CREATE TABLE meta(key, value);"
-    "CREATE TABLE dirs(id, parent, name, first_child, nsubdirs, first_file, nfiles);"
-    "CREATE TABLE records(id, name, size, nimages, groups);"
-    "CREATE TABLE files(id, dir, name, kind, record, slot, nchunks, chunks, size, width,"
-    " height, components, src_size, checksum, note);";
+static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t n = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n < len)
+        vsnprintf(buf + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Replace the type (first word, or none) of a declaration, keeping the constraints. */
+static bool set_type(struct coldef *c, const char *type)
+{
+    char rest[96];
+    const char *sp = strchr(c->decl, ' ');
+    bool had_type = c->decl[0] && strncmp(c->decl, "PRIMARY", 7) && strncmp(c->decl, "NOT", 3);
+    size_t oldlen = had_type ? (sp ? (size_t)(sp - c->decl) : strlen(c->decl)) : 0;
+
+    if (strlen(type) == oldlen && !strncmp(c->decl, type, oldlen))
+        return false;
+    snprintf(rest, sizeof(rest), "%s", c->decl + oldlen);
+    snprintf(c->decl, sizeof(c->decl), "%s%s", type, rest);
+    return true;
+}
+
+/* One mutation of the schema, from the input. */
+static void mutate_schema(struct in *in)
+{
+    static const char *const types[] = {"TEXT", "BLOB", "INT", "REAL", "ANY", "NUMERIC", "",
+                                        "INTEGER", "integer", "VARCHAR(9)"};
+    static const char *const gen[] = {"1", "printf('%.99c', 'x')", "id + 1", "X'00'", "NULL"};
+    uint8_t op = u8(in) % 15, k8 = u8(in);
+    struct tabdef *t = &tables[u8(in) % 4];
+    unsigned k = t->ncol ? k8 % t->ncol : 0;
+    struct coldef *c = &t->col[k];
+    bool pk = strstr(c->decl, "PRIMARY KEY") != NULL;
+
+    switch (op) {
+    case 0:
+        schema_changed |= set_type(c, types[u8(in) % PCR_ARRAY_SIZE(types)]);
+        break;
+    case 1:
+        append(c->name, sizeof(c->name), "x");
+        schema_changed = true;
+        break;
+    case 2:
+        if (t->ncol > 1) {
+            memmove(c, c + 1, (t->ncol - k - 1) * sizeof(*c));
+            t->ncol--;
+            schema_changed = true;
+        }
+        break;
+    case 3:
+        if (t->ncol < PCR_ARRAY_SIZE(t->col)) {
+            memmove(c + 1, c, (t->ncol - k) * sizeof(*c));
+            t->ncol++;
+            snprintf(c->name, sizeof(c->name), "extra%u", k);
+            snprintf(c->decl, sizeof(c->decl), "%s", types[u8(in) % PCR_ARRAY_SIZE(types)]);
+            schema_changed = true;
+        }
+        break;
+    case 4: /* a generated column (never the key: SQLite refuses that) */
+        if (!pk) {
+            char *sp = strchr(c->decl, ' ');
+            if (sp)
+                *sp = '\0';
+            append(c->decl, sizeof(c->decl), " GENERATED ALWAYS AS (%s) %s",
+                   gen[u8(in) % PCR_ARRAY_SIZE(gen)], u8(in) & 1 ? "STORED" : "VIRTUAL");
+            schema_changed = true;
+        }
+        break;
+    case 5: /* NOT NULL added or removed (a key column's shows either way) */
+        if (!pk) {
+            char *nn = strstr(c->decl, " NOT NULL");
+            if (nn)
+                memmove(nn, nn + 9, strlen(nn + 9) + 1);
+            else
+                append(c->decl, sizeof(c->decl), " NOT NULL");
+            schema_changed = true;
+        }
+        break;
+    case 6:
+        append(c->decl, sizeof(c->decl), " DEFAULT %d", (int8_t)u8(in));
+        schema_changed = true;
+        break;
+    case 7:
+        append(c->decl, sizeof(c->decl), " COLLATE %s", u8(in) & 1 ? "NOCASE" : "RTRIM");
+        schema_changed = true;
+        break;
+    case 8:
+        t->without_rowid = !t->without_rowid;
+        schema_changed = true;
+        break;
+    case 9: /* the table becomes a view over its data, or over an endless query */
+        t->view = true;
+        schema_changed = true;
+        break;
+    case 10:
+        t->absent = true;
+        schema_changed = true;
+        break;
+    case 11: /* a descending key is no rowid alias: an index appears (in a WITHOUT ROWID
+              * table it changes nothing a reader sees, so it is not tried there) */
+        if (pk && !t->without_rowid && !strstr(c->decl, "DESC")) {
+            append(c->decl, sizeof(c->decl), " DESC");
+            schema_changed = true;
+        }
+        break;
+    case 12: {
+        static const char *const extras[] = {
+            "CREATE TRIGGER tr_%s AFTER INSERT ON %s BEGIN SELECT 1; END;",
+            "CREATE INDEX ix_%s ON %s(rowid);",
+            "CREATE VIEW v_%s AS SELECT * FROM %s;",
+            "CREATE TABLE x_%s AS SELECT * FROM %s;",
+        };
+        /* ix_ on rowid is not valid SQL: then the index is simply absent */
+        unsigned e = u8(in) % PCR_ARRAY_SIZE(extras);
+        if (e == 1)
+            append(t->extra, sizeof(t->extra), "CREATE INDEX ix_%s_%u ON %s(%s);", t->name, k,
+                   t->name, c->name);
+        else
+            append(t->extra, sizeof(t->extra), extras[e], t->name, t->name);
+        schema_changed = true;
+        break;
+    }
+    case 13: /* some of the token tables: all or none is the rule */
+        if (with_tokens)
+            append(schema_extra, sizeof(schema_extra), "DROP TABLE %s;",
+                   u8(in) & 1 ? "tok_dirs" : "tok_files");
+        else
+            append(schema_extra, sizeof(schema_extra), "%s", u8(in) & 1
+                   ? "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL,"
+                     " name BLOB NOT NULL, first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
+                     " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
+                   : "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                     " size INTEGER NOT NULL, nimages INTEGER NOT NULL, groups BLOB NOT NULL);");
+        schema_changed = true;
+        break;
+    case 14:
+        append(schema_extra, sizeof(schema_extra), "ANALYZE;");
+        schema_changed = true;
+        break;
+    }
+}
+
+/* Whether the mutations left a schema other than pcrfs(5)'s (two toggles of one
+ * flag, a type set back, cancel out). */
+static bool tables_differ(void)
+{
+    if (schema_extra[0])
+        return true;
+    for (int i = 0; i < 4; i++) {
+        const struct tabdef *t = &tables[i], *r = &ref_tables[i];
+        if (t->without_rowid != r->without_rowid || t->absent || t->view || t->extra[0] ||
+            t->ncol != r->ncol)
+            return true;
+        for (unsigned c = 0; c < t->ncol; c++)
+            if (strcmp(t->col[c].name, r->col[c].name) || strcmp(t->col[c].decl, r->col[c].decl))
+                return true;
+    }
+    return false;
+}
+
+/* CREATE statements for @t into @sql. */
+static void table_sql(const struct tabdef *t, char *sql, size_t len)
+{
+    sql[0] = '\0';
+    if (t->absent)
+        return;
+    append(sql, len, "CREATE TABLE %s%s(", t->name, t->view ? "_data" : "");
+    for (unsigned c = 0; c < t->ncol; c++)
+        append(sql, len, "%s%s %s", c ? ", " : "", t->col[c].name, t->col[c].decl);
+    append(sql, len, ")%s;", t->without_rowid ? " WITHOUT ROWID" : "");
+    if (t->view && !strcmp(t->name, "files"))
+        append(sql, len, "CREATE VIEW files AS WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL"
+                         " SELECT k + 1 FROM n) SELECT k AS id, f.dir, f.name, f.kind, f.record,"
+                         " f.slot, f.nchunks, f.chunks, f.size, f.width, f.height, f.components,"
+                         " f.src_size, f.checksum, f.note, f.trailer, f.sums FROM n, files_data f"
+                         " WHERE f.id = 1;");
+    else if (t->view)
+        append(sql, len, "CREATE VIEW %s AS SELECT * FROM %s_data;", t->name, t->name);
+    append(sql, len, "%s", t->extra);
+}
 
 static void bind(sqlite3_stmt *st, int col, const struct val *v)
 {
@@ -379,17 +619,21 @@ static void bind(sqlite3_stmt *st, int col, const struct val *v)
     }
 }
 
-static void insert_rows(sqlite3 *db, const struct table *t)
+static void insert_rows(sqlite3 *db, const struct table *t, const struct tabdef *def)
 {
     char sql[256];
-    size_t n = (size_t)snprintf(sql, sizeof(sql), "INSERT INTO %s VALUES (", t->name);
+    size_t n = (size_t)snprintf(sql, sizeof(sql), "INSERT INTO %s%s VALUES (", t->name,
+                                def->view ? "_data" : "");
     sqlite3_stmt *st = NULL;
 
     for (unsigned c = 0; c < t->ncol; c++)
         n += (size_t)snprintf(sql + n, sizeof(sql) - n, c ? ",?" : "?");
     snprintf(sql + n, sizeof(sql) - n, ")");
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
-        TRAP("prepare %s: %s", sql, sqlite3_errmsg(db));
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        if (!schema_changed)
+            TRAP("prepare %s: %s", sql, sqlite3_errmsg(db));
+        return; /* a mutated table takes other rows: it stays empty */
+    }
     for (unsigned r = 0; r < t->nrows; r++) {
         for (unsigned c = 0; c < t->ncol; c++)
             bind(st, (int)c + 1, &t->rows[r][c]);
@@ -400,10 +644,10 @@ static void insert_rows(sqlite3 *db, const struct table *t)
     sqlite3_finalize(st);
 }
 
-static void write_index(bool loose, int64_t app_id, int64_t version, const char *levels)
+static void write_index(int64_t app_id, int64_t version, const char *levels, bool tokens)
 {
     sqlite3 *db = NULL;
-    char sql[256];
+    char sql[4096];
 
     unlink(idxpath);
     if (sqlite3_open(idxpath, &db) != SQLITE_OK)
@@ -412,9 +656,18 @@ static void write_index(bool loose, int64_t app_id, int64_t version, const char 
              "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id=%lld;"
              " PRAGMA user_version=%lld; BEGIN;",
              (long long)app_id, (long long)version);
-    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK ||
-        sqlite3_exec(db, loose ? schema_loose : schema_strict, NULL, NULL, NULL) != SQLITE_OK)
-        TRAP("schema: %s", sqlite3_errmsg(db));
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        TRAP("pragmas: %s", sqlite3_errmsg(db));
+    schema_used[0] = '\0';
+    for (int t = 0; t < 4; t++) {
+        /* a mutation SQLite refuses (a generated key...) leaves the table out */
+        table_sql(&tables[t], sql, sizeof(sql));
+        append(schema_used, sizeof(schema_used), "%s", sql);
+        if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK && !schema_changed)
+            TRAP("schema: %s: %s", sql, sqlite3_errmsg(db));
+    }
+    if (tokens && sqlite3_exec(db, token_tables, NULL, NULL, NULL) != SQLITE_OK)
+        TRAP("token tables: %s", sqlite3_errmsg(db));
     if (levels) {
         sqlite3_stmt *st = NULL;
         sqlite3_prepare_v2(db, "INSERT INTO meta VALUES ('levels', ?1)", -1, &st, NULL);
@@ -423,9 +676,11 @@ static void write_index(bool loose, int64_t app_id, int64_t version, const char 
         sqlite3_finalize(st);
     }
     sqlite3_exec(db, "INSERT INTO meta VALUES ('created', '1700000000')", NULL, NULL, NULL);
-    insert_rows(db, &tdirs);
-    insert_rows(db, &trecs);
-    insert_rows(db, &tfiles);
+    insert_rows(db, &tdirs, &tables[1]);
+    insert_rows(db, &trecs, &tables[2]);
+    insert_rows(db, &tfiles, &tables[3]);
+    sqlite3_exec(db, schema_extra, NULL, NULL, NULL); /* after the rows: ANALYZE */
+    append(schema_used, sizeof(schema_used), "%s%s", tokens ? "(token tables)" : "", schema_extra);
     if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
         TRAP("commit: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
@@ -567,11 +822,17 @@ static void gen_files(struct in *in, unsigned nfiles, unsigned ndirs, unsigned n
 
         r = rec_for_name((const char *)trecs.rows[rec - 1][R_NAME].b);
         nchunks = kind == PCR_KIND_JPEG ? 1 + u8(in) % r->ngroups : 1;
+        uint8_t sums[4 * PCR_MAX_CHUNKS], bytes[256];
+        size_t nsums = 0;
         for (unsigned c = 0; c < nchunks; c++) {
             uint64_t gs = r->goff[c + 1] - r->goff[c];
             v[2 * c] = u8(in) % (gs + 1);
             v[2 * c + 1] = u8(in) % (gs - v[2 * c] + 1);
             size += v[2 * c + 1];
+            /* format 2: the checksum of each chunk (groups are < 256 bytes: one block) */
+            for (uint64_t o = 0; o < v[2 * c + 1]; o++)
+                bytes[o] = rec_byte(r, r->goff[c] + v[2 * c] + o);
+            nsums += pcr_sums_put(bytes, v[2 * c + 1], sums + nsums);
         }
         snprintf(name, sizeof(name), "%c%02u", prefix, idx++);
         set_int(&row[F_ID], i + 1);
@@ -592,6 +853,8 @@ static void gen_files(struct in *in, unsigned nfiles, unsigned ndirs, unsigned n
             set_bytes(&row[F_NOTE], V_TEXT, "not a JPEG", 10);
         else
             row[F_NOTE].t = V_NULL;
+        set_int(&row[F_TRAILER], 0);
+        set_bytes(&row[F_SUMS], V_BLOB, sums, nsums);
     }
 }
 
@@ -852,6 +1115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int ret;
 
     rng = 0x9e3779b9u;
+    schema_changed = false;
     for (size_t i = 0; i < size; i++)
         rng = rng * 31 + data[i];
     log_lines = 0;
@@ -889,8 +1153,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             corrupt(&in);
         /* rarely: another application id or format version */
         int64_t app = flags & 16 && u8(&in) < 16 ? 0x50435247 : 0x50435246;
-        int64_t ver = flags & 32 && u8(&in) < 16 ? 2 : 1;
-        write_index(flags & 8, app, ver, lvp);
+        int64_t ver = flags & 32 && u8(&in) < 16 ? 1 + 2 * (u8(&in) & 1) : PCR_INDEX_VERSION;
+        memcpy(tables, ref_tables, sizeof(tables));
+        schema_extra[0] = '\0';
+        schema_changed = false;
+        bool tokens = with_tokens = false;
+        if (flags & 8) { /* schema mode: the token tables, then mutations */
+            uint8_t m = u8(&in);
+            tokens = with_tokens = m & 1;
+            for (unsigned n = (m >> 1) % 6; n > 0; n--)
+                mutate_schema(&in);
+            schema_changed = tables_differ();
+        }
+        write_index(app, ver, lvp, tokens);
     }
     if (flags & 64) {
         snprintf(path, sizeof(path), "%s.off", recdir);
@@ -899,6 +1174,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     strcpy(err, "\x01unset");
     ret = pcr_store_open(store, &s, err, sizeof(err));
+    if (ret == 0 && schema_changed)
+        TRAP("a schema other than pcrfs(5)'s was accepted: %s", schema_used);
     if (ret != 0) {
         if (ret > 0 || s != NULL)
             TRAP("open failed with %d but set *out", ret);

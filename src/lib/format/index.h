@@ -14,6 +14,10 @@
 
 #define PCR_INDEX_APP_ID  0x50435246 /* "PCRF" in PRAGMA application_id */
 #define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums) */
+/* The work bound of every reader statement: SQLite virtual-machine instructions
+ * between two rows (or before the first). Legitimate statements use tens per row;
+ * see the comment on progress() in index.c and pcrfs(5). */
+#define PCR_INDEX_STEP_BUDGET 20000000
 
 struct pcr_index;
 
@@ -55,24 +59,33 @@ typedef int (*pcr_index_dir_cb)(void *ctx, const struct pcr_index_dir *row);
 typedef int (*pcr_index_record_cb)(void *ctx, const struct pcr_index_record *row);
 typedef int (*pcr_index_file_cb)(void *ctx, const struct pcr_index_file *row);
 
-/* Reading. @return 0 or a negative errno, message in @err (see pcr_store_open). */
+/* Reading. The schema must be exactly the one pcrfs(5) documents (tables only, the
+ * declared columns and types, no view, trigger, index or generated column; the token
+ * tables all or none); otherwise -EINVAL with a message naming the difference.
+ * @return 0 or a negative errno, message in @err (see pcr_store_open). */
 int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t errlen);
 /* Writing: create a new database with the schema, inside one open transaction. */
 int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t errlen);
 void pcr_index_close(struct pcr_index *idx);
 
+/* Meta value @key into @buf (cut to @len - 1, NUL-terminated). @return its length;
+ * -ENOENT absent; -EINVAL not TEXT; -EIO. */
 ssize_t pcr_index_meta(struct pcr_index *idx, const char *key, char *buf, size_t len);
 /* max(id) of "files", "dirs" or "records" of @tree (0 if empty or absent); <0 error. */
 int64_t pcr_index_max_id(struct pcr_index *idx, enum pcr_index_tree tree, const char *table);
 /* Whether the index has the token tables (older or hand-made indexes may not). */
 bool pcr_index_has_tokens(struct pcr_index *idx);
 /* A copy (malloc) of blob @key, at most @max bytes.
- * @return 0; -ENOENT absent; -EFBIG larger than @max; -ENOMEM; -EIO. */
+ * @return 0; -ENOENT absent; -EFBIG larger than @max; -EINVAL not a BLOB; -ENOMEM; -EIO. */
 int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void **data,
                        size_t *len);
 
 /* Each loader stops at the first callback returning non-zero and returns that value;
- * -EIO if SQLite fails (corrupt database), 0 when all rows were seen. */
+ * -EIO if SQLite fails (corrupt database), a statement runs past its work bound, or
+ * (dirs, records) a row holds a value of another type than its column's; 0 when all
+ * rows were seen. pcr_index_errmsg() says which. A files row holding a value of
+ * another type is dropped with a log line ("file N rejected: column kind holds
+ * TEXT, want INTEGER") and the callback never sees it. */
 int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_dir_cb cb,
                         void *ctx);
 int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
@@ -92,7 +105,12 @@ int pcr_index_put_file(struct pcr_index *idx, enum pcr_index_tree tree,
 /* COMMIT the writer's transaction. */
 int pcr_index_commit(struct pcr_index *idx, char *err, size_t errlen);
 
-/* The last SQLite error message of this connection. */
+/* Why the last call failed: a check of this module, else SQLite's last message. */
 const char *pcr_index_errmsg(struct pcr_index *idx);
+
+/* Step @sql (one statement) to its end on the reader's connection, discarding rows,
+ * under the same limits and work bound as every reader statement: how the tests show
+ * that a query computing without end is stopped. @return 0; -EIO (errmsg says why). */
+int pcr_index_run_bounded(struct pcr_index *idx, const char *sql);
 
 #endif
