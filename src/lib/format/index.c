@@ -1,4 +1,4 @@
-/* pcrfs — the index module (see index.h). The only file that includes <sqlite3.h>.
+/* pcrfs — the index module (see index.h): with schema.c, the only code that speaks SQL.
  *
  * The store is immutable once built, so the reader opens index.db with
  * "immutable=1": SQLite takes no locks and looks for no journal, which also lets a
@@ -13,10 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sqlite3.h>
-#include "format/index.h"
 #include "common/internal.h"
+#include "format/index_internal.h"
 
-static const char schema[] =
+const char pcr_index_schema[] =
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
     "CREATE TABLE dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
     " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
@@ -43,21 +43,6 @@ static const char schema[] =
     " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
     " trailer INTEGER NOT NULL, sums BLOB NOT NULL);"
     "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
-
-/* Statements per tree are laid out as [base + tree]. */
-enum {
-    ST_META,
-    ST_BLOB,
-    ST_DIRS,          /* + tree */
-    ST_RECORDS = ST_DIRS + 2,
-    ST_FILES = ST_RECORDS + 2,
-    ST_PUT_META = ST_FILES + 2,
-    ST_PUT_BLOB,
-    ST_PUT_DIR,       /* + tree */
-    ST_PUT_RECORD = ST_PUT_DIR + 2,
-    ST_PUT_FILE = ST_PUT_RECORD + 2,
-    ST_COUNT = ST_PUT_FILE + 2
-};
 
 #define DIRS_SQL(t)                                                                        \
     "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles FROM " t "dirs"     \
@@ -103,15 +88,6 @@ static bool optional_stmt(int i)
     return i == ST_BLOB || i == ST_DIRS + 1 || i == ST_RECORDS + 1 || i == ST_FILES + 1;
 }
 
-struct pcr_index {
-    sqlite3 *db;
-    bool has_tokens;              /* the token tables exist */
-    bool has_blobs;               /* the blobs table exists */
-    pthread_mutex_t lock;         /* one statement runs at a time on @db */
-    sqlite3_stmt *st[ST_COUNT];   /* prepared once; NULL when not used in this mode */
-    uint64_t ticks;               /* progress callbacks since the last row (see step()) */
-    char why[200];                /* what the last reader call refused, when not SQLite */
-};
 
 const char *pcr_index_errmsg(struct pcr_index *idx)
 {
@@ -174,11 +150,10 @@ static char *uri_for(const char *path, const char *query)
  * instructions per row (a rowid range or a scan of a table, each row returned), so
  * the bound is about work between rows, not about the size of a table: loading a
  * million-row table never trips it, while a query that computes without end (a view
- * over a recursive query, were one to get past check_schema()) stops in well under
+ * over a recursive query, were one to get past index_check_schema()) stops in well under
  * a second and its caller gets -EIO. */
-#define PROGRESS_PERIOD 1000 /* instructions between two calls of progress() */
 
-static int progress(void *ctx)
+int index_progress(void *ctx)
 {
     struct pcr_index *idx = ctx;
     return ++idx->ticks > PCR_INDEX_STEP_BUDGET / PROGRESS_PERIOD;
@@ -193,7 +168,7 @@ static void note_budget(struct pcr_index *idx)
                  PCR_INDEX_STEP_BUDGET);
 }
 
-static int step(struct pcr_index *idx, sqlite3_stmt *st)
+int index_step(struct pcr_index *idx, sqlite3_stmt *st)
 {
     int rc;
 
@@ -205,7 +180,7 @@ static int step(struct pcr_index *idx, sqlite3_stmt *st)
 }
 
 /* Preparing may read and parse the schema, which runs statements too. */
-static int prepare(struct pcr_index *idx, const char *sql, unsigned flags, sqlite3_stmt **st)
+int index_prepare(struct pcr_index *idx, const char *sql, unsigned flags, sqlite3_stmt **st)
 {
     int rc;
 
@@ -216,14 +191,14 @@ static int prepare(struct pcr_index *idx, const char *sql, unsigned flags, sqlit
     return rc;
 }
 
-static int64_t pragma_int(struct pcr_index *idx, const char *sql, int *rc)
+int64_t index_pragma_int(struct pcr_index *idx, const char *sql, int *rc)
 {
     sqlite3_stmt *st = NULL;
     int64_t v = -1;
 
-    *rc = prepare(idx, sql, 0, &st);
+    *rc = index_prepare(idx, sql, 0, &st);
     if (*rc == SQLITE_OK) {
-        *rc = step(idx, st);
+        *rc = index_step(idx, st);
         if (*rc == SQLITE_ROW) {
             v = sqlite3_column_int64(st, 0);
             *rc = SQLITE_OK;
@@ -233,304 +208,13 @@ static int64_t pragma_int(struct pcr_index *idx, const char *sql, int *rc)
     return v;
 }
 
-/* ---- the connection: what an untrusted database may make SQLite do ---- */
-
-static const struct {
-    int id, value;
-} limits[] = {
-    {SQLITE_LIMIT_LENGTH, 512 << 20}, /* one value or row: a codebook (256 MiB) fits */
-    {SQLITE_LIMIT_SQL_LENGTH, 16384}, /* a schema entry or one of our statements */
-    {SQLITE_LIMIT_COLUMN, 64},
-    {SQLITE_LIMIT_EXPR_DEPTH, 64},
-    {SQLITE_LIMIT_COMPOUND_SELECT, 4},
-    {SQLITE_LIMIT_VDBE_OP, 25000},
-    {SQLITE_LIMIT_FUNCTION_ARG, 8},
-    {SQLITE_LIMIT_ATTACHED, 0},
-    {SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 64},
-    {SQLITE_LIMIT_VARIABLE_NUMBER, 32},
-    {SQLITE_LIMIT_TRIGGER_DEPTH, 1},
-    {SQLITE_LIMIT_WORKER_THREADS, 0},
-};
-
-/* Before the first statement: the schema is untrusted, so none of its SQL (views,
- * triggers, defaults) may call functions with side effects, views and triggers are
- * off altogether, no extension can be loaded, the schema cannot be written, and
- * every statement is bounded (progress()). */
-static int harden(struct pcr_index *idx)
-{
-    static const struct {
-        int op, on;
-    } opts[] = {
-        {SQLITE_DBCONFIG_DEFENSIVE, 1},          {SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0},
-        {SQLITE_DBCONFIG_ENABLE_VIEW, 0},        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 0},
-        {SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0}, {SQLITE_DBCONFIG_ENABLE_FKEY, 0},
-    };
-    int got;
-
-    for (size_t i = 0; i < PCR_ARRAY_SIZE(opts); i++)
-        if (sqlite3_db_config(idx->db, opts[i].op, opts[i].on, &got) != SQLITE_OK ||
-            got != opts[i].on)
-            return -EIO;
-    for (size_t i = 0; i < PCR_ARRAY_SIZE(limits); i++)
-        sqlite3_limit(idx->db, limits[i].id, limits[i].value);
-    sqlite3_progress_handler(idx->db, PROGRESS_PERIOD, progress, idx);
-    return 0;
-}
-
-/* ---- the exact schema ----
- * A reader accepts only what the writer makes: the tables of @schema, nothing else.
- * A view or a generated column runs SQL of the index's choosing on every read, and a
- * column declared with another type lets values through that the checks in store.c
- * do not expect (a TEXT id compares unlike an INTEGER one). The reference is @schema
- * itself, parsed once into an in-memory database; the index's parsed schema is
- * compared with it through sqlite_schema and PRAGMA table_xinfo, which read no
- * table rows, so this costs the same for any size of store. */
-
-enum { T_META, T_DIRS, T_RECORDS, T_FILES, T_TOK_DIRS, T_TOK_RECORDS, T_TOK_FILES, T_BLOBS, T_COUNT };
-static const char *const table_names[T_COUNT] = {
-    "meta", "dirs", "records", "files", "tok_dirs", "tok_records", "tok_files", "blobs",
-};
-#define T_TREE(t, tree) ((t) + 3 * (int)(tree)) /* dirs/records/files of @tree */
-#define MAX_COLS 20
-
-static struct ref_table {
-    bool without_rowid;
-    int ncol;
-    struct ref_col {
-        char name[16], type[8];
-        int notnull, pk;
-        int storage; /* what every value must be: SQLITE_INTEGER, _TEXT or _BLOB */
-    } col[MAX_COLS];
-} ref[T_COUNT];
-static bool ref_ok;
-static pthread_once_t ref_once = PTHREAD_ONCE_INIT;
-
-static bool is_without_rowid(sqlite3 *db, const char *table)
-{
-    /* only a rowid table has a column "rowid" (none of ours is named so) */
-    return sqlite3_table_column_metadata(db, "main", table, "rowid", NULL, NULL, NULL, NULL,
-                                         NULL) != SQLITE_OK;
-}
-
-static void ref_init(void)
-{
-    sqlite3 *db = NULL;
-    bool ok = sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
-              sqlite3_exec(db, schema, NULL, NULL, NULL) == SQLITE_OK;
-
-    for (int t = 0; ok && t < T_COUNT; t++) {
-        struct ref_table *r = &ref[t];
-        sqlite3_stmt *st = NULL;
-        char sql[64];
-
-        snprintf(sql, sizeof(sql), "PRAGMA main.table_xinfo(%s)", table_names[t]);
-        ok = sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK;
-        while (ok && sqlite3_step(st) == SQLITE_ROW) {
-            const char *name = (const char *)sqlite3_column_text(st, 1);
-            const char *type = (const char *)sqlite3_column_text(st, 2);
-            struct ref_col *c = &r->col[r->ncol];
-            ok = r->ncol < MAX_COLS && name && type && strlen(name) < sizeof(c->name) &&
-                 strlen(type) < sizeof(c->type);
-            if (!ok)
-                break;
-            strcpy(c->name, name);
-            strcpy(c->type, type);
-            c->notnull = sqlite3_column_int(st, 3);
-            c->pk = sqlite3_column_int(st, 5);
-            c->storage = !strcmp(type, "INTEGER") ? SQLITE_INTEGER
-                         : !strcmp(type, "TEXT")  ? SQLITE_TEXT
-                         : !strcmp(type, "BLOB")  ? SQLITE_BLOB
-                                                  : 0;
-            ok = c->storage != 0;
-            r->ncol++;
-        }
-        sqlite3_finalize(st);
-        r->without_rowid = is_without_rowid(db, table_names[t]);
-        ok = ok && r->ncol > 0;
-    }
-    sqlite3_close(db);
-    ref_ok = ok;
-}
-
-static int table_index(const char *name)
-{
-    for (int t = 0; t < T_COUNT; t++)
-        if (!strcmp(name, table_names[t]))
-            return t;
-    return -1;
-}
-
-static const char *text_col(sqlite3_stmt *st, int i)
-{
-    const char *v = (const char *)sqlite3_column_text(st, i);
-    return v ? v : "";
-}
-
-/* The columns of table @t, one by one, against the reference: name, declared type,
- * NOT NULL, primary key, no default, not generated or hidden, binary collation. */
-static void check_table(struct pcr_index *idx, int t, char *why, size_t len)
-{
-    const struct ref_table *r = &ref[t];
-    const char *tn = table_names[t];
-    sqlite3_stmt *st = NULL;
-    char sql[64];
-    int n = 0, rc;
-
-    if (is_without_rowid(idx->db, tn) != r->without_rowid) {
-        snprintf(why, len, "table %s: is %sa WITHOUT ROWID table, want %s", tn,
-                 r->without_rowid ? "not " : "", r->without_rowid ? "one" : "a rowid table");
-        return;
-    }
-    snprintf(sql, sizeof(sql), "PRAGMA main.table_xinfo(%s)", tn);
-    rc = prepare(idx, sql, 0, &st);
-    while (rc == SQLITE_OK && !why[0] && (rc = step(idx, st)) == SQLITE_ROW) {
-        const char *name = text_col(st, 1), *type = text_col(st, 2), *coll = NULL;
-        int notnull = sqlite3_column_int(st, 3), pk = sqlite3_column_int(st, 5), autoinc = 0;
-        const struct ref_col *c = &r->col[n++];
-
-        if (n > r->ncol) {
-            snprintf(why, len, "table %s: column %d is %.40s %.40s, want only %d columns", tn, n,
-                     name, type[0] ? type : "(no type)", r->ncol);
-        } else if (strcmp(name, c->name) || strcmp(type, c->type)) {
-            snprintf(why, len, "table %s: column %d is %.40s %.40s, want %s %s", tn, n, name,
-                     type[0] ? type : "(no type)", c->name, c->type);
-        } else if (sqlite3_column_int(st, 6) != 0) {
-            snprintf(why, len, "table %s: column %d (%s) is generated or hidden", tn, n, name);
-        } else if (notnull != c->notnull) {
-            snprintf(why, len, "table %s: column %d (%s) is %s, want %s", tn, n, name,
-                     notnull ? "NOT NULL" : "nullable", c->notnull ? "NOT NULL" : "nullable");
-        } else if (pk != c->pk) {
-            snprintf(why, len, "table %s: column %d (%s) is %sthe primary key, want %s", tn, n,
-                     name, pk ? "" : "not ", c->pk ? "it" : "not");
-        } else if (sqlite3_column_type(st, 4) != SQLITE_NULL) {
-            snprintf(why, len, "table %s: column %d (%s) has a default value", tn, n, name);
-        } else if (sqlite3_table_column_metadata(idx->db, "main", tn, name, NULL, &coll, NULL,
-                                                 NULL, &autoinc) != SQLITE_OK ||
-                   !coll || strcmp(coll, "BINARY") || autoinc) {
-            snprintf(why, len, "table %s: column %d (%s) has collation %.40s%s, want BINARY", tn,
-                     n, name, coll ? coll : "?", autoinc ? " or AUTOINCREMENT" : "");
-        }
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    if (!why[0] && rc != SQLITE_DONE)
-        snprintf(why, len, "table %s: cannot read its columns: %s", tn, pcr_index_errmsg(idx));
-    else if (!why[0] && n < r->ncol)
-        snprintf(why, len, "table %s: has %d columns, want %d (no %s)", tn, n, r->ncol,
-                 r->col[n].name);
-}
-
-/* One entry of sqlite_schema: acceptable only as one of our tables, exactly. */
-static void check_entry(sqlite3_stmt *st, bool present[T_COUNT], char *why, size_t len)
-{
-    const char *type = text_col(st, 0), *name = text_col(st, 1), *on = text_col(st, 2);
-    const char *sql = text_col(st, 4);
-    int t = table_index(name);
-
-    if (!strcmp(type, "table") && t >= 0) {
-        /* the text is what SQLite parsed: "CREATE VIRTUAL TABLE" or a view under a
-         * type of "table" would be something else; a real table has a root page */
-        if (strncmp(sql, "CREATE TABLE ", 13) || sqlite3_column_int64(st, 3) <= 0)
-            snprintf(why, len, "%s is not a plain table (%.40s)", name, sql);
-        else
-            present[t] = true;
-    } else if (t >= 0) {
-        snprintf(why, len, "%s is a %.20s, not a table", name, type);
-    } else if (!strcmp(type, "trigger") || !strcmp(type, "index")) {
-        snprintf(why, len, "has a%s %s %.40s on %.40s", type[0] == 'i' ? "n" : "", type, name,
-                 on);
-    } else {
-        snprintf(why, len, "has a %.20s %.40s that pcrfs(5) does not define", type, name);
-    }
-}
-
-/* The whole schema: each entry, the required tables, the token tables all or none.
- * Sets idx->has_tokens and idx->has_blobs. @return 0 or -EINVAL with @why set. */
-static int check_schema(struct pcr_index *idx, char *why, size_t len)
-{
-    static const char sql[] = "SELECT type, name, tbl_name, rootpage, sql FROM main.sqlite_schema";
-    bool present[T_COUNT] = {false};
-    sqlite3_stmt *st = NULL;
-    int rc, ntok;
-
-    why[0] = '\0';
-    rc = prepare(idx, sql, 0, &st);
-    while (rc == SQLITE_OK && !why[0] && (rc = step(idx, st)) == SQLITE_ROW) {
-        check_entry(st, present, why, len);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    if (!why[0] && rc != SQLITE_DONE)
-        snprintf(why, len, "cannot read its schema: %s", pcr_index_errmsg(idx));
-    for (int t = T_META; !why[0] && t <= T_FILES; t++)
-        if (!present[t])
-            snprintf(why, len, "has no table %s", table_names[t]);
-    ntok = present[T_TOK_DIRS] + present[T_TOK_RECORDS] + present[T_TOK_FILES];
-    if (!why[0] && ntok != 0 && ntok != 3)
-        snprintf(why, len, "has only %d of the token tables tok_dirs, tok_records, tok_files "
-                 "(all or none)", ntok);
-    for (int t = 0; !why[0] && t < T_COUNT; t++)
-        if (present[t])
-            check_table(idx, t, why, len);
-    idx->has_tokens = ntok == 3;
-    idx->has_blobs = present[T_BLOBS];
-    return why[0] ? -EINVAL : 0;
-}
-
 /* The reader's SELECTs list the columns of their table in order, so that a row can
- * be checked against the reference by position (bad_column()). */
+ * be checked against the reference by position (index_bad_column()). */
 static int stmt_table(int i)
 {
     return i >= ST_FILES ? T_TREE(T_FILES, i - ST_FILES)
            : i >= ST_RECORDS ? T_TREE(T_RECORDS, i - ST_RECORDS)
                              : T_TREE(T_DIRS, i - ST_DIRS);
-}
-
-static bool select_matches(sqlite3_stmt *st, int t)
-{
-    if (sqlite3_column_count(st) != ref[t].ncol)
-        return false;
-    for (int c = 0; c < ref[t].ncol; c++)
-        if (strcmp(sqlite3_column_name(st, c), ref[t].col[c].name))
-            return false;
-    return true;
-}
-
-/* The storage class of each column of a row, against its declared type: SQLite keeps
- * whatever a crafted file holds (TEXT in an INTEGER column, a REAL, a NULL under NOT
- * NULL), and sqlite3_column_int64() would quietly convert it. @return the first bad
- * column, or -1. */
-static int bad_column(sqlite3_stmt *st, int t)
-{
-    for (int c = 0; c < ref[t].ncol; c++) {
-        int have = sqlite3_column_type(st, c);
-        if (have != ref[t].col[c].storage && !(have == SQLITE_NULL && !ref[t].col[c].notnull))
-            return c;
-    }
-    return -1;
-}
-
-static const char *storage_name(int type)
-{
-    switch (type) {
-    case SQLITE_INTEGER:
-        return "INTEGER";
-    case SQLITE_FLOAT:
-        return "REAL";
-    case SQLITE_TEXT:
-        return "TEXT";
-    case SQLITE_BLOB:
-        return "BLOB";
-    default:
-        return "NULL";
-    }
-}
-
-/* "column name holds TEXT, want BLOB" for row @st of table @t. */
-static void describe_bad(sqlite3_stmt *st, int t, int c, char *buf, size_t len)
-{
-    snprintf(buf, len, "column %s holds %s, want %s", ref[t].col[c].name,
-             storage_name(sqlite3_column_type(st, c)), storage_name(ref[t].col[c].storage));
 }
 
 static struct pcr_index *index_alloc(void)
@@ -569,7 +253,7 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         pcr_errf(err, errlen, "%s: not a regular file", path);
         return -EINVAL;
     }
-    if (pthread_once(&ref_once, ref_init) != 0 || !ref_ok) {
+    if (index_ref_init() != 0) {
         pcr_errf(err, errlen, "%s: this SQLite cannot parse the pcrfs schema", path);
         return -EIO;
     }
@@ -589,12 +273,12 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         ret = sql_errno(rc) ? sql_errno(rc) : -EIO;
         goto fail;
     }
-    if (harden(idx) != 0) {
+    if (index_harden(idx) != 0) {
         pcr_errf(err, errlen, "%s: SQLite refused a safety setting", path);
         ret = -EIO;
         goto fail;
     }
-    app = pragma_int(idx, "PRAGMA application_id", &rc);
+    app = index_pragma_int(idx, "PRAGMA application_id", &rc);
     if (rc != SQLITE_OK) {
         pcr_errf(err, errlen, "%s: not a pcrfs index (%s)", path, pcr_index_errmsg(idx));
         ret = -EINVAL;
@@ -606,14 +290,14 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         ret = -EINVAL;
         goto fail;
     }
-    ver = pragma_int(idx, "PRAGMA user_version", &rc);
+    ver = index_pragma_int(idx, "PRAGMA user_version", &rc);
     if (rc != SQLITE_OK || ver != PCR_INDEX_VERSION) {
         pcr_errf(err, errlen, "%s: store format version %lld; this pcrfs reads version %d",
                  path, (long long)ver, PCR_INDEX_VERSION);
         ret = -ENOTSUP;
         goto fail;
     }
-    ret = check_schema(idx, idx->why, sizeof(idx->why));
+    ret = index_check_schema(idx, idx->why, sizeof(idx->why));
     if (ret) {
         pcr_errf(err, errlen, "%s: %s", path, idx->why);
         goto fail;
@@ -622,8 +306,8 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         if ((i == ST_BLOB && !idx->has_blobs) || (optional_stmt(i) && i != ST_BLOB &&
                                                   !idx->has_tokens))
             continue;
-        rc = prepare(idx, reader_sql[i], SQLITE_PREPARE_PERSISTENT, &idx->st[i]);
-        if (rc == SQLITE_OK && i >= ST_DIRS && !select_matches(idx->st[i], stmt_table(i)))
+        rc = index_prepare(idx, reader_sql[i], SQLITE_PREPARE_PERSISTENT, &idx->st[i]);
+        if (rc == SQLITE_OK && i >= ST_DIRS && !index_select_matches(idx->st[i], stmt_table(i)))
             rc = SQLITE_INTERNAL;
         if (rc != SQLITE_OK) {
             pcr_errf(err, errlen, "%s: index is damaged: %s", path, pcr_index_errmsg(idx));
@@ -645,8 +329,8 @@ int pcr_index_run_bounded(struct pcr_index *idx, const char *sql)
 
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
-    rc = prepare(idx, sql, 0, &st);
-    while (rc == SQLITE_OK && (rc = step(idx, st)) == SQLITE_ROW)
+    rc = index_prepare(idx, sql, 0, &st);
+    while (rc == SQLITE_OK && (rc = index_step(idx, st)) == SQLITE_ROW)
         rc = SQLITE_OK;
     sqlite3_finalize(st);
     pthread_mutex_unlock(&idx->lock);
@@ -677,7 +361,7 @@ int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t
              PCR_INDEX_APP_ID, PCR_INDEX_VERSION);
     rc = sqlite3_exec(idx->db, sql, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
-        rc = sqlite3_exec(idx->db, schema, NULL, NULL, NULL);
+        rc = sqlite3_exec(idx->db, pcr_index_schema, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(idx->db, "BEGIN", NULL, NULL, NULL);
     for (int i = ST_PUT_META; rc == SQLITE_OK && i < ST_COUNT; i++)
@@ -703,7 +387,7 @@ ssize_t pcr_index_meta(struct pcr_index *idx, const char *key, char *buf, size_t
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    rc = step(idx, st);
+    rc = index_step(idx, st);
     if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_TEXT) {
         ret = -EINVAL; /* a value the writer never makes: treated as unusable */
     } else if (rc == SQLITE_ROW) {
@@ -740,7 +424,7 @@ int64_t pcr_index_max_id(struct pcr_index *idx, enum pcr_index_tree tree, const 
              tree == PCR_TREE_TOKENS ? "tok_" : "", table);
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
-    v = pragma_int(idx, sql, &rc);
+    v = index_pragma_int(idx, sql, &rc);
     pthread_mutex_unlock(&idx->lock);
     return rc == SQLITE_OK ? v : sql_errno(rc) ? sql_errno(rc) : -EIO;
 }
@@ -759,12 +443,12 @@ static int end_select(sqlite3_stmt *st, int rc, int cbret)
  * fails (these tables are loaded whole and trusted afterwards). */
 static int refuse_row(struct pcr_index *idx, sqlite3_stmt *st, int t)
 {
-    int c = bad_column(st, t);
+    int c = index_bad_column(st, t);
     char what[96];
 
     if (c < 0)
         return 0;
-    describe_bad(st, t, c, what, sizeof(what));
+    index_describe_bad(st, t, c, what, sizeof(what));
     snprintf(idx->why, sizeof(idx->why), "table %s: row %lld: %s", table_names[t],
              (long long)sqlite3_column_int64(st, 0), what);
     return -EIO;
@@ -781,7 +465,7 @@ int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_ind
 
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
-    while ((rc = step(idx, st)) == SQLITE_ROW) {
+    while ((rc = index_step(idx, st)) == SQLITE_ROW) {
         if ((cbret = refuse_row(idx, st, T_TREE(T_DIRS, tree))) != 0)
             break;
         struct pcr_index_dir d = {
@@ -813,7 +497,7 @@ int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
 
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
-    while ((rc = step(idx, st)) == SQLITE_ROW) {
+    while ((rc = index_step(idx, st)) == SQLITE_ROW) {
         if ((cbret = refuse_row(idx, st, T_TREE(T_RECORDS, tree))) != 0)
             break;
         const char *name = (const char *)sqlite3_column_text(st, 1);
@@ -846,11 +530,11 @@ int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_
     idx->why[0] = '\0';
     sqlite3_bind_int64(st, 1, first);
     sqlite3_bind_int64(st, 2, first + count);
-    while ((rc = step(idx, st)) == SQLITE_ROW) {
-        if ((bad = bad_column(st, t)) >= 0) {
+    while ((rc = index_step(idx, st)) == SQLITE_ROW) {
+        if ((bad = index_bad_column(st, t)) >= 0) {
             /* dropped like any other bad file row: the rest of the directory is served */
             char what[96];
-            describe_bad(st, t, bad, what, sizeof(what));
+            index_describe_bad(st, t, bad, what, sizeof(what));
             pcr_log(PCR_LOG_ERR, "index: %s %lld rejected: %s",
                     tree == PCR_TREE_TOKENS ? "token file" : "file",
                     (long long)sqlite3_column_int64(st, 0), what);
@@ -977,7 +661,7 @@ int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void 
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
-    rc = step(idx, st);
+    rc = index_step(idx, st);
     if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_BLOB) {
         ret = -EINVAL;
     } else if (rc == SQLITE_ROW) {
