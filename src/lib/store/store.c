@@ -306,6 +306,48 @@ fail:
     return ret;
 }
 
+/* A store whose records come from @b (object storage) and whose index is the local
+ * copy @ipath: pcr_store_open() without the directory checks. */
+int pcr_store_open_backend(const char *name, const char *ipath, struct pcr_backend *b,
+                           struct pcr_store **out, char *err, size_t errlen)
+{
+    struct pcr_store *s = store_alloc();
+    char buf[32];
+    int ret = -ENOMEM;
+
+    if (!s || !(s->path = strdup(name))) {
+        pcr_errf(err, errlen, "%s: out of memory", name);
+        pcr_backend_destroy(b);
+        goto fail;
+    }
+    s->subdir = "records";
+    s->base = s->be = b;
+    ret = pcr_index_open(ipath, &s->idx, err, errlen);
+    if (ret)
+        goto fail;
+    ret = -EINVAL;
+    s->levels = meta_uint(s, "levels", PCR_MAX_LEVELS, 0);
+    if (s->levels < 1) {
+        pcr_errf(err, errlen, "%s: index has no valid level count", name);
+        goto fail;
+    }
+    if (pcr_index_meta(s->idx, "created", buf, sizeof(buf)) > 0)
+        s->mtime = strtoll(buf, NULL, 10);
+    ret = load_tree(s, err, errlen);
+    if (ret)
+        goto fail;
+    ret = pcr_index_get_blob(s->idx, "codebook", MAX_CODEBOOK, &s->codebook, &s->codebook_len);
+    if (ret && ret != -ENOENT) {
+        pcr_errf(err, errlen, "%s: cannot read the codebook: %s", name, strerror(-ret));
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    pcr_store_close(s);
+    return ret;
+}
+
 int pcr_store_open_tokens(struct pcr_store *s, struct pcr_store **out, char *err, size_t errlen)
 {
     struct pcr_store *t;
@@ -318,7 +360,8 @@ int pcr_store_open_tokens(struct pcr_store *s, struct pcr_store **out, char *err
         pcr_errf(err, errlen, "the store holds no tokens");
         return -ENOENT;
     }
-    ret = check_subdir(s->path, "tokens", err, errlen);
+    /* (a store in object storage has no directories to check) */
+    ret = strcmp(s->base->ops->name, "posix") ? 0 : check_subdir(s->path, "tokens", err, errlen);
     if (ret)
         return ret == -ENOMEM ? ret : -EINVAL;
     t = store_alloc();
