@@ -555,7 +555,7 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         if (r[i].err && !ret)
             ret = r[i].err;
-        if (r[i].err)
+        if (r[i].err && r[i].err != -ENOSPC && r[i].err != -EROFS) /* not the server's */
             http_count(&hb->st.errors, 1);
     }
     return ret;

@@ -8,6 +8,7 @@
  *   http[s]://HOST/PATH   as is, anonymous.
  */
 #include <ctype.h>
+#include <pwd.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -132,7 +133,7 @@ static int env_credentials(struct http_target *t, char *err, size_t errlen)
     const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
     const char *token = getenv("AWS_SESSION_TOKEN"), *profile = getenv("AWS_PROFILE");
     const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE"), *home = getenv("HOME");
-    char path[4096];
+    char path[4096], homebuf[4096];
     int ret;
 
     if (id && *id && secret && *secret) {
@@ -148,10 +149,19 @@ static int env_credentials(struct http_target *t, char *err, size_t errlen)
         profile = getenv("AWS_DEFAULT_PROFILE");
     if (!profile || !*profile)
         profile = "default";
+    if (!home || !*home) {
+        /* mount(8) at boot may run us without HOME: the user's own home then */
+        struct passwd pw, *res = NULL;
+        char pwbuf[4096];
+        if (getpwuid_r(geteuid(), &pw, pwbuf, sizeof(pwbuf), &res) == 0 && res) {
+            snprintf(homebuf, sizeof(homebuf), "%.2048s", res->pw_dir);
+            home = homebuf;
+        }
+    }
     if (file && *file)
-        snprintf(path, sizeof(path), "%s", file);
+        snprintf(path, sizeof(path), "%.4000s", file);
     else if (home && *home)
-        snprintf(path, sizeof(path), "%s/.aws/credentials", home);
+        snprintf(path, sizeof(path), "%.4000s/.aws/credentials", home);
     else
         return 0;
     ret = read_profile(t, path, profile, err, errlen);
