@@ -18,6 +18,12 @@ pkgs=(
     python3-docutils
 )
 
+# Stores in object storage: libcurl to build; curl (uploads) and Node.js for the s3
+# test suite, whose server (s3rver) tests/s3/setup.sh installs with npm. NodeSource's
+# nodejs ships npm itself and conflicts with Debian's npm package: npm only if missing.
+pkgs+=(libcurl4-openssl-dev curl nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
