@@ -12,7 +12,8 @@ What each class asserts, and would be false if the feature broke:
                 serves the same bytes; /.pcrfs/info names the URL, stats count HTTP
                 requests; the mount helper passes an s3:// source through unchanged
   RecordOrder   a fresh mount read at level 5 makes at most 0.02 GETs per image (one
-                prefix fetch per record, the rest from the cache)
+                prefix fetch per record, the rest from the cache); tokens/ fetches
+                each shard whole, not a GET per file
   Faults        a missing record object: EIO for exactly its files; wrong credentials
                 and a missing bucket: one-line error, exit 1, nothing mounted; a cache
                 directory that is a file or a full tmpfs: still the right bytes;
@@ -357,6 +358,16 @@ class RecordOrder(Fixture, unittest.TestCase):
         self.assertLessEqual(ratio, 0.02, st)
         self.assertGreaterEqual(st["prefix_fetches"], 2, st)  # one per record at least
         self.assertGreater(st["cache_hits"], len(names), st)
+
+    def test_token_shards_fetched_whole(self):
+        mnt = self.mount(self.url(), "order-tok", "-o", self.cache("order-tok"))
+        names = sorted(walk(os.path.join(mnt, "tokens"))[0])
+        self.assertEqual(len(names), self.nimages)
+        for rel in names:
+            self.assertEqual(read(os.path.join(mnt, "tokens", rel)),
+                             read(os.path.join(self.local, "tokens", rel)), rel)
+        st = stats(mnt)["http"]
+        self.assertLess(st["gets"], len(names) / 20, st)  # not one per file
 
 
 class Faults(Fixture, unittest.TestCase):

@@ -37,6 +37,7 @@
 #define BACKOFF_MS         100
 #define BACKOFF_MAX_MS     2000
 #define MAX_BATCH          256
+#define WHOLE_MAX          (64u * 1024 * 1024)
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
@@ -582,7 +583,8 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
     if (ret) {
         char why[160];
         http_describe(&r, why, sizeof(why));
-        pcr_log(PCR_LOG_ERR, "%s: %s", o->url, why);
+        /* the store says which record and why its files fail; the HTTP side here */
+        pcr_log(ret == -ENOENT ? PCR_LOG_DEBUG : PCR_LOG_ERR, "%s: %s", o->url, why);
         free(o);
         return ret == -ENOENT || ret == -ENOMEM ? ret : -EIO;
     }
@@ -591,6 +593,10 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
     if (r.etag[0] && strncmp(r.etag, "W/", 2) != 0)
         memcpy(o->etag, r.etag, sizeof(o->etag));
     o->fd = -1;
+    /* Token shards (tokens/) get no advice from the store, whose files are ~1 kB
+     * blobs read one per file: a shard is worth one GET whole on first use rather
+     * than a GET per file. Records are fetched by the prefix a level needs. */
+    o->whole = !strncmp(name, "tokens/", 7) && o->size <= WHOLE_MAX;
     if (hb->cache)
         http_cache_add(hb->cache, o);
     *out = o;
@@ -679,6 +685,8 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
             return -ENODATA;
         if (r[i].len == 0)
             continue;
+        if (hb->cache && o->whole)
+            http_cache_advise(hb->cache, o, 0, o->size);
         ret = hb->cache ? http_cache_read(hb->cache, o, r[i].off, r[i].len, r[i].buf) : 0;
         if (ret < 0)
             return ret == -ETIMEDOUT || ret == -ENOMEM ? ret : -EIO;

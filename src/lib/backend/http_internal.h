@@ -111,6 +111,7 @@ struct pcr_object {
     char url[HTTP_MAX_URL];
     char etag[HTTP_MAX_ETAG + 1]; /* "" when the server gave none (or a weak one) */
     uint64_t size;
+    bool whole;             /* fetched whole into the cache on first read */
     /* cache state: under the cache's lock (httpcache.c) */
     int fd;                 /* cache file (unlinked), or -1 */
     uint64_t cached;        /* [0, cached) of the object is in fd */

@@ -318,7 +318,8 @@ int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, 
     pthread_mutex_lock(&c->lock);
     if (end > o->advised)
         o->advised = end;
-    if (!c->stop && end > o->want && end > o->cached) {
+    /* after a failed fetch, the misses inside the prefix fetch it again, later */
+    if (!c->stop && end > o->want && end > o->cached && http_now_ms() >= o->retry_after) {
         if (o->want < o->cached)
             o->want = o->cached;
         o->want = end;
