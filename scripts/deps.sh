@@ -17,6 +17,7 @@ demo_pkgs=(
     # build
     build-essential pkg-config meson ninja-build
     libfuse3-dev libsqlite3-dev libjpeg62-turbo-dev libzstd-dev zlib1g-dev
+    libcurl4-openssl-dev
     # run and mount
     fuse3 util-linux
     # the demo's sample images (tests/gen/mkdataset.py) and its djpeg check
@@ -42,6 +43,14 @@ case $what in
         exit 2
         ;;
 esac
+
+# The s3 test suite: curl (uploads) and Node.js, whose server (s3rver)
+# tests/s3/setup.sh installs with npm. NodeSource's nodejs ships npm itself and
+# conflicts with Debian's npm package: npm only if missing.
+if [ "$what" = test ]; then
+    pkgs+=(curl nodejs)
+    command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -34,6 +34,11 @@ struct pcr_range {
 
 struct pcr_backend_ops {
     const char *name; /* "posix", "bwlimit", ... (for messages and stats) */
+    /* Open every record when the store is opened and hold it until close (cheap
+     * local opens that pin the files, so a store rebuilt under a mount keeps
+     * serving what was mounted); 0: open each object on first use (an open is a
+     * network request). */
+    int hold_open;
     /* Open object @name ("records/000001.pcr": one directory level and a file name,
      * neither followed if it is a symbolic link).
      * @return 0 and *out; -ENOENT, -ENOTDIR, -ELOOP (a symlink), -EINVAL (not a
@@ -85,6 +90,81 @@ int pcr_backend_bwlimit(struct pcr_backend *inner, uint64_t bytes_per_sec,
                         struct pcr_backend **out);
 /* Change the rate of a shim made by pcr_backend_bwlimit() (0: no limit). */
 void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
+
+/* ---- Stores in object storage (backend/http.c and its siblings) ----
+ *
+ * A store copied as is into a bucket ("s3://BUCKET/PREFIX") or served by any web
+ * server that answers Range requests ("https://HOST/PATH", "http://..."): objects
+ * are opened with HEAD (size, ETag) and read with ranged GETs, several ranges of a
+ * read in parallel over a pool of kept-alive connections. Each request has a hard
+ * deadline and is retried on 5xx, 429, timeouts and broken connections, so a dead
+ * or slow server fails the reads of its files (-EIO, -ETIMEDOUT), never hangs
+ * them. advise() fetches the record prefix a level needs in one GET into an
+ * on-disk cache (LRU by record prefix), from which the reads of every file of the
+ * record are then served; readers of a prefix being fetched wait for those bytes
+ * instead of asking again. A cache that cannot be written falls back to direct
+ * GETs (logged once).
+ *
+ * s3:// URLs are signed (AWS SigV4) with the standard environment:
+ * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else profile
+ * AWS_PROFILE (default "default") of AWS_SHARED_CREDENTIALS_FILE (default
+ * ~/.aws/credentials); AWS_REGION or AWS_DEFAULT_REGION (default us-east-1);
+ * AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL for S3-compatible servers (path-style
+ * addressing), else AWS's virtual-hosted addresses. Without credentials, and for
+ * http(s):// URLs, requests are anonymous. */
+
+struct pcr_store;
+
+struct pcr_http_opts {
+    const char *cache_dir; /* NULL: $XDG_CACHE_HOME/pcrfs, ~/.cache/pcrfs, or
+                              /var/cache/pcrfs for root; a subdirectory per URL */
+    uint64_t cache_size;   /* bytes of record prefixes kept on disk; 0: the smaller
+                              of 1 GiB and 10 % of the cache's file system */
+    unsigned timeout_ms;   /* deadline of one request (a stalled transfer); 0: 10 s */
+    int retries;           /* retries of a failed request; < 0: 3 */
+};
+
+/* Whether @s names a store in object storage (s3://, http://, https://). */
+int pcr_url_is_remote(const char *s);
+
+/* The backend for the store at @url. @o may be NULL (defaults).
+ * @return 0 and *out; -EINVAL a malformed URL or credentials file (message in
+ *         @err), -ENOMEM. Nothing is sent to the server yet. */
+int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_backend **out,
+                     char *err, size_t errlen);
+
+/* Open the store at @url: index.db is fetched once into the cache directory (again
+ * only when its size or ETag changed), then opened and validated like a local
+ * store's; the tree is served from it without the network.
+ * @return 0 and *out; on failure a one-line message in @err ("s3://b/p: access
+ *         denied (HTTP 403 ...)") and -ENOENT (no store there), -EACCES, -EIO,
+ *         -ETIMEDOUT, -EINVAL (not a store), -ENOTSUP, -ENOMEM. */
+int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
+                       char *err, size_t errlen);
+
+/* Open a store whose index is the local file @index_path and whose records come
+ * from @b; the store owns @b from then on (also when this fails). @name names the
+ * store in messages and in pcr_store_open_tokens(). (store/store.c) */
+int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_backend *b,
+                           struct pcr_store **out, char *err, size_t errlen);
+
+/* Counters of every object-storage backend of the process, summed. */
+struct pcr_http_stats {
+    uint64_t requests;       /* HTTP requests sent (HEAD and GET, retries included) */
+    uint64_t gets;           /* GETs of record bytes: prefix fetches and direct reads */
+    uint64_t prefix_fetches; /* of which prefix fetches (advise) */
+    uint64_t bytes;          /* body bytes received */
+    uint64_t retries;        /* requests sent again after a failure */
+    uint64_t errors;         /* requests that failed for good */
+    uint64_t timeouts;       /* attempts that hit their deadline */
+    uint64_t cache_hits;     /* ranges read from the prefix cache */
+    uint64_t cache_misses;   /* ranges read with a GET of their own */
+    uint64_t cache_bytes;    /* bytes of record prefixes in the cache now */
+    uint64_t cache_limit;    /* its limit (0: no cache) */
+    uint64_t evictions;      /* record prefixes dropped to make room */
+};
+/* @return 0 and *out; -ENOENT no object-storage backend is open. */
+int pcr_http_stats(struct pcr_http_stats *out);
 
 static inline void pcr_backend_destroy(struct pcr_backend *b)
 {

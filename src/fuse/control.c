@@ -14,6 +14,7 @@
 
 #include "fs.h"
 #include "util/json.h"
+#include "pcrfs/backend.h"
 
 /* The renderers write through the JSON writer shared with the tools (src/util/json.h:
  * one string escaping everywhere), into a growing buffer whose allocation failure is
@@ -173,8 +174,23 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
                   "\"record_bytes\": %llu}%s\n",
                   k, (unsigned long long)st->level[k].opens, (unsigned long long)st->level[k].reads,
                   (unsigned long long)st->level[k].bytes, k < fs->levels ? "," : "");
+    sb_puts(&b, "  ],\n");
+    /* a store in object storage: its requests and cache (pcrfs/backend.h) */
+    struct pcr_http_stats hs;
+    if (pcr_http_stats(&hs) == 0)
+        sb_printf(&b,
+                  "  \"http\": {\"requests\": %llu, \"gets\": %llu, \"prefix_fetches\": %llu, "
+                  "\"bytes\": %llu, \"retries\": %llu, \"errors\": %llu, \"timeouts\": %llu, "
+                  "\"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_bytes\": %llu, "
+                  "\"cache_limit\": %llu, \"evictions\": %llu},\n",
+                  (unsigned long long)hs.requests, (unsigned long long)hs.gets,
+                  (unsigned long long)hs.prefix_fetches, (unsigned long long)hs.bytes,
+                  (unsigned long long)hs.retries, (unsigned long long)hs.errors,
+                  (unsigned long long)hs.timeouts, (unsigned long long)hs.cache_hits,
+                  (unsigned long long)hs.cache_misses, (unsigned long long)hs.cache_bytes,
+                  (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions);
     sb_printf(&b,
-              "  ],\n  \"errors\": %llu,\n  \"dirs_loaded\": %llu,\n"
+              "  \"errors\": %llu,\n  \"dirs_loaded\": %llu,\n"
               "  \"files_loaded\": %llu\n}\n",
               (unsigned long long)st->errors, (unsigned long long)st->dirs_loaded,
               (unsigned long long)st->files_loaded);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "fs.h"
+#include "pcrfs/backend.h"
 #include "pcrfs/log.h"
 
 #define EXIT_USAGE      2
@@ -33,6 +34,11 @@ struct cli {
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
     char *bwlimit; /* -o bwlimit=RATE, as given */
     char *level;   /* -o level=K: the dynamic view's first level, as given */
+    /* stores in object storage (STORE is an s3:// or http(s):// URL) */
+    char *cache;        /* -o cache=DIR */
+    char *cache_size;   /* -o cache_size=SIZE, as given */
+    double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
+    int http_retries;   /* -o http_retries=N (-1: the library's default) */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -50,6 +56,10 @@ static const struct fuse_opt cli_spec[] = {
     {"open", offsetof(struct cli, open), 1},
     {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
     {"level=%s", offsetof(struct cli, level), 0},
+    {"cache=%s", offsetof(struct cli, cache), 0},
+    {"cache_size=%s", offsetof(struct cli, cache_size), 0},
+    {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
+    {"http_retries=%d", offsetof(struct cli, http_retries), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -126,6 +136,16 @@ static void help(void)
            "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
            "                           not \"ro\" (every other write still fails with EROFS)\n"
            "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
+           "\n"
+           "STORE may be s3://BUCKET/PREFIX or http[s]://HOST/PATH (a store copied into\n"
+           "object storage; credentials and endpoint from AWS_* variables, see pcrfs(1)):\n"
+           "    -o cache=DIR           where index.db and record prefixes are cached\n"
+           "                           (default $XDG_CACHE_HOME/pcrfs, ~/.cache/pcrfs, or\n"
+           "                           /var/cache/pcrfs for root)\n"
+           "    -o cache_size=SIZE     bytes of record prefixes kept (suffix k, M, G;\n"
+           "                           default 1G or 10%% of the cache's file system)\n"
+           "    -o http_timeout=SECS   deadline of one request (default 10)\n"
+           "    -o http_retries=N      retries of a failed request (default 3)\n"
            "    -o readdirplus=yes|no|auto, max_readahead=N, max_background=N,\n"
            "       congestion_threshold=N, [no_]splice_read, async_read, sync_read\n"
            "                           kernel connection options (libfuse's)\n"
@@ -243,7 +263,7 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {.timeout = DEFAULT_TIMEOUT};
+    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1};
     static struct pcrfs fs; /* big (per-view counters); lives as long as the process */
     struct timespec now;
     char err[512] = "";
@@ -288,6 +308,11 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_opts;
     }
+    if (!(cli.http_timeout >= 0.0 && cli.http_timeout <= 86400.0) || cli.http_retries < -1) {
+        fprintf(stderr, "pcrfs: http_timeout must be 0..86400 seconds, http_retries >= 0\n");
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
     if (cli.bwlimit && parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
         fprintf(stderr, "pcrfs: bwlimit=%s: not a rate (bytes/s, e.g. 50M)\n", cli.bwlimit);
         ret = EXIT_USAGE;
@@ -325,13 +350,26 @@ int main(int argc, char *argv[])
     /* Opened with the path as given, so messages name what the user typed (the
      * library keeps a directory descriptor and SQLite an absolute path, so the
      * daemon's chdir("/") when it detaches does not matter). */
-    rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
+    if (pcr_url_is_remote(cli.store)) {
+        struct pcr_http_opts ho = {.cache_dir = cli.cache, .retries = cli.http_retries,
+                                   .timeout_ms = (unsigned)(cli.http_timeout * 1000.0)};
+        if (cli.cache_size && (parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
+                               !ho.cache_size)) {
+            fprintf(stderr, "pcrfs: cache_size=%s: not a size (bytes, e.g. 500M)\n",
+                    cli.cache_size);
+            ret = EXIT_USAGE;
+            goto out_conn;
+        }
+        rc = pcr_store_open_url(cli.store, &ho, &fs.store, err, sizeof(err));
+    } else {
+        rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
+    }
     if (rc) {
         store_error(cli.store, err[0] ? err : strerror(-rc));
         goto out_conn;
     }
-    /* absolute for /.pcrfs/info and for the mount table (fsname) */
-    store_abs = realpath(cli.store, NULL);
+    /* absolute for /.pcrfs/info and for the mount table (fsname); a URL as given */
+    store_abs = pcr_url_is_remote(cli.store) ? strdup(cli.store) : realpath(cli.store, NULL);
     if (!store_abs) {
         store_error(cli.store, strerror(errno));
         goto out_store;
@@ -458,6 +496,8 @@ out_args:
     free(cli.store);
     free(cli.bwlimit);
     free(cli.level);
+    free(cli.cache);
+    free(cli.cache_size);
     fuse_opt_free_args(&args);
     if (log_syslog)
         closelog();

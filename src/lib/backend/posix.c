@@ -181,6 +181,7 @@ static void posix_destroy(struct pcr_backend *b)
 
 static const struct pcr_backend_ops posix_ops = {
     .name = "posix",
+    .hold_open = 1,
     .open = posix_open,
     .read = posix_read,
     .advise = posix_advise,

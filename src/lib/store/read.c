@@ -193,15 +193,21 @@ static const char *check_shard_hdr(const struct pcr_store *s, const struct rec *
     return NULL;
 }
 
-static const char *check_record_hdr(struct pcr_store *s, struct rec *r)
+/* The record's header against the index. @return NULL (it matches), the reason it
+ * does not, or "" when it could not be read (a network blip is not damage: the
+ * header is read again on the next use). */
+static const char *check_record_hdr(struct pcr_store *s, struct rec *r, int *err)
 {
     struct pcr_backend *b = backend(s);
     uint8_t hdr[PCR_RECORD_HDR];
     struct pcr_record_hdr h;
     struct pcr_range rg = {.off = 0, .len = sizeof(hdr), .buf = hdr};
 
-    if (b->ops->read(b, r->obj, &rg, 1) != 0)
+    *err = b->ops->read(b, r->obj, &rg, 1);
+    if (*err == -ENODATA)
         return "cannot read its header";
+    if (*err)
+        return "";
     if (s->tree == PCR_TREE_TOKENS)
         return check_shard_hdr(s, r, hdr);
     if (pcr_record_hdr_decode(hdr, &h) != 0)
@@ -215,8 +221,8 @@ static const char *check_record_hdr(struct pcr_store *s, struct rec *r)
 struct rec *store_record(struct pcr_store *s, const struct pcr_file *f)
 {
     struct rec *r = &s->recs[f->record - 1];
-    int state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
-    const char *why;
+    int state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE), err = 0;
+    const char *why = NULL;
 
     if (state == REC_OK)
         return r;
@@ -226,13 +232,19 @@ struct rec *store_record(struct pcr_store *s, const struct pcr_file *f)
         return NULL;
     pthread_mutex_lock(&s->rec_lock);
     if (r->state == REC_UNCHECKED) {
-        why = check_record_hdr(s, r);
-        if (why)
+        why = check_record_hdr(s, r, &err);
+        if (why && why[0]) {
             pcr_log(PCR_LOG_ERR, "record %s: %s; its files fail with EIO", r->name, why);
-        __atomic_store_n(&r->state, why ? REC_BAD : REC_OK, __ATOMIC_RELEASE);
+            __atomic_store_n(&r->state, REC_BAD, __ATOMIC_RELEASE);
+        } else if (!why) {
+            __atomic_store_n(&r->state, REC_OK, __ATOMIC_RELEASE);
+        }
     }
     state = r->state;
     pthread_mutex_unlock(&s->rec_lock);
+    if (why && !why[0] && !__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
+        pcr_log(PCR_LOG_ERR, "record %s: reading its header: %s (tried again on next use)",
+                r->name, strerror(-err));
     return state == REC_OK ? r : NULL;
 }
 

@@ -72,6 +72,14 @@ static int load_record(void *ctx, const struct pcr_index_record *row)
 }
 
 
+/* Errors that say nothing about the record itself (a timeout, a failed request):
+ * they fail this use only. */
+static bool transient(int err)
+{
+    return err == -EIO || err == -ETIMEDOUT || err == -EAGAIN || err == -ECONNREFUSED ||
+           err == -ECONNRESET || err == -EHOSTUNREACH || err == -ENETUNREACH;
+}
+
 static const char *open_error(int err)
 {
     return err == -EINVAL ? "not a regular file" : strerror(-err);
@@ -100,6 +108,14 @@ int store_open_record(struct pcr_store *s, struct rec *r)
                     strerror(-ret));
             return ret;
         }
+        if (transient(ret)) {
+            /* nor is a server that did not answer: the next use asks again */
+            pthread_mutex_unlock(&s->rec_lock);
+            if (!__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
+                pcr_log(PCR_LOG_ERR, "record %s: %s (tried again on next use)", r->name,
+                        strerror(-ret));
+            return -EIO;
+        }
         if (ret)
             why = open_error(ret);
         else if (b->ops->size(b, o) != r->size)
@@ -127,6 +143,8 @@ out:
  * fail their reads): say so once. */
 static void hold_records(struct pcr_store *s)
 {
+    if (!s->base->ops->hold_open)
+        return; /* opening is a request of its own (object storage): on first use */
     for (uint64_t i = 0; i < s->nrecs; i++) {
         int ret = store_open_record(s, &s->recs[i]);
         if (ret == -EMFILE || ret == -ENFILE) {
@@ -241,10 +259,36 @@ static struct pcr_store *store_alloc(void)
     return s;
 }
 
+/* What every store open does once its index is open and its backend set: the level
+ * count, the build time, the tree, the records, the codebook. */
+static int open_rest(struct pcr_store *s, char *err, size_t errlen)
+{
+    char buf[32];
+    int ret;
+
+    s->levels = meta_uint(s, "levels", PCR_MAX_LEVELS, 0);
+    if (s->levels < 1) {
+        pcr_errf(err, errlen, "%s: index has no valid level count", s->path);
+        return -EINVAL;
+    }
+    if (pcr_index_meta(s->idx, "created", buf, sizeof(buf)) > 0)
+        s->mtime = strtoll(buf, NULL, 10);
+    ret = load_tree(s, err, errlen);
+    if (ret)
+        return ret;
+    /* the codebook imported with tokens, served as /.pcrfs/codebook.npy */
+    ret = pcr_index_get_blob(s->idx, "codebook", MAX_CODEBOOK, &s->codebook, &s->codebook_len);
+    if (ret && ret != -ENOENT) {
+        pcr_errf(err, errlen, "%s: cannot read the codebook: %s", s->path, strerror(-ret));
+        return ret;
+    }
+    return 0;
+}
+
 int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t errlen)
 {
     struct pcr_store *s;
-    char *ipath = NULL, buf[32];
+    char *ipath = NULL;
     int ret;
 
     s = store_alloc();
@@ -269,17 +313,8 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
         else
             pcr_errf(err, errlen, "%s: not a pcrfs store (no index.db)", path);
     }
-    if (ret)
-        goto fail;
-    ret = -EINVAL;
-    s->levels = meta_uint(s, "levels", PCR_MAX_LEVELS, 0);
-    if (s->levels < 1) {
-        pcr_errf(err, errlen, "%s: index has no valid level count", path);
-        goto fail;
-    }
-    if (pcr_index_meta(s->idx, "created", buf, sizeof(buf)) > 0)
-        s->mtime = strtoll(buf, NULL, 10);
-    ret = check_subdir(path, "records", err, errlen);
+    if (ret == 0)
+        ret = check_subdir(path, "records", err, errlen);
     if (ret == 0) {
         ret = pcr_backend_posix(path, &s->base);
         if (ret)
@@ -288,20 +323,41 @@ int pcr_store_open(const char *path, struct pcr_store **out, char *err, size_t e
     if (ret)
         goto fail;
     s->be = s->base;
-    ret = load_tree(s, err, errlen);
+    ret = open_rest(s, err, errlen);
     if (ret)
         goto fail;
-    /* the codebook imported with tokens, served as /.pcrfs/codebook.npy */
-    ret = pcr_index_get_blob(s->idx, "codebook", MAX_CODEBOOK, &s->codebook, &s->codebook_len);
-    if (ret && ret != -ENOENT) {
-        pcr_errf(err, errlen, "%s: cannot read the codebook: %s", path, strerror(-ret));
-        goto fail;
-    }
     free(ipath);
     *out = s;
     return 0;
 fail:
     free(ipath);
+    pcr_store_close(s);
+    return ret;
+}
+
+/* A store whose records come from @b (object storage) and whose index is the local
+ * copy @ipath: pcr_store_open() without the directory checks. */
+int pcr_store_open_backend(const char *name, const char *ipath, struct pcr_backend *b,
+                           struct pcr_store **out, char *err, size_t errlen)
+{
+    struct pcr_store *s = store_alloc();
+    int ret = -ENOMEM;
+
+    if (!s || !(s->path = strdup(name))) {
+        pcr_errf(err, errlen, "%s: out of memory", name);
+        pcr_backend_destroy(b);
+        goto fail;
+    }
+    s->subdir = "records";
+    s->base = s->be = b;
+    ret = pcr_index_open(ipath, &s->idx, err, errlen);
+    if (ret == 0)
+        ret = open_rest(s, err, errlen);
+    if (ret)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
     pcr_store_close(s);
     return ret;
 }
@@ -318,7 +374,8 @@ int pcr_store_open_tokens(struct pcr_store *s, struct pcr_store **out, char *err
         pcr_errf(err, errlen, "the store holds no tokens");
         return -ENOENT;
     }
-    ret = check_subdir(s->path, "tokens", err, errlen);
+    /* (a store in object storage has no directories to check) */
+    ret = s->base->ops->hold_open ? check_subdir(s->path, "tokens", err, errlen) : 0;
     if (ret)
         return ret == -ENOMEM ? ret : -EINVAL;
     t = store_alloc();

@@ -1,0 +1,271 @@
+/* pcrfs — opening a store from a URL: the local cache directory, index.db fetched
+ * into it once, then the store opened on the local index and the HTTP backend.
+ *
+ * index.db is kept as DIR/index-HASH.db, HASH from the remote object's size and
+ * ETag: a copy whose name matches the HEAD answer is the current one and is used
+ * without a GET; otherwise it is fetched into a temporary file (GET with If-Match,
+ * so the bytes are those of that ETag) and renamed into place, so that concurrent
+ * mounts and a crash mid-fetch never leave a half-written index under that name.
+ * The copy is then validated like any local index (pcr_index_open()). With no
+ * usable cache directory, the index goes to an unlinked temporary file instead and
+ * records are read without a cache.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include "common/internal.h"
+#include "backend/http_internal.h"
+
+#define MAX_INDEX      (64ULL << 30)
+#define CACHE_DEFAULT  (1ULL << 30)
+
+int http_default_cache_dir(char *out, size_t len)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+
+    if (geteuid() == 0)
+        n = snprintf(out, len, "/var/cache/pcrfs");
+    else if (xdg && xdg[0] == '/')
+        n = snprintf(out, len, "%s/pcrfs", xdg);
+    else if (home && home[0] == '/')
+        n = snprintf(out, len, "%s/.cache/pcrfs", home);
+    else
+        return -ENOENT;
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir -p, the last levels private to the user. */
+static int make_dirs(const char *path)
+{
+    char p[4096];
+    size_t n = strlen(path);
+
+    if (n == 0 || n >= sizeof(p))
+        return -ENAMETOOLONG;
+    memcpy(p, path, n + 1);
+    for (char *s = p + 1; *s; s++)
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST)
+                return -errno;
+            *s = '/';
+        }
+    if (mkdir(p, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    struct stat sb;
+    if (stat(p, &sb) != 0)
+        return -errno;
+    if (!S_ISDIR(sb.st_mode))
+        return -ENOTDIR;
+    return access(p, W_OK | X_OK) == 0 ? 0 : -errno;
+}
+
+/* The message for a request about the store itself that failed. */
+static void store_failure(struct http_backend *hb, struct http_req *r, char *err, size_t errlen)
+{
+    const struct http_target *t = &hb->t;
+    char why[160];
+
+    http_describe(r, why, sizeof(why));
+    if (r->err == -EACCES && t->sign)
+        pcr_errf(err, errlen, "%s: %s: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                 "(credentials from the %s)", t->display, why, t->cred_source);
+    else if (r->err == -EACCES && t->s3)
+        pcr_errf(err, errlen, "%s: %s: no credentials found (set AWS_ACCESS_KEY_ID and "
+                 "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)", t->display, why);
+    else if (r->err == -ENOENT && strcmp(r->code, "NoSuchBucket") != 0)
+        pcr_errf(err, errlen, "%s: not a pcrfs store (no index.db: %s)", t->display, why);
+    else if (r->err == -ETIMEDOUT)
+        pcr_errf(err, errlen, "%s: %s after %.1f s (%s)", t->display, why,
+                 (double)hb->timeout_ms / 1000.0, r->url);
+    else if (r->status)
+        pcr_errf(err, errlen, "%s: %s", t->display, why);
+    else
+        pcr_errf(err, errlen, "%s: %s (%s)", t->display, why, r->url);
+}
+
+/* Remove the copies of other versions of the index (another mount may still have
+ * one open: unlinking does not disturb it). */
+static void remove_stale(const char *dir, const char *keep)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+
+    if (!d)
+        return;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "index-", 6) && strcmp(e->d_name, keep) != 0 &&
+            strlen(e->d_name) > 9 && !strcmp(e->d_name + strlen(e->d_name) - 3, ".db"))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
+/* GET index.db (@size bytes, ETag @etag) into a new temporary file in @dir.
+ * @return the open fd and its name in @tmp; a negative errno (@r says why). */
+static int get_index(struct http_backend *hb, const char *url, const char *dir, uint64_t size,
+                     const char *etag, char *tmp, size_t tmplen, struct http_req *r)
+{
+    int fd, ret;
+
+    if ((size_t)snprintf(tmp, tmplen, "%s/.index.XXXXXX", dir) >= tmplen)
+        return -ENAMETOOLONG;
+    fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    *r = (struct http_req){.url = url, .expect = size, .if_match = etag, .fd = fd};
+    ret = size ? http_perform(hb, r, 1) : 0;
+    if (ret == 0 && r->got != size)
+        ret = -EIO;
+    if (ret) {
+        close(fd);
+        unlink(tmp);
+        return ret;
+    }
+    return fd;
+}
+
+/* index.db into @dir (or a temporary file when @dir is NULL or unusable).
+ * @return 0 and its path in @path, *temp when it must be unlinked after opening. */
+static int fetch_index(struct http_backend *hb, const char *dir, char *path, size_t len,
+                       bool *temp, char *err, size_t errlen)
+{
+    struct http_req head = {.head = true, .fd = -1}, r;
+    char url[HTTP_MAX_URL], tmp[4200], name[64], etag[HTTP_MAX_ETAG + 1];
+    struct stat sb;
+    int fd, ret;
+
+    ret = http_object_url(&hb->t, "index.db", url, sizeof(url));
+    if (ret) {
+        pcr_errf(err, errlen, "%s: URL too long", hb->t.display);
+        return -EINVAL;
+    }
+    head.url = url;
+    ret = http_perform(hb, &head, 1);
+    if (ret == -ENOENT && hb->t.s3) {
+        /* HEAD has no body: ask again with GET to tell a missing bucket from a
+         * missing object */
+        uint8_t b;
+        struct http_req g = {.url = url, .off = 0, .len = 1, .buf = &b, .fd = -1};
+        if (http_perform(hb, &g, 1) == -ENOENT && g.code[0])
+            memcpy(head.code, g.code, sizeof(head.code));
+    }
+    if (ret) {
+        store_failure(hb, &head, err, errlen);
+        return ret;
+    }
+    if (head.size > MAX_INDEX) {
+        pcr_errf(err, errlen, "%s: index.db is %llu bytes: not a pcrfs index", hb->t.display,
+                 (unsigned long long)head.size);
+        return -EINVAL;
+    }
+    snprintf(etag, sizeof(etag), "%s", strncmp(head.etag, "W/", 2) ? head.etag : "");
+    {
+        struct pcr_xxh64 st;
+        pcr_xxh64_init(&st);
+        pcr_xxh64_update(&st, head.etag, strlen(head.etag));
+        pcr_xxh64_update(&st, &head.size, sizeof(head.size));
+        snprintf(name, sizeof(name), "index-%016llx.db",
+                 (unsigned long long)pcr_xxh64_final(&st));
+    }
+    *temp = false;
+    if (dir) {
+        snprintf(path, len, "%s/%s", dir, name);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == head.size &&
+            head.etag[0])
+            return 0; /* the copy of this version is here */
+        fd = get_index(hb, url, dir, head.size, etag, tmp, sizeof(tmp), &r);
+        if (fd >= 0) {
+            close(fd);
+            if (rename(tmp, path) == 0) {
+                remove_stale(dir, name);
+                return 0;
+            }
+            unlink(tmp);
+        } else if (fd != -ENOSPC && fd != -EACCES && fd != -EROFS && fd != -EDQUOT &&
+                   fd != -ENOENT && fd != -ENAMETOOLONG) {
+            store_failure(hb, &r, err, errlen); /* the server's fault, not the cache's */
+            return fd;
+        }
+        pcr_log(PCR_LOG_WARN, "cache %s: cannot keep index.db there (%s); using a temporary copy",
+                dir, strerror(fd < 0 ? -fd : errno));
+    }
+    const char *tdir = getenv("TMPDIR");
+    fd = get_index(hb, url, tdir && *tdir ? tdir : "/tmp", head.size, etag, tmp, sizeof(tmp), &r);
+    if (fd < 0) {
+        if (r.err)
+            store_failure(hb, &r, err, errlen);
+        else
+            pcr_errf(err, errlen, "%s: no room for index.db (%llu bytes) in the cache or in %s: %s",
+                     hb->t.display, (unsigned long long)head.size, tdir && *tdir ? tdir : "/tmp",
+                     strerror(-fd));
+        return fd;
+    }
+    close(fd);
+    snprintf(path, len, "%s", tmp);
+    *temp = true;
+    return 0;
+}
+
+static uint64_t default_limit(const char *dir)
+{
+    struct statvfs sv;
+    uint64_t tenth;
+
+    if (statvfs(dir, &sv) != 0)
+        return CACHE_DEFAULT;
+    tenth = (uint64_t)sv.f_blocks * sv.f_frsize / 10;
+    return tenth < CACHE_DEFAULT ? tenth : CACHE_DEFAULT;
+}
+
+int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
+                       char *err, size_t errlen)
+{
+    struct pcr_backend *b = NULL;
+    struct http_backend *hb;
+    char base[4096], dir[4200], ipath[4300];
+    bool temp = false, have_dir = false;
+    int ret;
+
+    ret = pcr_backend_http(url, o, &b, err, errlen);
+    if (ret)
+        return ret;
+    hb = (struct http_backend *)b;
+    if (o && o->cache_dir && *o->cache_dir)
+        ret = snprintf(base, sizeof(base), "%s", o->cache_dir) >= (int)sizeof(base)
+                  ? -ENAMETOOLONG : 0;
+    else
+        ret = http_default_cache_dir(base, sizeof(base));
+    if (ret == 0) {
+        /* one directory per store: the URL as requests see it (endpoint included) */
+        snprintf(dir, sizeof(dir), "%s/%016llx", base,
+                 (unsigned long long)pcr_xxh64(hb->t.base, strlen(hb->t.base)));
+        ret = make_dirs(dir);
+    }
+    if (ret)
+        pcr_log(PCR_LOG_WARN, "cache %s: %s; index.db goes to a temporary file and records "
+                "are read without a cache", ret == -ENOENT && !(o && o->cache_dir) ? "(no HOME)"
+                                                                                  : base,
+                strerror(-ret));
+    have_dir = ret == 0;
+    ret = fetch_index(hb, have_dir ? dir : NULL, ipath, sizeof(ipath), &temp, err, errlen);
+    if (ret) {
+        pcr_backend_destroy(b);
+        return ret;
+    }
+    if (have_dir) {
+        uint64_t limit = o && o->cache_size ? o->cache_size : default_limit(dir);
+        if (http_cache_new(hb, dir, limit, &hb->cache) != 0)
+            hb->cache = NULL;
+    }
+    ret = pcr_store_open_backend(url, ipath, b, out, err, errlen);
+    if (temp)
+        unlink(ipath); /* SQLite keeps it open; nothing is left behind */
+    return ret;
+}

@@ -1,0 +1,562 @@
+#!/usr/bin/python3
+"""Stores in object storage: pcrfs s3://BUCKET/PREFIX and http://HOST/PATH against a
+real S3-compatible server on 127.0.0.1 (s3rver, installed by tests/s3/setup.sh).
+
+A store built by mkpcrfs (images and tokens) is uploaded with curl --aws-sigv4 and
+mounted from the bucket; a local mount of the same store is the oracle.
+
+What each class asserts, and would be false if the feature broke:
+  Served        every file of every view (scanK/, full/, tokens/) of the s3:// mount
+                equals the local mount's bytes, listings and sizes too; ImageFolder +
+                DataLoader (2 workers) yield the local tensors; http:// (anonymous)
+                serves the same bytes; /.pcrfs/info names the URL, stats count HTTP
+                requests; the mount helper passes an s3:// source through unchanged
+  RecordOrder   a fresh mount read at level 5 makes at most 0.02 GETs per image (one
+                prefix fetch per record, the rest from the cache); tokens/ fetches
+                each shard whole, not a GET per file
+  Faults        a missing record object: EIO for exactly its files; wrong credentials
+                and a missing bucket: one-line error, exit 1, nothing mounted; a cache
+                directory that is a file or a full tmpfs: still the right bytes;
+                s3rver SIGKILLed while a reader loops: EIO within the deadline, no
+                hang, cached prefixes still served, reads resume once it is back;
+                s3rver SIGSTOPped: EIO after the deadline, not later, then reads again
+Every wait is bounded; nothing but 127.0.0.1 is contacted.
+Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3.py -v
+"""
+
+import errno
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import mount_util as mu  # noqa: E402
+
+SETUP = os.path.join(mu.SRCROOT, "tests", "s3", "setup.sh")
+S3RVER_DIR = os.environ.get("PCRFS_S3RVER_DIR") or os.path.join(mu.SRCROOT, "tests", "s3")
+S3RVER = os.path.join(S3RVER_DIR, "node_modules", ".bin", "s3rver")
+MKDATASET = os.path.join(mu.SRCROOT, "tests", "gen", "mkdataset.py")
+MKTOKENS = os.path.join(mu.SRCROOT, "tests", "gen", "mktokens.py")
+BUCKET = "pcrfs-test"
+KEY = "S3RVER"  # s3rver's built-in credentials
+
+
+def s3rver():
+    """The s3rver program, installed on first use (a failure if it cannot be)."""
+    if not os.access(S3RVER, os.X_OK):
+        mu.run(["bash", SETUP], check=0, timeout=900)
+    if not os.access(S3RVER, os.X_OK):
+        raise AssertionError("%s missing after %s" % (S3RVER, SETUP))
+    return S3RVER
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """s3rver on 127.0.0.1:PORT with its data in DATA; kill() and start() again on
+    the same port and data keep the objects."""
+
+    def __init__(self, data, port=None):
+        self.data = data
+        self.port = port or free_port()
+        self.proc = None
+        os.makedirs(data, exist_ok=True)
+
+    @property
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def start(self, timeout=60):
+        self.log = open(self.data.rstrip("/") + ".log", "ab")
+        self.proc = subprocess.Popen(
+            [s3rver(), "-d", self.data, "-a", "127.0.0.1", "-p", str(self.port),
+             "--configure-bucket", BUCKET, "-s"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, start_new_session=True)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise AssertionError("s3rver exited %s (log %s.log)" % (self.proc.returncode,
+                                                                       self.data))
+            try:
+                with urllib.request.urlopen(self.endpoint + "/", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("s3rver did not answer on port %d" % self.port)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+        self.log.close()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(15)
+        try:
+            self.log.close()
+        except Exception:
+            pass
+
+    def curl(self, method, key, path=None, user=KEY):
+        argv = ["curl", "-sS", "-f", "--max-time", "60", "-X", method, "--aws-sigv4",
+                "aws:amz:us-east-1:s3", "--user", "%s:%s" % (user, user),
+                "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-o", os.devnull]
+        if path:
+            argv += ["-T", path]
+        mu.run(argv + ["%s/%s/%s" % (self.endpoint, BUCKET, key)], check=0, timeout=90)
+
+    def upload(self, store, prefix, skip=()):
+        """Every file of the store directory, as `aws s3 cp --recursive` would."""
+        for dp, _, fns in os.walk(store):
+            for fn in fns:
+                p = os.path.join(dp, fn)
+                rel = os.path.relpath(p, store)
+                if rel not in skip:
+                    self.curl("PUT", "%s/%s" % (prefix, rel), p)
+
+
+def walk(root):
+    """{relative path: size} of the files under @root, and the set of directories."""
+    files, dirs = {}, set()
+    for dp, dns, fns in os.walk(root):
+        for d in dns:
+            dirs.add(os.path.relpath(os.path.join(dp, d), root))
+        for fn in fns:
+            p = os.path.join(dp, fn)
+            files[os.path.relpath(p, root)] = os.stat(p).st_size
+    return files, dirs
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def stats(mnt):
+    return json.loads(read(os.path.join(mnt, ".pcrfs", "stats")))
+
+
+def files_of_record(index, record):
+    """Relative paths (str) of the image files of record @record, from index.db."""
+    con = sqlite3.connect("file:%s?mode=ro" % index, uri=True)
+    try:
+        dirs = {i: (p, bytes(n).decode()) for i, p, n in con.execute(
+            "SELECT id, parent, name FROM dirs")}
+
+        def path(d):
+            parts = []
+            while d != 1:
+                p, n = dirs[d]
+                parts.append(n)
+                d = p
+            return "/".join(reversed(parts))
+        return {os.path.join(path(d), bytes(n).decode()) for d, n in con.execute(
+            "SELECT dir, name FROM files WHERE record = ?", (record,))}
+    finally:
+        con.close()
+
+
+# A reader in its own process (a read stuck in FUSE cannot hang the test): reads
+# the files named on the command line in turn, one line each: "OK secs path" or
+# "ERR errno secs path".
+READER = r"""
+import os, sys, time
+for p in sys.argv[2:]:
+    t = time.monotonic()
+    try:
+        with open(p, "rb") as f:
+            f.read()
+        print("OK %.3f %s" % (time.monotonic() - t, p), flush=True)
+    except OSError as e:
+        print("ERR %d %.3f %s" % (e.errno, time.monotonic() - t, p), flush=True)
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+class Fixture:
+    """One dataset and store (images in 2 records of 200, and tokens), one s3rver
+    with the store uploaded under PREFIX, a local mount as the oracle."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pcrfs-s3-", dir=os.environ.get("PCRFS_TEST_TMPDIR"))
+        cls.mounts = []
+        cls.servers = []
+        try:
+            cls.make()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def make(cls):
+        src, tok = os.path.join(cls.tmp, "src"), os.path.join(cls.tmp, "tok")
+        mu.run([mu.PYTHON, MKDATASET, "--out", src, "--classes", "4", "--per-class", "100",
+                "--seed", "3", "--size", "64", "--manifest",
+                os.path.join(cls.tmp, "manifest.json")], check=0)
+        mu.run([mu.PYTHON, MKTOKENS, "--seed", "5", "-k", "391", "--grid", "16", "tree", src,
+                tok], check=0)
+        cls.store = os.path.join(cls.tmp, "store")
+        mu.run([mu.program("MKPCRFS"), "-q", "-n", "200", "--tokens", tok, src, cls.store],
+               check=0)
+        cls.nimages = len(walk(os.path.join(src))[0])
+        cls.server = cls.add_server(os.path.join(cls.tmp, "s3data"))
+        cls.server.upload(cls.store, "ds")
+        os.environ.update({"AWS_ENDPOINT_URL": cls.server.endpoint, "AWS_ACCESS_KEY_ID": KEY,
+                           "AWS_SECRET_ACCESS_KEY": KEY, "AWS_REGION": "us-east-1"})
+        for v in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3",
+                  "AWS_SHARED_CREDENTIALS_FILE"):
+            os.environ.pop(v, None)
+        cls.local = cls.mount(cls.store, "local")
+
+    @classmethod
+    def add_server(cls, data, port=None):
+        s = Server(data, port)
+        cls.servers.append(s)
+        return s.start()
+
+    @classmethod
+    def mount(cls, store, name, *opts):
+        m = mu.Mount(store, os.path.join(cls.tmp, name), *opts)
+        cls.mounts.append(m)
+        m.start(timeout=60)
+        return m.mnt
+
+    @classmethod
+    def url(cls, prefix="ds"):
+        return "s3://%s/%s" % (BUCKET, prefix)
+
+    @classmethod
+    def cache(cls, name):
+        return "cache=" + os.path.join(cls.tmp, "cache-" + name)
+
+    @classmethod
+    def tearDownClass(cls):
+        for m in cls.mounts:
+            m.cleanup()
+        for s in cls.servers:
+            s.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def assert_same_view(self, mnt, view):
+        a, da = walk(os.path.join(self.local, view))
+        b, db = walk(os.path.join(mnt, view))
+        self.assertEqual(b, a, view)
+        self.assertEqual(db, da, view)
+        self.assertTrue(a, view)
+        for rel in sorted(a):
+            self.assertEqual(read(os.path.join(mnt, view, rel)),
+                             read(os.path.join(self.local, view, rel)), "%s/%s" % (view, rel))
+
+
+class Served(Fixture, unittest.TestCase):
+
+    @classmethod
+    def make(cls):
+        super().make()
+        cls.s3 = cls.mount(cls.url(), "s3", "-o", cls.cache("served"))
+
+    def test_every_view_equals_local(self):
+        views = sorted(v for v in os.listdir(self.local) if not v.startswith("."))
+        self.assertIn("tokens", views)
+        self.assertIn("scan5", views)
+        self.assertEqual(sorted(v for v in os.listdir(self.s3) if not v.startswith(".")), views)
+        for view in views:
+            self.assert_same_view(self.s3, view)
+
+    def test_info_and_stats(self):
+        info = json.loads(read(os.path.join(self.s3, ".pcrfs", "info")))
+        self.assertEqual(info["store"], self.url())
+        self.assertIsNotNone(info["tokens"])
+        read(os.path.join(self.s3, "full", sorted(walk(os.path.join(self.s3, "full"))[0])[-1]))
+        st = stats(self.s3)["http"]
+        self.assertGreater(st["requests"], 0)
+        self.assertGreater(st["gets"], 0)
+        self.assertGreater(st["cache_hits"], 0)
+        self.assertEqual(st["errors"], 0)
+        self.assertNotIn("http", stats(self.local))
+
+    def test_dataloader(self):
+        import torch
+        from torch.utils.data import DataLoader
+        from torchvision import datasets, transforms
+
+        def load(root):
+            ds = datasets.ImageFolder(root, transform=transforms.ToTensor())
+            dl = DataLoader(ds, batch_size=None, num_workers=2, shuffle=False)
+            return ds.classes, [(x, y) for x, y in dl]
+
+        classes, want = load(os.path.join(self.local, "scan5"))
+        got_classes, got = load(os.path.join(self.s3, "scan5"))
+        self.assertEqual(got_classes, classes)
+        self.assertEqual(len(got), self.nimages)
+        self.assertEqual(len(got), len(want))
+        for (x, y), (x2, y2) in zip(got, want):
+            self.assertEqual(y, y2)
+            self.assertTrue(torch.equal(x, x2))
+
+    def test_http_url_anonymous(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        mnt = os.path.join(self.tmp, "http")
+        os.makedirs(mnt)
+        mu.run([mu.program("PCRFS"), "%s/%s/ds" % (self.server.endpoint, BUCKET), mnt, "-o",
+                self.cache("http")], check=0, env=env, timeout=60)
+        try:
+            self.assert_same_view(mnt, "scan3")
+        finally:
+            mu.run([mu.FUSERMOUNT, "-u", mnt], check=0)
+
+    def test_mount_helper_passes_url(self):
+        mnt = os.path.join(self.tmp, "helper")
+        os.makedirs(mnt)
+        env = dict(os.environ, PCRFS_PROGRAM=mu.program("PCRFS"))
+        mu.run([mu.program("PCRFS_MOUNT_HELPER"), self.url(), mnt, "-o",
+                "ro,nofail,_netdev," + self.cache("helper")], check=0, env=env, timeout=60)
+        try:
+            with open("/proc/self/mounts") as f:
+                line = [ln.split() for ln in f if ln.split()[1] == mnt][0]
+            self.assertEqual(line[0], self.url())
+            self.assertEqual(line[2], "fuse.pcrfs")
+            self.assert_same_view(mnt, "scan2")
+        finally:
+            mu.run([mu.FUSERMOUNT, "-u", mnt], check=0)
+
+
+class RecordOrder(Fixture, unittest.TestCase):
+
+    def test_gets_per_image_at_level_5(self):
+        mnt = self.mount(self.url(), "order", "-o", self.cache("order"))
+        names = sorted(walk(os.path.join(mnt, "scan5"))[0])
+        self.assertEqual(len(names), self.nimages)
+        for rel in names:
+            self.assertEqual(read(os.path.join(mnt, "scan5", rel)),
+                             read(os.path.join(self.local, "scan5", rel)), rel)
+        st = stats(mnt)["http"]
+        ratio = st["gets"] / len(names)
+        self.assertLessEqual(ratio, 0.02, st)
+        self.assertGreaterEqual(st["prefix_fetches"], 2, st)  # one per record at least
+        self.assertGreater(st["cache_hits"], len(names), st)
+
+    def test_token_shards_fetched_whole(self):
+        mnt = self.mount(self.url(), "order-tok", "-o", self.cache("order-tok"))
+        names = sorted(walk(os.path.join(mnt, "tokens"))[0])
+        self.assertEqual(len(names), self.nimages)
+        for rel in names:
+            self.assertEqual(read(os.path.join(mnt, "tokens", rel)),
+                             read(os.path.join(self.local, "tokens", rel)), rel)
+        st = stats(mnt)["http"]
+        self.assertLess(st["gets"], len(names) / 20, st)  # not one per file
+
+
+class Faults(Fixture, unittest.TestCase):
+
+    def test_missing_record(self):
+        self.server.upload(self.store, "miss", skip={"records/000002.pcr"})
+        mnt = self.mount(self.url("miss"), "miss", "-o", self.cache("miss"))
+        lost = files_of_record(os.path.join(self.store, "index.db"), 2)
+        self.assertTrue(lost)
+        failed = set()
+        for rel in sorted(walk(os.path.join(self.local, "full"))[0]):
+            try:
+                got = read(os.path.join(mnt, "full", rel))
+            except OSError as e:
+                self.assertEqual(e.errno, errno.EIO, rel)
+                failed.add(rel)
+                continue
+            self.assertEqual(got, read(os.path.join(self.local, "full", rel)), rel)
+        self.assertEqual(failed, lost)
+
+    def mount_fails(self, url, env, expect):
+        mnt = os.path.join(self.tmp, "bad-%d" % time.monotonic_ns())
+        os.makedirs(mnt)
+        p = mu.run([mu.program("PCRFS"), url, mnt, "-o", self.cache("bad") +
+                    ",http_timeout=5,http_retries=1"], env=env, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertFalse(os.path.ismount(mnt))
+        lines = p.stderr.decode().strip().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertTrue(lines[0].startswith("pcrfs: %s: " % url), lines)
+        for e in expect:
+            self.assertIn(e, lines[0])
+
+    def test_wrong_credentials(self):
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="WRONGKEY")
+        self.mount_fails(self.url(), env, ["access denied", "HTTP 403", "AWS_ACCESS_KEY_ID"])
+
+    def test_wrong_bucket(self):
+        self.mount_fails("s3://no-such-bucket/ds", dict(os.environ), ["no such bucket"])
+
+    def test_no_store_there(self):
+        self.mount_fails(self.url("nothing"), dict(os.environ), ["not a pcrfs store"])
+
+    def test_server_down_at_mount(self):
+        env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % free_port())
+        t = time.monotonic()
+        self.mount_fails(self.url(), env, ["cannot connect"])
+        self.assertLess(time.monotonic() - t, 60)
+
+    def test_cache_dir_is_a_file(self):
+        path = os.path.join(self.tmp, "cache-file")
+        with open(path, "w") as f:
+            f.write("not a directory\n")
+        mnt = self.mount(self.url(), "cachefile", "-o", "cache=" + path)
+        for view in ("full", "scan5", "tokens"):
+            self.assert_same_view(mnt, view)
+        st = stats(mnt)["http"]
+        self.assertEqual(st["cache_limit"], 0)
+        self.assertEqual(st["cache_hits"], 0)
+        self.assertEqual(os.path.getsize(path), 16)
+
+    def test_cache_fs_full(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (mounts a tmpfs)")
+        tiny = os.path.join(self.tmp, "tiny")
+        os.makedirs(tiny)
+        mu.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", tiny], check=0)
+        try:
+            mnt = self.mount(self.url(), "tinycache", "-o", "cache=%s,cache_size=1G" % tiny)
+            for view in ("full", "scan3"):
+                self.assert_same_view(mnt, view)
+            self.assertEqual(stats(mnt)["http"]["errors"], 0)
+            m = self.mounts.pop()
+            self.assertEqual(m.unmount(), 0)
+        finally:
+            mu.run(["umount", "-l", tiny])
+
+    def test_server_killed_mid_read(self):
+        """SIGKILL s3rver while a reader loops over full/: reads fail with EIO within
+        the deadline (2 s, 1 retry), prefixes already cached keep being served, and
+        once s3rver is back on the same port and data the failed files read."""
+        data = os.path.join(self.tmp, "s3data-kill")
+        srv = self.add_server(data)
+        srv.upload(self.store, "ds")
+        os.environ["AWS_ENDPOINT_URL"] = srv.endpoint
+        try:
+            mnt = self.mount(self.url(), "kill", "-o",
+                             self.cache("kill") + ",http_timeout=2,http_retries=1")
+        finally:
+            os.environ["AWS_ENDPOINT_URL"] = self.server.endpoint
+        index = os.path.join(self.store, "index.db")
+        rec1, rec2 = sorted(files_of_record(index, 1)), sorted(files_of_record(index, 2))
+        # every record's header is checked on its first read: do that while it is up
+        for rel in (rec1[0], rec2[0]):
+            read(os.path.join(mnt, "scan1", rel))
+        order = [os.path.join(mnt, "full", r) for r in rec1[:20] + rec2[:20]]
+        reader = subprocess.Popen([mu.PYTHON, "-c", READER, "0.05"] + order,
+                                  stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+        results, killed = [], False
+        deadline = time.monotonic() + 120
+        try:
+            while time.monotonic() < deadline:
+                r, _, _ = select.select([reader.stdout], [], [], 1.0)
+                if r:
+                    line = reader.stdout.readline()
+                    if not line:
+                        break
+                    results.append(line.decode().split(" ", 3))
+                    if len(results) == 5 and not killed:
+                        srv.kill()
+                        killed = True
+            self.assertTrue(killed, results)
+            self.assertEqual(reader.wait(30), 0)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+                reader.wait(30)
+        self.assertEqual(len(results), len(order), results)
+        ok = [r for r in results if r[0] == "OK"]
+        err = [r for r in results if r[0] == "ERR"]
+        # record 1 was fetched whole at its first full/ read: served from the cache
+        self.assertEqual([r[-1].strip() for r in ok][:20], order[:20])
+        self.assertTrue(err, results)
+        for r in err:
+            self.assertEqual(int(r[1]), errno.EIO, r)
+            self.assertLess(float(r[2]), 15.0, r)  # 2 attempts of 2 s, backoff, margin
+        # while it is down: a cached prefix still serves another level
+        self.assertEqual(read(os.path.join(mnt, "scan2", rec1[30])),
+                         read(os.path.join(self.local, "scan2", rec1[30])))
+        # back on the same port and data: the failed files read
+        srv.start()
+        for r in err:
+            p = r[-1].strip()
+            rel = os.path.relpath(p, os.path.join(mnt, "full"))
+            got = None
+            for _ in range(10):
+                try:
+                    got = read(p)
+                    break
+                except OSError:
+                    time.sleep(1)
+            self.assertEqual(got, read(os.path.join(self.local, "full", rel)), rel)
+
+    def test_server_hung(self):
+        """SIGSTOP s3rver (connections accepted, nothing answered): a read of bytes
+        not in the cache fails with EIO after the deadline (2 attempts of 2 s), not
+        later and never hangs; after SIGCONT the same file reads."""
+        data = os.path.join(self.tmp, "s3data-hang")
+        srv = self.add_server(data)
+        srv.upload(self.store, "ds")
+        os.environ["AWS_ENDPOINT_URL"] = srv.endpoint
+        try:
+            mnt = self.mount(self.url(), "hang", "-o",
+                             self.cache("hang") + ",http_timeout=2,http_retries=1")
+        finally:
+            os.environ["AWS_ENDPOINT_URL"] = self.server.endpoint
+        rec1 = sorted(files_of_record(os.path.join(self.store, "index.db"), 1))
+        read(os.path.join(mnt, "scan1", rec1[0]))  # the record's header, checked once
+        paths = [os.path.join(mnt, "full", rec1[i]) for i in (1, 2)]
+        srv.proc.send_signal(signal.SIGSTOP)
+        try:
+            reader = subprocess.Popen([mu.PYTHON, "-c", READER, "0"] + paths,
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+            try:
+                out, _ = reader.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                reader.kill()
+                reader.communicate(timeout=30)
+                self.fail("a read hung for 60 s with the server stopped")
+        finally:
+            srv.proc.send_signal(signal.SIGCONT)
+        lines = [ln.split(" ", 3) for ln in out.decode().splitlines()]
+        self.assertEqual(len(lines), 2, lines)
+        for ln in lines:
+            self.assertEqual(ln[:2], ["ERR", str(errno.EIO)], lines)
+            self.assertGreaterEqual(float(ln[2]), 1.5, lines)
+            self.assertLess(float(ln[2]), 15.0, lines)
+        self.assertGreaterEqual(stats(mnt)["http"]["timeouts"], 2)
+        got = None
+        for _ in range(10):
+            try:
+                got = read(paths[0])
+                break
+            except OSError:
+                time.sleep(1)
+        self.assertEqual(got, read(os.path.join(self.local, "full", rec1[1])))
+
+
+if __name__ == "__main__":
+    unittest.main()
