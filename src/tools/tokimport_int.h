@@ -82,10 +82,6 @@ struct tokimport {
     struct tool_buf esc, path; /* message buffers */
 };
 
-/* Allocation that exits on failure (tool_oom()). */
-void *ti_xrealloc(void *p, size_t n);
-char *ti_xstrdup(const char *s);
-
 /* Append a directory (named @name, child of @parent; @rel its path under --tokens
  * DIR, or NULL) or a file (@name malloc()ed, taken) to the tree.
  * @return the directory's index / the file. */

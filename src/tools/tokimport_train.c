@@ -23,7 +23,7 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
     /* SeiT images in file order: the data is read sequentially and messages come in
      * image order. (Files of a --tokens tree are already grouped by directory.) */
     if (t->seit) {
-        by_image = ti_xrealloc(NULL, (t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
+        by_image = tool_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
         for (i = 0; i < t->nfiles; i++)
             by_image[t->files[i].seit] = i;
     }
@@ -111,7 +111,7 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
                  S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
         return -1;
     }
-    t->codebook = ti_xrealloc(NULL, (size_t)st.st_size + 1);
+    t->codebook = tool_xmalloc((size_t)st.st_size + 1);
     for (;;) {
         ssize_t r = read(fd, t->codebook + len, (size_t)st.st_size + 1 - len);
 
@@ -181,7 +181,7 @@ int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
         rc = -1;
     }
     if (rc == 0) {
-        t->grid = ti_xrealloc(NULL, (size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
+        t->grid = tool_xmalloc((size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
         to.coder = o->coder;
         if (pcr_tok_trainer_new(&to, &tr) < 0)
             tool_oom();
