@@ -260,6 +260,33 @@ void ti_skipped(struct tokimport *t, const char *what, const char *why)
         tool_warn("skipped %s: %s", what, why);
 }
 
+int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t *cur,
+                 uint16_t *grid, size_t cap, unsigned *h, unsigned *w)
+{
+    if (t->seit) {
+        char err[1024];
+
+        if (pcr_seit_grid(t->seit, f->seit, grid, err, sizeof(err)) < 0) {
+            ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
+            return -1;
+        }
+        pcr_seit_shape(t->seit, h, w);
+        return 0;
+    }
+    if (f->dir != *cur) {
+        if (*dfd >= 0)
+            close(*dfd);
+        *cur = f->dir;
+        *dfd = tool_open_rel(t->rootfd, t->dirs[*cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (*dfd < 0)
+            ti_bad(t, "cannot open directory %s: %s", ti_npy_path(t, t->dirs[*cur].rel, NULL),
+                   strerror(errno));
+    }
+    if (*dfd < 0)
+        return -1;
+    return ti_load_npy(t, *dfd, f, grid, cap, h, w);
+}
+
 /* ---- numbering -------------------------------------------------------------------- */
 
 static int cmp_dir_idx(const void *a, const void *b, void *ctx)
@@ -483,33 +510,9 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
             n = 0;
             used = 0;
         }
-        if (t->seit) {
-            char err[1024];
-
-            if (pcr_seit_grid(t->seit, f->seit, pool + used, err, sizeof(err)) < 0) {
-                ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
-                rc = -1;
-                goto out;
-            }
-            pcr_seit_shape(t->seit, &h, &wd);
-        } else {
-            if (f->dir != cur) {
-                if (dfd >= 0)
-                    close(dfd);
-                cur = f->dir;
-                dfd =
-                    tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd < 0) {
-                    ti_bad(t, "cannot open directory %s: %s",
-                           ti_npy_path(t, t->dirs[cur].rel, NULL), strerror(errno));
-                    rc = -1;
-                    goto out;
-                }
-            }
-            if (ti_load_npy(t, dfd, f, pool + used, need, &h, &wd) < 0) {
-                rc = -1;
-                goto out;
-            }
+        if (ti_read_grid(t, f, &dfd, &cur, pool + used, need, &h, &wd) < 0) {
+            rc = -1;
+            goto out;
         }
         if (h != f->h || wd != f->w || ti_grid_hash(pool + used, h, wd) != f->hash) {
             ti_bad(t,

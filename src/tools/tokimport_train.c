@@ -37,30 +37,13 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
             break;
         }
         if (t->seit) {
-            char err[1024];
             struct pcr_seit_item it;
 
             pcr_seit_item(t->seit, f->seit, &it);
             f->size = it.length;
-            if (pcr_seit_grid(t->seit, f->seit, t->grid, err, sizeof(err)) < 0) {
-                ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
-                continue;
-            }
-            pcr_seit_shape(t->seit, &h, &w);
-        } else {
-            if (f->dir != cur) {
-                if (dfd >= 0)
-                    close(dfd);
-                cur = f->dir;
-                dfd =
-                    tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd < 0)
-                    ti_bad(t, "cannot open directory %s: %s",
-                           ti_npy_path(t, t->dirs[cur].rel, NULL), strerror(errno));
-            }
-            if (dfd < 0 || ti_load_npy(t, dfd, f, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
-                continue;
         }
+        if (ti_read_grid(t, f, &dfd, &cur, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
+            continue; /* a bad item: training goes on, the build fails after the pass */
         f->h = h;
         f->w = w;
         f->hash = ti_grid_hash(t->grid, h, w);
