@@ -18,45 +18,6 @@
 /* Records a worker may run ahead of the one being written, plus that one. */
 #define WINDOW 3
 
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-
-    if (!p)
-        tool_oom();
-    return p;
-}
-
-static char *xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-
-    return memcpy(xmalloc(n), s, n);
-}
-
-static void *grow(void *p, uint64_t *cap, size_t size)
-{
-    *cap = *cap ? *cap * 2 : 64;
-    p = realloc(p, *cap * size);
-    if (!p)
-        tool_oom();
-    return p;
-}
-
-/* "REL/NAME" (or NAME at the root), malloc()ed. */
-static char *join(const char *rel, const char *name)
-{
-    size_t a = strlen(rel), n = strlen(name);
-    char *p = xmalloc(a + n + 2);
-
-    if (a) {
-        memcpy(p, rel, a);
-        p[a++] = '/';
-    }
-    memcpy(p + a, name, n + 1);
-    return p;
-}
-
 /* ---- Phase 1: the walk (walk.h); the walker's directory d is our id d + 1 ---- */
 
 static int on_error(void *ctx, const char *msg)
@@ -91,12 +52,12 @@ static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
 
     (void)st;
     if (b->ndirs == b->dircap)
-        b->dirs = grow(b->dirs, &b->dircap, sizeof(*b->dirs));
+        b->dirs = tool_grow(b->dirs, &b->dircap, 64, sizeof(*b->dirs));
     c = &b->dirs[b->ndirs++];
     memset(c, 0, sizeof(*c));
     c->parent = parent + 1;
-    c->name = xstrdup(name);
-    c->rel = xstrdup(rel);
+    c->name = tool_xstrdup(name);
+    c->rel = tool_xstrdup(rel);
     b->dirs[parent].nsubdirs++;
     return 0;
 }
@@ -115,7 +76,7 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
         return -1;
     }
     if (b->nfiles == b->filecap)
-        b->files = grow(b->files, &b->filecap, sizeof(*b->files));
+        b->files = tool_grow(b->files, &b->filecap, 64, sizeof(*b->files));
     b->files[b->nfiles].dir = d + 1;
     b->files[b->nfiles].name = *name;
     *name = NULL;
@@ -135,11 +96,11 @@ int build_walk(struct build *b)
                                  .file = on_file};
     struct walk_opts o = {.rootfd = b->srcfd, .root_name = b->src, .stop = &mk_interrupted};
 
-    b->dirs = grow(NULL, &b->dircap, sizeof(*b->dirs));
+    b->dirs = tool_grow(NULL, &b->dircap, 64, sizeof(*b->dirs));
     memset(&b->dirs[0], 0, sizeof(b->dirs[0]));
     b->dirs[0].parent = PCR_ROOT_DIR;
-    b->dirs[0].name = xstrdup("");
-    b->dirs[0].rel = xstrdup("");
+    b->dirs[0].name = tool_xstrdup("");
+    b->dirs[0].rel = tool_xstrdup("");
     b->ndirs = 1;
     if (b->srcfd < 0)
         return 0; /* tokens only: the image tree is its root */
@@ -242,7 +203,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     const struct pcr_transcode_opts topts = {.drop_markers = b->drop_markers,
                                              .scripts = &b->scripts};
     struct tool_buf esc = {0};
-    char *rel = join(b->dirs[f->dir - 1].rel, f->name);
+    char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
     uint8_t *src = NULL, *out = NULL;
     size_t len = 0, outlen = 0;
     struct stat st;
@@ -412,9 +373,9 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
 /* @return 0; -1 failed (message printed); -2 interrupted. */
 int build_transcode(struct build *b)
 {
-    struct pcr_item *items = xmalloc(sizeof(*items) * b->per_record);
+    struct pcr_item *items = tool_xmalloc(sizeof(*items) * b->per_record);
     struct tool_buf esc = {0};
-    pthread_t *tids = xmalloc(sizeof(*tids) * b->jobs);
+    pthread_t *tids = tool_xmalloc(sizeof(*tids) * b->jobs);
     uint64_t done_bytes = 0, lo, i;
     unsigned t, started;
     int rc = 0;
@@ -450,7 +411,7 @@ int build_transcode(struct build *b)
                 break;
             }
             if (s->kind == PCR_KIND_VERBATIM) {
-                char *rel = join(b->dirs[f->dir - 1].rel, f->name);
+                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
 
                 tool_warn("stored verbatim: %s: %s", tool_escaped(&esc, rel), s->note);
                 free(rel);

@@ -132,7 +132,7 @@ static void load_scripts(const char *arg, struct pcr_scripts *out)
     if (!f)
         tool_usage_error("--scans: '%s' is neither 'default', 'fast' nor a readable file: %s", arg,
                          strerror(errno));
-    text = xmalloc(MAX_SCRIPT_BYTES + 1);
+    text = tool_xmalloc(MAX_SCRIPT_BYTES + 1);
     len = fread(text, 1, MAX_SCRIPT_BYTES + 1, f);
     if (ferror(f)) {
         int e = errno;

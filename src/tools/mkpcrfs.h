@@ -104,6 +104,4 @@ int build_transcode(struct build *b);
 int build_set_meta(struct build *b);
 void build_free(struct build *b);
 
-void *xmalloc(size_t n);
-
 #endif

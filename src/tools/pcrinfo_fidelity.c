@@ -92,6 +92,28 @@ static ssize_t read_level(struct pcr_store *s, const struct pcr_file *f, unsigne
     return got;
 }
 
+/* Decode level @k (@n bytes at @p) in full, timed into im->dec[k] (what a reader
+ * pays), then as luma into *@luma (malloc()ed). @return 0 or a negative errno. */
+static int fid_decode(struct fid_image *im, unsigned k, const uint8_t *p, size_t n, uint8_t **luma,
+                      unsigned *w, unsigned *h)
+{
+    double t = thread_cpu();
+    int rc = pcr_jpeg_decode(p, n, NULL, NULL, NULL, im->why, sizeof(im->why));
+
+    im->dec[k] = thread_cpu() - t;
+    if (rc == 0)
+        rc = pcr_jpeg_decode_luma(p, n, luma, w, h, im->why, sizeof(im->why));
+    return rc;
+}
+
+/* Level @k failed with @rc: keep the library's reason, else say strerror(). */
+static void fid_failed_at(struct fid_image *im, unsigned k, int rc)
+{
+    if (!im->why[0])
+        snprintf(im->why, sizeof(im->why), "%s", strerror(-rc));
+    im->level = k;
+}
+
 static void fid_one(struct fidelity *fx, struct fid_image *im, uint8_t **buf, size_t *cap,
                     uint8_t **full, size_t *fullcap)
 {
@@ -100,7 +122,6 @@ static void fid_one(struct fidelity *fx, struct fid_image *im, uint8_t **buf, si
     uint8_t *luma = NULL;
     unsigned w, h, L = fx->L, k;
     ssize_t nfull, n;
-    double t;
     int rc;
 
     if (pcr_store_file(fx->s, im->id, &f) == 0) {
@@ -120,19 +141,13 @@ static void fid_one(struct fidelity *fx, struct fid_image *im, uint8_t **buf, si
         im->level = L;
         goto fail;
     }
-    t = thread_cpu();
-    rc = pcr_jpeg_decode(*full, (size_t)nfull, NULL, NULL, NULL, im->why, sizeof(im->why));
-    im->dec[L] = thread_cpu() - t;
-    if (rc == 0)
-        rc = pcr_jpeg_decode_luma(*full, (size_t)nfull, &luma, &w, &h, im->why, sizeof(im->why));
+    rc = fid_decode(im, L, *full, (size_t)nfull, &luma, &w, &h);
     if (rc == 0)
         rc = pcr_msssim_ref_new(luma, w, h, w, &ref);
     free(luma);
     luma = NULL;
     if (rc < 0) {
-        if (!im->why[0])
-            snprintf(im->why, sizeof(im->why), "%s", strerror(-rc));
-        im->level = L;
+        fid_failed_at(im, L, rc);
         goto fail;
     }
     im->scales = pcr_msssim_ref_scales(ref);
@@ -154,19 +169,13 @@ static void fid_one(struct fidelity *fx, struct fid_image *im, uint8_t **buf, si
             im->dec[k] = im->dec[L];
             continue;
         }
-        t = thread_cpu();
-        rc = pcr_jpeg_decode(*buf, (size_t)n, NULL, NULL, NULL, im->why, sizeof(im->why));
-        im->dec[k] = thread_cpu() - t;
-        if (rc == 0)
-            rc = pcr_jpeg_decode_luma(*buf, (size_t)n, &luma, &lw, &lh, im->why, sizeof(im->why));
+        rc = fid_decode(im, k, *buf, (size_t)n, &luma, &lw, &lh);
         if (rc == 0)
             rc = pcr_msssim_compare(ref, luma, lw, lh, lw, &im->ssim[k]);
         free(luma);
         luma = NULL;
         if (rc < 0) {
-            if (!im->why[0])
-                snprintf(im->why, sizeof(im->why), "%s", strerror(-rc));
-            im->level = k;
+            fid_failed_at(im, k, rc);
             goto fail;
         }
     }

@@ -99,7 +99,7 @@ static int cmp_reason(const void *a, const void *b)
     return strcmp(x->note, y->note);
 }
 
-static void add_reason(struct summary *sm, const char *note, size_t *cap)
+static void add_reason(struct summary *sm, const char *note, uint64_t *cap)
 {
     size_t i;
 
@@ -110,12 +110,8 @@ static void add_reason(struct summary *sm, const char *note, size_t *cap)
             return;
         }
     }
-    if (sm->nreasons == *cap) {
-        *cap = *cap ? *cap * 2 : 8;
-        sm->reasons = realloc(sm->reasons, *cap * sizeof(*sm->reasons));
-        if (!sm->reasons)
-            abort();
-    }
+    if (sm->nreasons == *cap)
+        sm->reasons = tool_grow(sm->reasons, cap, 8, sizeof(*sm->reasons));
     sm->reasons[sm->nreasons].note = note;
     sm->reasons[sm->nreasons].count = 1;
     sm->nreasons++;
@@ -126,7 +122,8 @@ int summary_compute(struct pcr_store *s, const char *path, struct summary **out,
 {
     struct summary *sm = calloc(1, sizeof(*sm));
     struct tool_buf esc = {0};
-    size_t pathcap = 4096, rcap = 0, vcap = 0;
+    size_t pathcap = 4096;
+    uint64_t rcap = 0, vcap = 0;
     char *pbuf = malloc(pathcap);
     uint64_t id;
     unsigned k;
@@ -186,18 +183,12 @@ int summary_compute(struct pcr_store *s, const char *path, struct summary **out,
             snprintf(err, errlen, "%s: path of file %" PRIu64 ": %s", path, id, strerror(-rc));
             goto fail;
         }
-        if (sm->nverbatim == vcap) {
-            vcap = vcap ? vcap * 2 : 16;
-            sm->vfiles = realloc(sm->vfiles, vcap * sizeof(*sm->vfiles));
-            if (!sm->vfiles)
-                abort();
-        }
+        if (sm->nverbatim == vcap)
+            sm->vfiles = tool_grow(sm->vfiles, &vcap, 16, sizeof(*sm->vfiles));
         tool_buf_reset(&esc);
         tool_escape(&esc, pbuf, (size_t)n);
-        sm->vfiles[sm->nverbatim].path = strdup(esc.s);
+        sm->vfiles[sm->nverbatim].path = tool_xstrdup(esc.s);
         sm->vfiles[sm->nverbatim].note = fi.note && fi.note[0] ? fi.note : "no reason recorded";
-        if (!sm->vfiles[sm->nverbatim].path)
-            abort();
         add_reason(sm, sm->vfiles[sm->nverbatim].note, &rcap);
         sm->nverbatim++;
     }

@@ -127,29 +127,10 @@ void tokimport_usage(FILE *f)
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
-void *ti_xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n ? n : 1);
-    if (!p)
-        tool_oom();
-    return p;
-}
-
-char *ti_xstrdup(const char *s)
-{
-    char *p = strdup(s);
-
-    if (!p)
-        tool_oom();
-    return p;
-}
-
 static void push(uint64_t **v, uint64_t *n, uint64_t *cap, uint64_t x)
 {
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 4;
-        *v = ti_xrealloc(*v, *cap * sizeof(**v));
-    }
+    if (*n == *cap)
+        *v = tool_grow(*v, cap, 4, sizeof(**v));
     (*v)[(*n)++] = x;
 }
 
@@ -157,14 +138,12 @@ uint64_t ti_new_dir(struct tokimport *t, uint64_t parent, const char *name, cons
 {
     struct tdir *d;
 
-    if (t->ndirs == t->dircap) {
-        t->dircap = t->dircap ? t->dircap * 2 : 64;
-        t->dirs = ti_xrealloc(t->dirs, t->dircap * sizeof(*t->dirs));
-    }
+    if (t->ndirs == t->dircap)
+        t->dirs = tool_grow(t->dirs, &t->dircap, 64, sizeof(*t->dirs));
     d = &t->dirs[t->ndirs];
     memset(d, 0, sizeof(*d));
-    d->name = ti_xstrdup(name);
-    d->rel = rel ? ti_xstrdup(rel) : NULL;
+    d->name = tool_xstrdup(name);
+    d->rel = rel ? tool_xstrdup(rel) : NULL;
     d->parent = parent;
     if (t->ndirs)
         push(&t->dirs[parent].kids, &t->dirs[parent].nkids, &t->dirs[parent].kidcap, t->ndirs);
@@ -175,10 +154,8 @@ struct tfile *ti_new_file(struct tokimport *t, uint64_t dir, char *name)
 {
     struct tfile *f;
 
-    if (t->nfiles == t->filecap) {
-        t->filecap = t->filecap ? t->filecap * 2 : 256;
-        t->files = ti_xrealloc(t->files, t->filecap * sizeof(*t->files));
-    }
+    if (t->nfiles == t->filecap)
+        t->files = tool_grow(t->files, &t->filecap, 256, sizeof(*t->files));
     f = &t->files[t->nfiles];
     memset(f, 0, sizeof(*f));
     f->dir = dir;
@@ -215,7 +192,7 @@ char *ti_tok_name(const char *base)
     stem = dot ? (size_t)(dot - base) : strlen(base);
     if (stem + 4 > 255)
         return NULL;
-    out = ti_xrealloc(NULL, stem + 5);
+    out = tool_xmalloc(stem + 5);
     memcpy(out, base, stem);
     memcpy(out + stem, ".tok", 5);
     return out;
@@ -283,6 +260,32 @@ void ti_skipped(struct tokimport *t, const char *what, const char *why)
         tool_warn("skipped %s: %s", what, why);
 }
 
+int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t *cur,
+                 uint16_t *grid, size_t cap, unsigned *h, unsigned *w)
+{
+    if (t->seit) {
+        char err[1024];
+
+        if (pcr_seit_grid(t->seit, f->seit, grid, err, sizeof(err)) < 0) {
+            ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
+            return -1;
+        }
+        pcr_seit_shape(t->seit, h, w);
+        return 0;
+    }
+    if (f->dir != *cur) {
+        if (*dfd >= 0)
+            close(*dfd);
+        *cur = f->dir;
+        *dfd = tool_open_rel(t->rootfd, t->dirs[*cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (*dfd < 0)
+            ti_bad(t, "cannot open directory %s: %s", ti_npy_path(t, t->dirs[*cur].rel, NULL),
+                   strerror(errno));
+    }
+    if (*dfd < 0)
+        return -1;
+    return ti_load_npy(t, *dfd, f, grid, cap, h, w);
+}
 
 /* ---- numbering -------------------------------------------------------------------- */
 
@@ -324,7 +327,7 @@ static const char *tok_path(struct tokimport *t, uint64_t d, const char *name)
 /* Two entries of one directory with the same final name. */
 static void clash(struct tokimport *t, uint64_t d, const char *name, const char *a, const char *b)
 {
-    char *where = ti_xstrdup(tok_path(t, d, name));
+    char *where = tool_xstrdup(tok_path(t, d, name));
 
     ti_bad(t, "%s: two entries would have this name: %s and %s", where, a, b);
     free(where);
@@ -343,8 +346,8 @@ void ti_number_tree(struct tokimport *t)
     uint64_t nd = 1, nf = 0, q;
     char a[4200], b[4200];
 
-    t->dorder = ti_xrealloc(NULL, t->ndirs * sizeof(*t->dorder));
-    t->forder = ti_xrealloc(NULL, (t->nfiles ? t->nfiles : 1) * sizeof(*t->forder));
+    t->dorder = tool_xmalloc(t->ndirs * sizeof(*t->dorder));
+    t->forder = tool_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*t->forder));
     t->dorder[0] = 0;
     t->dirs[0].id = 1;
     for (q = 0; q < nd; q++) {
@@ -470,7 +473,7 @@ static int flush_shard(struct pcr_writer *w, const struct pcr_tok_item *items, u
 
 int tokimport_write(struct tokimport *t, struct pcr_writer *w)
 {
-    struct pcr_tok_item *items = ti_xrealloc(NULL, t->o.per_shard * sizeof(*items));
+    struct pcr_tok_item *items = tool_xmalloc(t->o.per_shard * sizeof(*items));
     size_t poolcap = t->total_tokens < SHARD_TOKENS ? (size_t)t->total_tokens : SHARD_TOKENS;
     uint16_t *pool;
     uint64_t k, cur = UINT64_MAX, done_bytes = 0;
@@ -479,7 +482,7 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
     int dfd = -1, rc;
 
     /* a grid never exceeds PCR_TOK_MAX_TOKENS <= SHARD_TOKENS, so one always fits */
-    pool = ti_xrealloc(NULL, (poolcap ? poolcap : 1) * sizeof(*pool));
+    pool = tool_xmalloc((poolcap ? poolcap : 1) * sizeof(*pool));
     rc = pcr_writer_set_tok_model(w, t->model);
     if (rc == 0)
         rc = write_dirs(t, w);
@@ -507,38 +510,15 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
             n = 0;
             used = 0;
         }
-        if (t->seit) {
-            char err[1024];
-
-            if (pcr_seit_grid(t->seit, f->seit, pool + used, err, sizeof(err)) < 0) {
-                ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
-                rc = -1;
-                goto out;
-            }
-            pcr_seit_shape(t->seit, &h, &wd);
-        } else {
-            if (f->dir != cur) {
-                if (dfd >= 0)
-                    close(dfd);
-                cur = f->dir;
-                dfd = tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd < 0) {
-                    ti_bad(t, "cannot open directory %s: %s", ti_npy_path(t, t->dirs[cur].rel, NULL),
-                        strerror(errno));
-                    rc = -1;
-                    goto out;
-                }
-            }
-            if (ti_load_npy(t, dfd, f, pool + used, need, &h, &wd) < 0) {
-                rc = -1;
-                goto out;
-            }
+        if (ti_read_grid(t, f, &dfd, &cur, pool + used, need, &h, &wd) < 0) {
+            rc = -1;
+            goto out;
         }
         if (h != f->h || wd != f->w || ti_grid_hash(pool + used, h, wd) != f->hash) {
             ti_bad(t,
-                "%s: changed while mkpcrfs was reading it (the model was trained on the "
-                "old grid)",
-                ti_src_desc(t, f));
+                   "%s: changed while mkpcrfs was reading it (the model was trained on the "
+                   "old grid)",
+                   ti_src_desc(t, f));
             rc = -1;
             goto out;
         }

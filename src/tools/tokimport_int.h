@@ -82,10 +82,6 @@ struct tokimport {
     struct tool_buf esc, path; /* message buffers */
 };
 
-/* Allocation that exits on failure (tool_oom()). */
-void *ti_xrealloc(void *p, size_t n);
-char *ti_xstrdup(const char *s);
-
 /* Append a directory (named @name, child of @parent; @rel its path under --tokens
  * DIR, or NULL) or a file (@name malloc()ed, taken) to the tree.
  * @return the directory's index / the file. */
@@ -118,6 +114,13 @@ int ti_npy_walk(struct tokimport *t);
  * @return 0; -1 bad (reported). */
 int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *grid, size_t cap,
                 unsigned *h, unsigned *w);
+/* Read the grid of @f into @grid (@cap tokens): from the SeiT data, or from its
+ * .npy through *@dfd, the open directory of the files of *@cur, which this opens
+ * (closing the previous one) when @f is in another. A directory that cannot be
+ * opened is reported once; its files then give -1 quietly. The caller closes
+ * *@dfd (start with -1 and UINT64_MAX). @return 0; -1 bad (reported). */
+int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t *cur,
+                 uint16_t *grid, size_t cap, unsigned *h, unsigned *w);
 /* --seit: open the release files and build the tree. @return 0 (bad names counted); -1. */
 int ti_seit_tree(struct tokimport *t);
 

@@ -115,7 +115,7 @@ int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *g
     /* One byte more than the size, to see a file that grew. */
     if ((size_t)st.st_size + 1 > t->bufcap) {
         t->bufcap = (size_t)st.st_size + 1;
-        t->buf = ti_xrealloc(t->buf, t->bufcap);
+        t->buf = tool_xrealloc(t->buf, t->bufcap);
     }
     for (;;) {
         ssize_t r = read(fd, t->buf + len, t->bufcap - len);

@@ -94,8 +94,8 @@ int ti_seit_tree(struct tokimport *t)
         return -1;
     }
     n = pcr_seit_count(t->seit);
-    names = ti_xrealloc(NULL, (n ? n : 1) * sizeof(*names));
-    order = ti_xrealloc(NULL, (n ? n : 1) * sizeof(*order));
+    names = tool_xmalloc((n ? n : 1) * sizeof(*names));
+    order = tool_xmalloc((n ? n : 1) * sizeof(*order));
     for (i = 0; i < n; i++) {
         struct pcr_seit_item it;
 
@@ -103,7 +103,7 @@ int ti_seit_tree(struct tokimport *t)
             ti_bad(t, "SeiT image %" PRIu64 ": name too long", i);
             buf[0] = '\0';
         }
-        names[i] = ti_xstrdup(buf);
+        names[i] = tool_xstrdup(buf);
         order[i] = i;
         pcr_seit_item(t->seit, i, &it);
         t->total_bytes += it.length;

@@ -23,7 +23,7 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
     /* SeiT images in file order: the data is read sequentially and messages come in
      * image order. (Files of a --tokens tree are already grouped by directory.) */
     if (t->seit) {
-        by_image = ti_xrealloc(NULL, (t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
+        by_image = tool_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
         for (i = 0; i < t->nfiles; i++)
             by_image[t->files[i].seit] = i;
     }
@@ -37,30 +37,13 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
             break;
         }
         if (t->seit) {
-            char err[1024];
             struct pcr_seit_item it;
 
             pcr_seit_item(t->seit, f->seit, &it);
             f->size = it.length;
-            if (pcr_seit_grid(t->seit, f->seit, t->grid, err, sizeof(err)) < 0) {
-                ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
-                continue;
-            }
-            pcr_seit_shape(t->seit, &h, &w);
-        } else {
-            if (f->dir != cur) {
-                if (dfd >= 0)
-                    close(dfd);
-                cur = f->dir;
-                dfd =
-                    tool_open_rel(t->rootfd, t->dirs[cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd < 0)
-                    ti_bad(t, "cannot open directory %s: %s",
-                           ti_npy_path(t, t->dirs[cur].rel, NULL), strerror(errno));
-            }
-            if (dfd < 0 || ti_load_npy(t, dfd, f, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
-                continue;
         }
+        if (ti_read_grid(t, f, &dfd, &cur, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
+            continue; /* a bad item: training goes on, the build fails after the pass */
         f->h = h;
         f->w = w;
         f->hash = ti_grid_hash(t->grid, h, w);
@@ -111,7 +94,7 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
                  S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
         return -1;
     }
-    t->codebook = ti_xrealloc(NULL, (size_t)st.st_size + 1);
+    t->codebook = tool_xmalloc((size_t)st.st_size + 1);
     for (;;) {
         ssize_t r = read(fd, t->codebook + len, (size_t)st.st_size + 1 - len);
 
@@ -181,7 +164,7 @@ int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
         rc = -1;
     }
     if (rc == 0) {
-        t->grid = ti_xrealloc(NULL, (size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
+        t->grid = tool_xmalloc((size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
         to.coder = o->coder;
         if (pcr_tok_trainer_new(&to, &tr) < 0)
             tool_oom();

@@ -68,6 +68,50 @@ void tool_oom(void)
     exit(1);
 }
 
+void *tool_xmalloc(size_t n)
+{
+    return tool_xrealloc(NULL, n);
+}
+
+void *tool_xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p)
+        tool_oom();
+    return p;
+}
+
+char *tool_xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+
+    return memcpy(tool_xmalloc(n), s, n);
+}
+
+void *tool_grow(void *p, uint64_t *cap, uint64_t first, size_t size)
+{
+    uint64_t ncap = *cap ? *cap * 2 : first;
+
+    if (ncap > SIZE_MAX / size)
+        tool_oom(); /* cannot be allocated anyway */
+    p = tool_xrealloc(p, (size_t)ncap * size);
+    *cap = ncap;
+    return p;
+}
+
+char *tool_join(const char *rel, const char *name)
+{
+    size_t a = strlen(rel), n = strlen(name);
+    char *p = tool_xmalloc(a + n + 2);
+
+    if (a) {
+        memcpy(p, rel, a);
+        p[a++] = '/';
+    }
+    memcpy(p + a, name, n + 1);
+    return p;
+}
+
 void tool_err(const char *fmt, ...)
 {
     va_list ap;
@@ -153,9 +197,7 @@ void tool_buf_reserve(struct tool_buf *b, size_t len)
 
         while (cap < len + 1)
             cap *= 2;
-        s = realloc(b->s, cap);
-        if (!s)
-            tool_oom();
+        s = tool_xrealloc(b->s, cap);
         if (!b->s)
             s[0] = '\0';
         b->s = s;
@@ -302,9 +344,7 @@ int tool_open_rel(int base, const char *rel, int flags)
     fd = tool_open_noatime(base, rel, flags);
     if (fd >= 0 || errno != ENAMETOOLONG)
         return fd;
-    copy = strdup(rel);
-    if (!copy)
-        tool_oom();
+    copy = tool_xstrdup(rel);
     cur = base;
     p = copy;
     while ((slash = strchr(p, '/')) != NULL) {

@@ -1,5 +1,6 @@
 /* pcrfs tools — helpers shared by mkpcrfs and pcrinfo: messages, the library's log
- * hook, escaping of arbitrary byte names for display, and option parsing.
+ * hook, allocation that exits on failure, escaping of arbitrary byte names for
+ * display, and option parsing.
  *
  * tool.c owns stderr: every message goes through tool_err()/tool_warn(), which
  * first erase the status line (the progress bar, progress.h, draws through
@@ -23,6 +24,17 @@ extern const char *tool_prog;
 extern void (*tool_oom_hook)(void);
 /* Print "PROG: out of memory", run tool_oom_hook and exit 1. */
 void tool_oom(void) __attribute__((noreturn));
+
+/* Allocation that exits on failure (tool_oom()); a size of 0 allocates one byte,
+ * so the result is never NULL. */
+void *tool_xmalloc(size_t n);
+void *tool_xrealloc(void *p, size_t n);
+char *tool_xstrdup(const char *s);
+/* Grow the array @p of @size-byte elements: *@cap doubles (becomes @first when 0).
+ * @return the reallocated array. */
+void *tool_grow(void *p, uint64_t *cap, uint64_t first, size_t size);
+/* "REL/NAME" (or NAME when REL is "", the root), malloc()ed. */
+char *tool_join(const char *rel, const char *name);
 
 /* "PROG: MESSAGE\n" on stderr. */
 void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

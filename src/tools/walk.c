@@ -32,31 +32,6 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static char *xstrdup(const char *s)
-{
-    char *p = strdup(s);
-
-    if (!p)
-        tool_oom();
-    return p;
-}
-
-/* "REL/NAME" (or NAME at the root), malloc()ed. */
-static char *join(const char *rel, const char *name)
-{
-    size_t a = strlen(rel), n = strlen(name);
-    char *p = malloc(a + n + 2);
-
-    if (!p)
-        tool_oom();
-    if (a) {
-        memcpy(p, rel, a);
-        p[a++] = '/';
-    }
-    memcpy(p + a, name, n + 1);
-    return p;
-}
-
 /* How an entry is named in messages (valid until the next call). */
 static const char *display(struct walk *w, const char *rel)
 {
@@ -116,7 +91,8 @@ static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_
     const char *rel = w->dirs[d].rel;
     struct dirent *de;
     char **names = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0;
+    uint64_t cap = 0;
     DIR *dir;
     int fd;
 
@@ -133,13 +109,9 @@ static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_
     while ((errno = 0, de = readdir(dir)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            names = realloc(names, cap * sizeof(*names));
-            if (!names)
-                tool_oom();
-        }
-        names[n++] = xstrdup(de->d_name);
+        if (n == cap)
+            names = tool_grow(names, &cap, 64, sizeof(*names));
+        names[n++] = tool_xstrdup(de->d_name);
     }
     if (errno)
         *rc = error(w, "reading directory", rel, errno);
@@ -168,21 +140,17 @@ static int subdir(struct walk *w, uint64_t d, const char *name, const char *rel,
                      "symbolic link loop (a directory that contains it)");
         return 0;
     }
-    if (w->ndirs == w->cap) {
-        w->cap *= 2;
-        w->dirs = realloc(w->dirs, w->cap * sizeof(*w->dirs));
-        if (!w->dirs)
-            tool_oom();
-    }
+    if (w->ndirs == w->cap)
+        w->dirs = tool_grow(w->dirs, &w->cap, 64, sizeof(*w->dirs));
     w->dirs[w->ndirs++] =
-        (struct wnode){.parent = d, .rel = xstrdup(rel), .dev = st->st_dev, .ino = st->st_ino};
+        (struct wnode){.parent = d, .rel = tool_xstrdup(rel), .dev = st->st_dev, .ino = st->st_ino};
     return w->ops->dir(w->ops->ctx, d, name, rel, st);
 }
 
 /* One entry of directory @d (open as @dfd). @return 0 or -1 (stop). */
 static int entry(struct walk *w, uint64_t d, int dfd, char **name)
 {
-    char *rel = join(w->dirs[d].rel, *name);
+    char *rel = tool_join(w->dirs[d].rel, *name);
     struct stat st, lst;
     int rc = 0;
 
@@ -234,16 +202,15 @@ static int walk_dir(struct walk *w, uint64_t d)
 
 int walk_tree(const struct walk_opts *o, const struct walk_ops *ops)
 {
-    struct walk w = {.o = o, .ops = ops, .cap = 64};
+    struct walk w = {.o = o, .ops = ops};
     struct stat st;
     int rc = 0;
 
     if (fstat(o->rootfd, &st) < 0)
         return error(&w, "cannot stat", "", errno) < 0 ? -1 : 0;
-    w.dirs = malloc(w.cap * sizeof(*w.dirs));
-    if (!w.dirs)
-        tool_oom();
-    w.dirs[0] = (struct wnode){.parent = 0, .rel = xstrdup(""), .dev = st.st_dev, .ino = st.st_ino};
+    w.dirs = tool_grow(NULL, &w.cap, 64, sizeof(*w.dirs));
+    w.dirs[0] =
+        (struct wnode){.parent = 0, .rel = tool_xstrdup(""), .dev = st.st_dev, .ino = st.st_ino};
     w.ndirs = 1;
     for (uint64_t d = 0; d < w.ndirs && rc == 0; d++) {
         if (stopped(&w))

@@ -110,9 +110,11 @@ static int jerr_reason(const struct jerr *e, char *why, size_t whylen)
     return -EINVAL;
 }
 
-/* Checks done before libjpeg sees the bytes; @return 0 or -EINVAL with a reason. */
+/* The start of every entry point: clear the reason, then the checks done before
+ * libjpeg sees the bytes. @return 0 or -EINVAL with a reason. */
 static int quick_reject(const uint8_t *buf, size_t len, char *why, size_t whylen)
 {
+    pcr_errf(why, whylen, "%s", "");
     if (len == 0) {
         pcr_errf(why, whylen, "empty file");
         return -EINVAL;
@@ -127,6 +129,26 @@ static int quick_reject(const uint8_t *buf, size_t len, char *why, size_t whylen
 static void limit_memory(j_common_ptr c)
 {
     c->mem->max_memory_to_use = PCR_JPEG_MAX_MEMORY;
+}
+
+/* Create a decompressor that reports to @e, with our memory cap; *@made tells the
+ * caller's clean-up to destroy it. Like every libjpeg call, it may longjmp() to
+ * e->jb: call it (and open_decompress()) only under the caller's setjmp(). */
+static void create_decompress(struct jpeg_decompress_struct *d, struct jerr *e, bool *made)
+{
+    d->err = &e->pub;
+    jpeg_create_decompress(d);
+    *made = true;
+    limit_memory((j_common_ptr)d);
+}
+
+/* create_decompress() on buf[0..len), and read the header. */
+static void open_decompress(struct jpeg_decompress_struct *d, struct jerr *e, bool *made,
+                            const uint8_t *buf, size_t len)
+{
+    create_decompress(d, e, made);
+    jpeg_mem_src(d, buf, (unsigned long)len);
+    jpeg_read_header(d, TRUE);
 }
 
 /* ------------------------------------------------------------------------------ */
@@ -269,10 +291,7 @@ static int transcode_run(struct transcode *t, const uint8_t *buf, size_t len, bo
     if (setjmp(t->err.jb))
         return RUN_LIBJPEG;
 
-    t->src.err = &t->err.pub;
-    jpeg_create_decompress(&t->src);
-    t->src_made = true;
-    limit_memory((j_common_ptr)&t->src);
+    create_decompress(&t->src, &t->err, &t->src_made);
     t->dst.err = &t->err.pub;
     jpeg_create_compress(&t->dst);
     t->dst_made = true;
@@ -318,12 +337,7 @@ static int probe_run(struct transcode *t)
     if (setjmp(t->err.jb))
         return RUN_LIBJPEG;
 
-    t->probe.err = &t->err.pub;
-    jpeg_create_decompress(&t->probe);
-    t->probe_made = true;
-    limit_memory((j_common_ptr)&t->probe);
-    jpeg_mem_src(&t->probe, t->out.buf, (unsigned long)t->out.len);
-    jpeg_read_header(&t->probe, TRUE);
+    open_decompress(&t->probe, &t->err, &t->probe_made, t->out.buf, t->out.len);
     t->probe.buffered_image = TRUE;
     jpeg_start_decompress(&t->probe);
     return RUN_OK;
@@ -341,7 +355,6 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
     *outlen = 0;
     if (info)
         info->trailer = 0;
-    pcr_errf(why, whylen, "%s", "");
     rc = quick_reject(src, len, why, whylen);
     if (rc)
         return rc;
@@ -413,63 +426,103 @@ int pcr_jpeg_transcode(const uint8_t *src, size_t len, const struct pcr_transcod
 }
 
 /* ------------------------------------------------------------------------------ */
-/* Decoding */
+/* Decoding: pcr_jpeg_decode() (all components) and pcr_jpeg_decode_luma() (the
+ * fidelity measures, pcrfs/fidelity.h) share the state, the set-up, the row loop
+ * and the epilogue below; they differ in what they ask libjpeg for and keep. */
 
 struct decode {
     struct jerr err;
     struct jpeg_decompress_struct d;
     bool made;      /* jpeg_create_decompress() completed */
-    uint8_t *pix;   /* all pixels (caller wants them) or NULL */
-    uint8_t *rows;  /* scratch rows when pixels are discarded */
-    size_t npix;    /* bytes at pix */
+    uint8_t *pix;   /* the image the caller gets, or NULL */
+    uint8_t *rows;  /* scratch rows: pixels discarded, or CMYK before luma */
+    size_t npix;    /* bytes at pix (the size refused, for DEC_TOOBIG) */
     size_t trailer; /* bytes after the EOI */
 };
 
 enum { DEC_OK, DEC_LIBJPEG, DEC_NOMEM, DEC_TOOBIG };
+enum { DEC_BATCH = 16 }; /* rows per jpeg_read_scanlines() call */
+
+/* Allocate the caller's image of @n bytes. The same cap as libjpeg's own buffers:
+ * a small hostile header must not make us reserve tens of GiB. */
+static int decode_alloc_image(struct decode *t, size_t n)
+{
+    t->npix = n;
+    if (n > (size_t)PCR_JPEG_MAX_MEMORY)
+        return DEC_TOOBIG;
+    t->pix = malloc(n ? n : 1);
+    return t->pix ? DEC_OK : DEC_NOMEM;
+}
+
+/* Allocate DEC_BATCH scratch rows of @stride bytes. */
+static int decode_alloc_rows(struct decode *t, size_t stride)
+{
+    t->rows = malloc(stride * DEC_BATCH);
+    return t->rows ? DEC_OK : DEC_NOMEM;
+}
+
+/* Read the next batch of rows (at most DEC_BATCH) of @stride bytes each: into the
+ * scratch rows when @scratch, else straight into the image at their place.
+ * @return the number of rows read; @rows[] points at them. */
+static JDIMENSION decode_batch(struct decode *t, bool scratch, size_t stride,
+                               JSAMPROW rows[DEC_BATCH])
+{
+    JDIMENSION y = t->d.output_scanline;
+    JDIMENSION n = t->d.output_height - y;
+
+    if (n > DEC_BATCH)
+        n = DEC_BATCH;
+    for (JDIMENSION i = 0; i < n; i++)
+        rows[i] = scratch ? t->rows + i * stride : t->pix + (size_t)(y + i) * stride;
+    return jpeg_read_scanlines(&t->d, rows, n);
+}
+
+/* The common epilogue: turn @run into our return code and reason, and free all
+ * that the caller has not taken (it sets t->pix to NULL when it takes it). */
+static int decode_end(struct decode *t, int run, char *why, size_t whylen)
+{
+    int rc = 0;
+
+    if (run == DEC_TOOBIG) {
+        pcr_errf(why, whylen, "image too large (%zu bytes of pixels, more than %ld MiB)", t->npix,
+                 (long)(PCR_JPEG_MAX_MEMORY >> 20));
+        rc = -EINVAL;
+    } else if (run == DEC_NOMEM) {
+        pcr_errf(why, whylen, "out of memory");
+        rc = -ENOMEM;
+    } else if (run != DEC_OK) {
+        rc = jerr_reason(&t->err, why, whylen);
+    }
+    if (t->made)
+        jpeg_destroy_decompress(&t->d);
+    free(t->pix);
+    free(t->rows);
+    return rc;
+}
 
 static int decode_run(struct decode *t, const uint8_t *buf, size_t len, bool keep_pixels)
 {
-    enum { BATCH = 16 }; /* rows per jpeg_read_scanlines() call */
-    JSAMPROW rows[BATCH];
+    JSAMPROW rows[DEC_BATCH];
     size_t stride;
+    int rc;
 
     if (setjmp(t->err.jb))
         return DEC_LIBJPEG;
 
-    t->d.err = &t->err.pub;
-    jpeg_create_decompress(&t->d);
-    t->made = true;
-    limit_memory((j_common_ptr)&t->d);
-    jpeg_mem_src(&t->d, buf, (unsigned long)len);
-    jpeg_read_header(&t->d, TRUE);
+    open_decompress(&t->d, &t->err, &t->made, buf, len);
     jpeg_start_decompress(&t->d);
 
     /* JDIMENSION is 32 bits and libjpeg caps each side at 65500 and components at
      * 10, so these products fit in a 64-bit size_t. */
     stride = (size_t)t->d.output_width * (size_t)t->d.output_components;
-    if (keep_pixels) {
-        t->npix = stride * t->d.output_height;
-        /* The same cap as libjpeg's own buffers: a small hostile header must not
-         * make us reserve tens of GiB. */
-        if (t->npix > (size_t)PCR_JPEG_MAX_MEMORY)
-            return DEC_TOOBIG;
-        t->pix = malloc(t->npix ? t->npix : 1);
-        if (!t->pix)
-            return DEC_NOMEM;
-    } else {
-        t->rows = malloc(stride * BATCH);
-        if (!t->rows)
-            return DEC_NOMEM;
-    }
-    while (t->d.output_scanline < t->d.output_height) {
-        JDIMENSION y = t->d.output_scanline;
-        JDIMENSION n = t->d.output_height - y;
-        if (n > BATCH)
-            n = BATCH;
-        for (JDIMENSION i = 0; i < n; i++)
-            rows[i] = keep_pixels ? t->pix + (size_t)(y + i) * stride : t->rows + i * stride;
-        jpeg_read_scanlines(&t->d, rows, n);
-    }
+    if (keep_pixels)
+        rc = decode_alloc_image(t, stride * t->d.output_height);
+    else
+        rc = decode_alloc_rows(t, stride);
+    if (rc != DEC_OK)
+        return rc;
+    while (t->d.output_scanline < t->d.output_height)
+        decode_batch(t, !keep_pixels, stride, rows);
     jpeg_finish_decompress(&t->d);
     t->trailer = t->d.src->bytes_in_buffer; /* libjpeg stops reading at the EOI */
     return DEC_OK;
@@ -485,7 +538,6 @@ int pcr_jpeg_decode(const uint8_t *buf, size_t len, uint8_t **pixels, size_t *np
         *pixels = NULL;
     if (npixels)
         *npixels = 0;
-    pcr_errf(why, whylen, "%s", "");
     rc = quick_reject(buf, len, why, whylen);
     if (rc)
         return rc;
@@ -506,38 +558,16 @@ int pcr_jpeg_decode(const uint8_t *buf, size_t len, uint8_t **pixels, size_t *np
             if (npixels)
                 *npixels = t.npix;
         }
-    } else if (run == DEC_TOOBIG) {
-        pcr_errf(why, whylen, "image too large (%zu bytes of pixels, more than %ld MiB)", t.npix,
-                 (long)(PCR_JPEG_MAX_MEMORY >> 20));
-        rc = -EINVAL;
-    } else if (run == DEC_NOMEM) {
-        pcr_errf(why, whylen, "out of memory");
-        rc = -ENOMEM;
-    } else {
-        rc = jerr_reason(&t.err, why, whylen);
     }
-    if (t.made)
-        jpeg_destroy_decompress(&t.d);
-    free(t.pix);
-    free(t.rows);
-    return rc;
+    return decode_end(&t, run, why, whylen);
 }
 
 /* ------------------------------------------------------------------------------ */
-/* Luma decoding, for the fidelity measures (pcrfs/fidelity.h).
+/* Luma decoding.
  *
  * libjpeg converts YCbCr, RGB and gray to gray itself, and for YCbCr it then skips
  * the chroma IDCT and upsampling, so the luma of a photo costs less than its RGB.
  * It has no CMYK->gray conversion: those are decoded as CMYK and converted here. */
-
-struct luma {
-    struct jerr err;
-    struct jpeg_decompress_struct d;
-    bool made;     /* jpeg_create_decompress() completed */
-    uint8_t *pix;  /* the luma plane */
-    uint8_t *rows; /* CMYK scratch rows */
-    size_t npix;
-};
 
 /* Inverted (Adobe) CMYK, as libjpeg returns it (255 = no ink), to BT.601 luma of the
  * RGB it stands for: R = C*K/255, G = M*K/255, B = Y*K/255. Integer arithmetic:
@@ -550,53 +580,40 @@ static uint8_t cmyk_luma(const JSAMPLE *p)
     return (uint8_t)((y + 1000u * 255u / 2) / (1000u * 255u));
 }
 
-static int luma_run(struct luma *t, const uint8_t *buf, size_t len)
+static int luma_run(struct decode *t, const uint8_t *buf, size_t len)
 {
-    enum { BATCH = 16 };
-    JSAMPROW rows[BATCH];
+    JSAMPROW rows[DEC_BATCH];
     bool cmyk;
-    size_t w, stride;
+    size_t w;
+    int rc;
 
     if (setjmp(t->err.jb))
         return DEC_LIBJPEG;
 
-    t->d.err = &t->err.pub;
-    jpeg_create_decompress(&t->d);
-    t->made = true;
-    limit_memory((j_common_ptr)&t->d);
-    jpeg_mem_src(&t->d, buf, (unsigned long)len);
-    jpeg_read_header(&t->d, TRUE);
+    open_decompress(&t->d, &t->err, &t->made, buf, len);
     cmyk = t->d.jpeg_color_space == JCS_CMYK || t->d.jpeg_color_space == JCS_YCCK;
     /* Anything else libjpeg cannot make gray fails in jpeg_start_decompress(). */
     t->d.out_color_space = cmyk ? JCS_CMYK : JCS_GRAYSCALE;
     jpeg_start_decompress(&t->d);
 
     w = t->d.output_width;
-    t->npix = w * t->d.output_height;
-    if (t->npix > (size_t)PCR_JPEG_MAX_MEMORY)
-        return DEC_TOOBIG;
-    t->pix = malloc(t->npix ? t->npix : 1);
-    if (!t->pix)
-        return DEC_NOMEM;
-    stride = w * (size_t)t->d.output_components;
-    if (cmyk) {
-        t->rows = malloc(stride * BATCH);
-        if (!t->rows)
-            return DEC_NOMEM;
-    }
+    rc = decode_alloc_image(t, w * t->d.output_height);
+    if (rc == DEC_OK && cmyk)
+        rc = decode_alloc_rows(t, w * (size_t)t->d.output_components);
+    if (rc != DEC_OK)
+        return rc;
     while (t->d.output_scanline < t->d.output_height) {
         JDIMENSION y = t->d.output_scanline;
-        JDIMENSION n = t->d.output_height - y;
-        if (n > BATCH)
-            n = BATCH;
-        for (JDIMENSION i = 0; i < n; i++)
-            rows[i] = cmyk ? t->rows + i * stride : t->pix + (size_t)(y + i) * w;
-        n = jpeg_read_scanlines(&t->d, rows, n);
-        if (cmyk) {
-            for (JDIMENSION i = 0; i < n; i++)
-                for (size_t x = 0; x < w; x++)
-                    t->pix[(size_t)(y + i) * w + x] = cmyk_luma(rows[i] + 4 * x);
+        JDIMENSION n;
+
+        if (!cmyk) {
+            decode_batch(t, false, w, rows);
+            continue;
         }
+        n = decode_batch(t, true, w * (size_t)t->d.output_components, rows);
+        for (JDIMENSION i = 0; i < n; i++)
+            for (size_t x = 0; x < w; x++)
+                t->pix[(size_t)(y + i) * w + x] = cmyk_luma(rows[i] + 4 * x);
     }
     jpeg_finish_decompress(&t->d);
     return DEC_OK;
@@ -605,12 +622,11 @@ static int luma_run(struct luma *t, const uint8_t *buf, size_t len)
 int pcr_jpeg_decode_luma(const uint8_t *buf, size_t len, uint8_t **luma, unsigned *width,
                          unsigned *height, char *why, size_t whylen)
 {
-    struct luma t;
+    struct decode t;
     int rc, run;
 
     *luma = NULL;
     *width = *height = 0;
-    pcr_errf(why, whylen, "%s", "");
     rc = quick_reject(buf, len, why, whylen);
     if (rc)
         return rc;
@@ -623,19 +639,6 @@ int pcr_jpeg_decode_luma(const uint8_t *buf, size_t len, uint8_t **luma, unsigne
         *width = t.d.output_width;
         *height = t.d.output_height;
         t.pix = NULL;
-    } else if (run == DEC_TOOBIG) {
-        pcr_errf(why, whylen, "image too large (%zu bytes of pixels, more than %ld MiB)", t.npix,
-                 (long)(PCR_JPEG_MAX_MEMORY >> 20));
-        rc = -EINVAL;
-    } else if (run == DEC_NOMEM) {
-        pcr_errf(why, whylen, "out of memory");
-        rc = -ENOMEM;
-    } else {
-        rc = jerr_reason(&t.err, why, whylen);
     }
-    if (t.made)
-        jpeg_destroy_decompress(&t.d);
-    free(t.pix);
-    free(t.rows);
-    return rc;
+    return decode_end(&t, run, why, whylen);
 }

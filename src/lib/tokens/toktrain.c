@@ -253,6 +253,23 @@ static unsigned reindex(const struct pcr_tok_trainer *t, struct value_freq *vf, 
     return nseen;
 }
 
+/* Serialise a model and load it back: the trainer measures (and hands out) the model
+ * exactly as a reader will load it from the store. */
+static int make_model(enum pcr_tok_coder coder, unsigned nseen, const uint16_t *order,
+                      const uint8_t *lens, int level, const void *dict, size_t dictlen,
+                      struct pcr_tok_model **out, char *err, size_t errlen)
+{
+    uint8_t *blob = NULL;
+    size_t bloblen;
+    int rc =
+        pcr_tok_model_serialise(coder, nseen, order, lens, level, dict, dictlen, &blob, &bloblen);
+
+    if (rc == 0)
+        rc = pcr_tok_model_load(blob, bloblen, out, err, errlen);
+    free(blob);
+    return rc;
+}
+
 int pcr_tok_trainer_finish(struct pcr_tok_trainer *t, struct pcr_tok_model **out,
                            struct pcr_tok_train_report *report, char *err, size_t errlen)
 {
@@ -261,8 +278,8 @@ int pcr_tok_trainer_finish(struct pcr_tok_trainer *t, struct pcr_tok_model **out
     struct value_freq *vf = NULL;
     uint16_t *order = NULL, *rank = NULL;
     uint64_t *rfreq = NULL;
-    uint8_t *lens = NULL, *blob = NULL, *dict = NULL;
-    size_t bloblen, dictlen = 0;
+    uint8_t *lens = NULL, *dict = NULL;
+    size_t dictlen = 0;
     unsigned nseen = 0;
     double bits = 0;
     bool holdout;
@@ -294,12 +311,7 @@ int pcr_tok_trainer_finish(struct pcr_tok_trainer *t, struct pcr_tok_model **out
     rep.sample_grids = t->nsamples;
 
     if (t->o.coder != PCR_TOK_ZSTD_DICT) {
-        rc = pcr_tok_model_serialise(PCR_TOK_HUFFMAN, nseen, order, lens, 0, NULL, 0, &blob,
-                                     &bloblen);
-        if (rc == 0)
-            rc = pcr_tok_model_load(blob, bloblen, &huf, err, errlen);
-        free(blob);
-        blob = NULL;
+        rc = make_model(PCR_TOK_HUFFMAN, nseen, order, lens, 0, NULL, 0, &huf, err, errlen);
         if (rc)
             goto done;
     }
@@ -310,12 +322,8 @@ int pcr_tok_trainer_finish(struct pcr_tok_trainer *t, struct pcr_tok_model **out
         rc = train_dict(t, rank, holdout, &dict, &dictlen, err, errlen);
         if (rc)
             goto done;
-        rc = pcr_tok_model_serialise(PCR_TOK_ZSTD_DICT, nseen, order, NULL, t->o.zstd_level, dict,
-                                     dictlen, &blob, &bloblen);
-        if (rc == 0)
-            rc = pcr_tok_model_load(blob, bloblen, &zs, err, errlen);
-        free(blob);
-        blob = NULL;
+        rc = make_model(PCR_TOK_ZSTD_DICT, nseen, order, NULL, t->o.zstd_level, dict, dictlen, &zs,
+                        err, errlen);
         if (rc)
             goto done;
     }

@@ -18,36 +18,11 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "pcrfs/writer.h"
-#include "pcrfs/tokens.h"
-#include "format/index.h"
 #include "common/internal.h"
 #include "format/record.h"
+#include "write/writer_internal.h"
 
 #define WBUF_SIZE (1 << 20)
-
-struct pcr_writer {
-    char *path;        /* the target */
-    char *parent;      /* its directory */
-    char *tmpname;     /* ".NAME.tmp.PID", inside parent */
-    char *tmppath;     /* parent/tmpname */
-    int parentfd, tmpfd, recfd; /* directory fds */
-    struct pcr_index *idx;
-    bool force;
-    unsigned levels;
-    struct wtree {
-        uint64_t ndirs, nfiles, nrecs; /* added so far */
-        uint64_t files_declared;      /* sum of nfiles over the directories */
-        uint64_t last_dir;            /* directory of the last file added, and its name: */
-        char last_name[256];          /* names must increase within a directory */
-    } t[2];                           /* [PCR_TREE_IMAGES], [PCR_TREE_TOKENS] */
-    const struct pcr_tok_model *model; /* encodes token grids (pcr_writer_set_tok_model) */
-    int tokfd;                        /* tokens/ directory, created on first use */
-    uint8_t *wbuf;                /* record write buffer */
-    size_t wlen;
-    int wfd;
-    char err[512];
-};
 
 const char *pcr_writer_error(const struct pcr_writer *w)
 {
@@ -163,13 +138,62 @@ static int is_store(const char *path)
     return ret == 0 || ret == -ENOTSUP; /* an older format is still a store */
 }
 
-int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,
-                      struct pcr_writer **out, char *err, size_t errlen)
+/* May a store be created at @path: nothing there, or (with @force) a store?
+ * @return 0 or a negative errno with a reason in @err. */
+static int check_target(const char *path, bool force, char *err, size_t errlen)
+{
+    struct stat sb;
+
+    if (stat(path, &sb) != 0) {
+        int e = errno;
+
+        if (e == ENOENT)
+            return 0;
+        pcr_errf(err, errlen, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    if (!force) {
+        pcr_errf(err, errlen, "%s: already exists (use --force to replace a store)", path);
+        return -EEXIST;
+    }
+    if (!S_ISDIR(sb.st_mode) || is_store(path) != 1) {
+        pcr_errf(err, errlen, "%s: exists and is not a pcrfs store; not replacing it", path);
+        return S_ISDIR(sb.st_mode) ? -EINVAL : -ENOTDIR;
+    }
+    return 0;
+}
+
+/* Create the temporary index.db with the build's first meta keys. */
+static int create_index(struct pcr_writer *w, const struct pcr_writer_opts *opts, char *err,
+                        size_t errlen)
+{
+    char *ipath, v[32], now[32];
+    int ret;
+
+    if (asprintf(&ipath, "%s/index.db", w->tmppath) < 0)
+        return -ENOMEM;
+    ret = pcr_index_create(ipath, &w->idx, w->err, sizeof(w->err));
+    free(ipath);
+    if (ret) {
+        pcr_errf(err, errlen, "%s/index.db: %s", w->tmppath, strerror(-ret));
+        return ret;
+    }
+    snprintf(v, sizeof(v), "%u", opts->levels);
+    snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
+    if ((ret = pcr_index_put_meta(w->idx, "levels", v)) ||
+        (ret = pcr_index_put_meta(w->idx, "script",
+                                  opts->script ? opts->script : "libjpeg-default")) ||
+        (ret = pcr_index_put_meta(w->idx, "created", now)) ||
+        (ret = pcr_index_put_meta(w->idx, "format_version", "1")))
+        pcr_errf(err, errlen, "%s/index.db: %s", w->tmppath, strerror(-ret));
+    return ret;
+}
+
+int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, struct pcr_writer **out,
+                      char *err, size_t errlen)
 {
     struct pcr_writer *w;
-    struct stat sb;
     char *tmp1 = NULL, *tmp2 = NULL, *base;
-    char *ipath = NULL;
     int ret;
 
     if (!path || !*path || !opts || opts->levels < 1 || opts->levels > PCR_MAX_LEVELS) {
@@ -212,22 +236,9 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,
         pcr_errf(err, errlen, "%s: %s", w->parent, strerror(errno));
         goto fail;
     }
-    if (stat(path, &sb) == 0) {
-        if (!opts->force) {
-            pcr_errf(err, errlen, "%s: already exists (use --force to replace a store)", path);
-            ret = -EEXIST;
-            goto fail;
-        }
-        if (!S_ISDIR(sb.st_mode) || is_store(path) != 1) {
-            pcr_errf(err, errlen, "%s: exists and is not a pcrfs store; not replacing it", path);
-            ret = S_ISDIR(sb.st_mode) ? -EINVAL : -ENOTDIR;
-            goto fail;
-        }
-    } else if (errno != ENOENT) {
-        ret = -errno;
-        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
+    ret = check_target(path, opts->force, err, errlen);
+    if (ret)
         goto fail;
-    }
     remove_stale(w, base);
     if (mkdirat(w->parentfd, w->tmpname, 0755) != 0) {
         ret = -errno;
@@ -241,30 +252,9 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,
         pcr_errf(err, errlen, "%s: %s", w->tmppath, strerror(errno));
         goto fail_rm;
     }
-    if (asprintf(&ipath, "%s/index.db", w->tmppath) < 0) {
-        ipath = NULL;
-        ret = -ENOMEM;
+    ret = create_index(w, opts, err, errlen);
+    if (ret)
         goto fail_rm;
-    }
-    ret = pcr_index_create(ipath, &w->idx, w->err, sizeof(w->err));
-    free(ipath);
-    if (ret) {
-        pcr_errf(err, errlen, "%s/index.db: %s", w->tmppath, strerror(-ret));
-        goto fail_rm;
-    }
-    {
-        char v[32], now[32];
-        snprintf(v, sizeof(v), "%u", opts->levels);
-        snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
-        if ((ret = pcr_index_put_meta(w->idx, "levels", v)) ||
-            (ret = pcr_index_put_meta(w->idx, "script",
-                                      opts->script ? opts->script : "libjpeg-default")) ||
-            (ret = pcr_index_put_meta(w->idx, "created", now)) ||
-            (ret = pcr_index_put_meta(w->idx, "format_version", "1"))) {
-            pcr_errf(err, errlen, "%s/index.db: %s", w->tmppath, strerror(-ret));
-            goto fail_rm;
-        }
-    }
     free(tmp1);
     free(tmp2);
     *out = w;
@@ -295,28 +285,49 @@ void pcr_writer_abort(struct pcr_writer *w)
     writer_free(w);
 }
 
-int pcr_writer_set_meta(struct pcr_writer *w, const char *key, const char *value)
+int writer_index_error(struct pcr_writer *w, int ret)
 {
-    int ret = pcr_index_put_meta(w->idx, key, value);
-    if (ret)
-        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
+    pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
     return ret;
 }
 
-static bool name_ok(const char *n)
+int pcr_writer_set_meta(struct pcr_writer *w, const char *key, const char *value)
+{
+    int ret = pcr_index_put_meta(w->idx, key, value);
+
+    return ret ? writer_index_error(w, ret) : 0;
+}
+
+int pcr_writer_set_blob(struct pcr_writer *w, const char *key, const void *data, size_t len)
+{
+    int ret = pcr_index_put_blob(w->idx, key, data, len);
+
+    return ret ? writer_index_error(w, ret) : 0;
+}
+
+bool writer_name_ok(const char *n)
 {
     size_t l = strlen(n);
     return l > 0 && l <= 255 && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
 }
 
-static int add_dir(struct pcr_writer *w, enum pcr_index_tree tree, const struct pcr_dir_row *row)
+int writer_check_order(struct wtree *t, uint64_t dir, const char *name)
+{
+    if (dir < t->last_dir || (dir == t->last_dir && strcmp(t->last_name, name) >= 0))
+        return -EINVAL;
+    t->last_dir = dir;
+    snprintf(t->last_name, sizeof(t->last_name), "%s", name);
+    return 0;
+}
+
+int writer_add_dir(struct pcr_writer *w, enum pcr_index_tree tree, const struct pcr_dir_row *row)
 {
     struct wtree *t = &w->t[tree];
     struct pcr_index_dir d;
     int ret;
 
     if (row->id != t->ndirs + 1 || (row->id == PCR_ROOT_DIR) != (row->name[0] == '\0') ||
-        (row->id != PCR_ROOT_DIR && (!name_ok(row->name) || row->parent >= row->id)) ||
+        (row->id != PCR_ROOT_DIR && (!writer_name_ok(row->name) || row->parent >= row->id)) ||
         (row->id == PCR_ROOT_DIR && row->parent != PCR_ROOT_DIR)) {
         pcr_errf(w->err, sizeof(w->err), "directory %llu: bad numbering or name",
                  (unsigned long long)row->id);
@@ -333,10 +344,8 @@ static int add_dir(struct pcr_writer *w, enum pcr_index_tree tree, const struct 
         .nfiles = (int64_t)row->nfiles,
     };
     ret = pcr_index_put_dir(w->idx, tree, &d);
-    if (ret) {
-        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
-        return ret;
-    }
+    if (ret)
+        return writer_index_error(w, ret);
     t->ndirs++;
     t->files_declared += row->nfiles;
     return 0;
@@ -344,12 +353,7 @@ static int add_dir(struct pcr_writer *w, enum pcr_index_tree tree, const struct 
 
 int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row)
 {
-    return add_dir(w, PCR_TREE_IMAGES, row);
-}
-
-int pcr_writer_add_tok_dir(struct pcr_writer *w, const struct pcr_dir_row *row)
-{
-    return add_dir(w, PCR_TREE_TOKENS, row);
+    return writer_add_dir(w, PCR_TREE_IMAGES, row);
 }
 
 /* ---- record output, through one buffer ---- */
@@ -423,7 +427,7 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
     const struct pcr_split *sp = it->split;
 
     if (it->id != want || it->dir < 1 || it->dir > w->t[PCR_TREE_IMAGES].ndirs || !it->name ||
-        !name_ok(it->name))
+        !writer_name_ok(it->name))
         return -EINVAL;
     if (it->kind == PCR_KIND_VERBATIM)
         return (it->len == 0 || it->data) && !it->trailer ? 0 : -EINVAL;
@@ -441,42 +445,36 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
     return 0;
 }
 
-/* Files come grouped by directory, in directory order, sorted by name within one. */
-static int check_order(struct wtree *t, uint64_t dir, const char *name)
-{
-    if (dir < t->last_dir || (dir == t->last_dir && strcmp(t->last_name, name) >= 0))
-        return -EINVAL;
-    t->last_dir = dir;
-    snprintf(t->last_name, sizeof(t->last_name), "%s", name);
-    return 0;
-}
-
-int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n)
+/* Check each item's numbering, order and chunk table. @return the number of chunk
+ * groups of their record (the most chunks of any item), or 0 (w->err set). */
+static unsigned check_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n)
 {
     struct wtree *t = &w->t[PCR_TREE_IMAGES];
-    uint8_t hdr[PCR_RECORD_HDR], gblob[(PCR_MAX_CHUNKS + 1) * 10];
-    uint8_t cblob[PCR_MAX_CHUNKS * 20];
-    uint64_t goff[PCR_MAX_CHUNKS + 1], pos;
     unsigned ngroups = 0;
-    size_t glen = 0;
-    char name[32];
-    int ret;
 
-    if (n == 0)
-        return -EINVAL;
     for (unsigned i = 0; i < n; i++) {
+        unsigned nc;
+
         if (check_item(w, &items[i], t->nfiles + 1 + i) ||
-            check_order(t, items[i].dir, items[i].name)) {
+            writer_check_order(t, items[i].dir, items[i].name)) {
             pcr_errf(w->err, sizeof(w->err), "file %llu (%s): bad numbering or chunk table",
                      (unsigned long long)items[i].id, items[i].name ? items[i].name : "?");
-            return -EINVAL;
+            return 0;
         }
-        unsigned nc = item_nchunks(&items[i]);
+        nc = item_nchunks(&items[i]);
         if (nc > ngroups)
             ngroups = nc;
     }
-    /* group offsets: group g holds chunk g of every item that has one */
-    pos = PCR_RECORD_HDR;
+    return ngroups;
+}
+
+/* Group g holds chunk g of every item that has one, in slot order, after the
+ * header: its offset is goff[g], and goff[ngroups] the record's size. */
+static void group_offsets(const struct pcr_item *items, unsigned n, unsigned ngroups,
+                          uint64_t *goff)
+{
+    uint64_t pos = PCR_RECORD_HDR;
+
     for (unsigned g = 0; g < ngroups; g++) {
         goff[g] = pos;
         for (unsigned i = 0; i < n; i++) {
@@ -487,20 +485,23 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
         }
     }
     goff[ngroups] = pos;
+}
 
-    t->nrecs++;
-    pcr_record_name(t->nrecs, name);
+/* Write records/@name (header, then the groups) and fdatasync() it. */
+static int write_record(struct pcr_writer *w, const char *name, const struct pcr_item *items,
+                        unsigned n, unsigned ngroups, uint64_t size)
+{
+    uint8_t hdr[PCR_RECORD_HDR];
+    int ret;
+
     w->wfd = openat(w->recfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (w->wfd < 0) {
-        ret = -errno;
-        goto fail;
-    }
+    if (w->wfd < 0)
+        return -errno;
     w->wlen = 0;
-    pcr_record_hdr_encode(&(struct pcr_record_hdr){.version = PCR_RECORD_VERSION,
-                                                   .ngroups = ngroups,
-                                                   .nimages = n,
-                                                   .size = pos},
-                          hdr);
+    pcr_record_hdr_encode(
+        &(struct pcr_record_hdr){
+            .version = PCR_RECORD_VERSION, .ngroups = ngroups, .nimages = n, .size = size},
+        hdr);
     ret = wput(w, hdr, sizeof(hdr));
     for (unsigned g = 0; !ret && g < ngroups; g++)
         for (unsigned i = 0; !ret && i < n; i++) {
@@ -515,250 +516,107 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
         ret = -errno;
     if (!ret && close(w->wfd) != 0)
         ret = -errno;
+    else if (ret)
+        close(w->wfd);
     w->wfd = -1;
-    if (ret)
-        goto fail;
+    return ret;
+}
+
+/* The index row of @it, in slot @slot of record @rec: its chunk table (offsets
+ * inside their groups: gpos[g] is where group g's next chunk goes, advanced here)
+ * and the block sums of its chunks. */
+static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint64_t rec,
+                          unsigned slot, uint64_t *gpos)
+{
+    uint8_t cblob[PCR_MAX_CHUNKS * 20];
+    unsigned nc = item_nchunks(it);
+    size_t clen = 0, slen = 0;
+    uint8_t *sums = malloc(4 * (pcr_sum_blocks(it->len) + nc));
+    int ret;
+
+    if (!sums) {
+        pcr_errf(w->err, sizeof(w->err), "out of memory");
+        return -ENOMEM;
+    }
+    for (unsigned g = 0; g < nc; g++) {
+        const uint8_t *p = NULL;
+        size_t l = 0;
+        item_chunk(it, g, &p, &l);
+        clen += pcr_varint_put(cblob + clen, gpos[g]);
+        clen += pcr_varint_put(cblob + clen, l);
+        slen += pcr_sums_put(p, l, sums + slen);
+        gpos[g] += l;
+    }
+    ret = pcr_index_put_file(w->idx, PCR_TREE_IMAGES,
+                             &(struct pcr_index_file){
+                                 .id = (int64_t)it->id,
+                                 .dir = (int64_t)it->dir,
+                                 .name = (const uint8_t *)it->name,
+                                 .namelen = strlen(it->name),
+                                 .kind = it->kind,
+                                 .record = (int64_t)rec,
+                                 .slot = slot,
+                                 .nchunks = nc,
+                                 .chunks = cblob,
+                                 .chunks_len = clen,
+                                 .size = (int64_t)it->len,
+                                 .width = it->kind == PCR_KIND_JPEG ? it->info.width : 0,
+                                 .height = it->kind == PCR_KIND_JPEG ? it->info.height : 0,
+                                 .components = it->kind == PCR_KIND_JPEG ? it->info.components : 0,
+                                 .src_size = (int64_t)it->src_size,
+                                 .checksum = pcr_xxh64(it->data, it->len),
+                                 .note = it->note,
+                                 .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
+                                 .sums = sums,
+                                 .sums_len = slen,
+                             });
+    free(sums);
+    return ret ? writer_index_error(w, ret) : 0;
+}
+
+int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n)
+{
+    struct wtree *t = &w->t[PCR_TREE_IMAGES];
+    uint8_t gblob[(PCR_MAX_CHUNKS + 1) * 10];
+    uint64_t goff[PCR_MAX_CHUNKS + 1], gpos[PCR_MAX_CHUNKS] = {0};
+    unsigned ngroups;
+    size_t glen = 0;
+    char name[32];
+    int ret;
+
+    if (n == 0)
+        return -EINVAL;
+    ngroups = check_record(w, items, n);
+    if (ngroups == 0)
+        return -EINVAL;
+    group_offsets(items, n, ngroups, goff);
+
+    t->nrecs++;
+    pcr_record_name(t->nrecs, name);
+    ret = write_record(w, name, items, n, ngroups, goff[ngroups]);
+    if (ret) {
+        pcr_errf(w->err, sizeof(w->err), "writing %s/records/%s: %s", w->tmppath, name,
+                 strerror(-ret));
+        return ret;
+    }
 
     for (unsigned g = 0; g <= ngroups; g++)
         glen += pcr_varint_put(gblob + glen, goff[g]);
-    ret = pcr_index_put_record(w->idx, PCR_TREE_IMAGES, &(struct pcr_index_record){.id = (int64_t)t->nrecs,
-                                                                  .name = name,
-                                                                  .size = (int64_t)pos,
-                                                                  .nimages = n,
-                                                                  .groups = gblob,
-                                                                  .groups_len = glen});
-    /* each item's chunk offsets inside their groups, in slot order */
-    uint64_t gpos[PCR_MAX_CHUNKS] = {0};
-    for (unsigned i = 0; !ret && i < n; i++) {
-        const struct pcr_item *it = &items[i];
-        unsigned nc = item_nchunks(it);
-        size_t clen = 0, slen = 0;
-        uint8_t *sums = malloc(4 * (pcr_sum_blocks(it->len) + nc));
-        if (!sums) {
-            ret = -ENOMEM;
-            break;
-        }
-        for (unsigned g = 0; g < nc; g++) {
-            const uint8_t *p = NULL;
-            size_t l = 0;
-            item_chunk(it, g, &p, &l);
-            clen += pcr_varint_put(cblob + clen, gpos[g]);
-            clen += pcr_varint_put(cblob + clen, l);
-            slen += pcr_sums_put(p, l, sums + slen);
-            gpos[g] += l;
-        }
-        ret = pcr_index_put_file(
-            w->idx, PCR_TREE_IMAGES, &(struct pcr_index_file){
-                        .id = (int64_t)it->id,
-                        .dir = (int64_t)it->dir,
-                        .name = (const uint8_t *)it->name,
-                        .namelen = strlen(it->name),
-                        .kind = it->kind,
-                        .record = (int64_t)t->nrecs,
-                        .slot = i,
-                        .nchunks = nc,
-                        .chunks = cblob,
-                        .chunks_len = clen,
-                        .size = (int64_t)it->len,
-                        .width = it->kind == PCR_KIND_JPEG ? it->info.width : 0,
-                        .height = it->kind == PCR_KIND_JPEG ? it->info.height : 0,
-                        .components = it->kind == PCR_KIND_JPEG ? it->info.components : 0,
-                        .src_size = (int64_t)it->src_size,
-                        .checksum = pcr_xxh64(it->data, it->len),
-                        .note = it->note,
-                        .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
-                        .sums = sums,
-                        .sums_len = slen,
-                    });
-        free(sums);
-    }
-    if (ret) {
-        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
-        return ret;
-    }
-    t->nfiles += n;
-    return 0;
-fail:
-    if (w->wfd >= 0) {
-        close(w->wfd);
-        w->wfd = -1;
-    }
-    pcr_errf(w->err, sizeof(w->err), "writing %s/records/%s: %s", w->tmppath, name,
-             strerror(-ret));
-    return ret;
-}
-
-/* ---- tokens ---- */
-
-int pcr_writer_set_blob(struct pcr_writer *w, const char *key, const void *data, size_t len)
-{
-    int ret = pcr_index_put_blob(w->idx, key, data, len);
-    if (ret)
-        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
-    return ret;
-}
-
-int pcr_writer_set_tok_model(struct pcr_writer *w, const struct pcr_tok_model *m)
-{
-    size_t len;
-    const void *blob = pcr_tok_model_blob(m, &len);
-    int ret = pcr_writer_set_blob(w, "tok_model", blob, len);
-
-    if (!ret)
-        ret = pcr_writer_set_meta(w, "tok_coder", pcr_tok_coder_name(pcr_tok_model_coder(m)));
-    if (!ret)
-        w->model = m;
-    return ret;
-}
-
-/* Write one token shard (tokens/NNNNNN.tks) and its rows: each grid encoded with the
- * model, each file a one-chunk row whose record is the shard (see pcrfs(5)). */
-int pcr_writer_add_tok_shard(struct pcr_writer *w, const struct pcr_tok_item *items, unsigned n)
-{
-    struct wtree *t = &w->t[PCR_TREE_TOKENS];
-    struct pcr_tokshard_writer *sw = NULL;
-    uint8_t *blob = NULL, *npy = NULL, gblob[20], cblob[20];
-    size_t cap = 0, npycap = 0;
-    uint64_t *offs = NULL, *lens = NULL, size = PCR_TOKSHARD_HEADER;
-    uint8_t *sb = NULL; /* the blobs' chunk sums, item i's at [soff[i], soff[i + 1]) */
-    size_t *soff = NULL, sbcap = 0;
-    char name[32], path[PATH_MAX];
-    int ret = 0;
-
-    if (!w->model || n == 0) {
-        pcr_errf(w->err, sizeof(w->err), "token shard: %s", n ? "no model set" : "empty");
-        return -EINVAL;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        const struct pcr_tok_item *it = &items[i];
-        if (it->id != t->nfiles + 1 + i || it->dir < 1 || it->dir > t->ndirs || !it->name ||
-            !name_ok(it->name) || !it->grid || it->h < 1 || it->w < 1 ||
-            it->h > PCR_TOK_MAX_SIDE || it->w > PCR_TOK_MAX_SIDE ||
-            (uint64_t)it->h * it->w > PCR_TOK_MAX_TOKENS || check_order(t, it->dir, it->name)) {
-            pcr_errf(w->err, sizeof(w->err), "token file %llu (%s): bad numbering or shape",
-                     (unsigned long long)it->id, it->name ? it->name : "?");
-            return -EINVAL;
-        }
-    }
-    if (w->tokfd < 0) {
-        if ((mkdirat(w->tmpfd, "tokens", 0755) != 0 && errno != EEXIST) ||
-            (w->tokfd = openat(w->tmpfd, "tokens", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-            ret = -errno;
-            pcr_errf(w->err, sizeof(w->err), "%s/tokens: %s", w->tmppath, strerror(errno));
-            return ret;
-        }
-    }
-    offs = calloc(n, sizeof(*offs));
-    lens = calloc(n, sizeof(*lens));
-    soff = calloc(n + 1, sizeof(*soff));
-    if (!offs || !lens || !soff) {
-        ret = -ENOMEM;
-        goto out;
-    }
-    t->nrecs++;
-    snprintf(name, sizeof(name), "%06llu.tks", (unsigned long long)t->nrecs);
-    snprintf(path, sizeof(path), "%s/tokens/%s", w->tmppath, name);
-    ret = pcr_tokshard_create(path, pcr_tok_model_id(w->model), &sw, w->err, sizeof(w->err));
-    for (unsigned i = 0; !ret && i < n; i++) {
-        size_t need = pcr_tok_encode_bound(w->model, (size_t)items[i].h * items[i].w);
-        ssize_t bl;
-        if (need > cap) {
-            uint8_t *nb = realloc(blob, need);
-            if (!nb) {
-                ret = -ENOMEM;
-                break;
-            }
-            blob = nb;
-            cap = need;
-        }
-        bl = pcr_tok_encode(w->model, items[i].grid, items[i].h, items[i].w, blob, cap);
-        if (bl <= 0) {
-            ret = bl < 0 ? (int)bl : -EINVAL;
-            pcr_errf(w->err, sizeof(w->err), "token file %s: cannot encode", items[i].name);
-            break;
-        }
-        if (soff[i] + 4 * pcr_sum_blocks((uint64_t)bl) > sbcap) {
-            size_t nc = 2 * sbcap + 4 * pcr_sum_blocks((uint64_t)bl) + 64;
-            uint8_t *nb = realloc(sb, nc);
-            if (!nb) {
-                ret = -ENOMEM;
-                break;
-            }
-            sb = nb;
-            sbcap = nc;
-        }
-        soff[i + 1] = soff[i] + pcr_sums_put(blob, (size_t)bl, sb + soff[i]);
-        ret = pcr_tokshard_add(sw, blob, (size_t)bl, &offs[i]);
-        lens[i] = (uint64_t)bl;
-        size += (uint64_t)bl;
-    }
-    if (ret) {
-        if (sw)
-            pcr_tokshard_abort(sw);
-        if (!w->err[0])
-            pcr_errf(w->err, sizeof(w->err), "writing %s: %s", path, strerror(-ret));
-        goto out;
-    }
-    ret = pcr_tokshard_finish(sw, w->err, sizeof(w->err));
-    if (ret)
-        goto out;
-    size_t gl = pcr_varint_put(gblob, PCR_TOKSHARD_HEADER);
-    gl += pcr_varint_put(gblob + gl, size);
-    ret = pcr_index_put_record(w->idx, PCR_TREE_TOKENS,
+    ret = pcr_index_put_record(w->idx, PCR_TREE_IMAGES,
                                &(struct pcr_index_record){.id = (int64_t)t->nrecs,
                                                           .name = name,
-                                                          .size = (int64_t)size,
+                                                          .size = (int64_t)goff[ngroups],
                                                           .nimages = n,
                                                           .groups = gblob,
-                                                          .groups_len = gl});
-    for (unsigned i = 0; !ret && i < n; i++) {
-        const struct pcr_tok_item *it = &items[i];
-        size_t nsz = pcr_npy_grid_size(it->h, it->w);
-        if (nsz > npycap) {
-            uint8_t *nb = realloc(npy, nsz);
-            if (!nb) {
-                ret = -ENOMEM;
-                break;
-            }
-            npy = nb;
-            npycap = nsz;
-        }
-        pcr_npy_write_grid(it->h, it->w, it->grid, npy, nsz);
-        size_t cl = pcr_varint_put(cblob, offs[i] - PCR_TOKSHARD_HEADER);
-        cl += pcr_varint_put(cblob + cl, lens[i]);
-        ret = pcr_index_put_file(w->idx, PCR_TREE_TOKENS,
-                                 &(struct pcr_index_file){
-                                     .id = (int64_t)it->id,
-                                     .dir = (int64_t)it->dir,
-                                     .name = (const uint8_t *)it->name,
-                                     .namelen = strlen(it->name),
-                                     .kind = PCR_KIND_TOKENS,
-                                     .record = (int64_t)t->nrecs,
-                                     .slot = i,
-                                     .nchunks = 1,
-                                     .chunks = cblob,
-                                     .chunks_len = cl,
-                                     .size = (int64_t)nsz,
-                                     .width = it->w,
-                                     .height = it->h,
-                                     .src_size = (int64_t)lens[i],
-                                     .checksum = pcr_xxh64(npy, nsz),
-                                     .sums = sb + soff[i],
-                                     .sums_len = soff[i + 1] - soff[i],
-                                 });
-    }
+                                                          .groups_len = glen});
     if (ret)
-        pcr_errf(w->err, sizeof(w->err), "index: %s", pcr_index_errmsg(w->idx));
-    else
-        t->nfiles += n;
-out:
-    free(offs);
-    free(lens);
-    free(soff);
-    free(sb);
-    free(blob);
-    free(npy);
-    return ret;
+        return writer_index_error(w, ret);
+    for (unsigned i = 0; !ret && i < n; i++)
+        ret = put_image_file(w, &items[i], t->nrecs, i, gpos);
+    if (ret)
+        return ret;
+    t->nfiles += n;
+    return 0;
 }
 
 static int sync_dir(int fd)
@@ -773,8 +631,7 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
     int ret, fd;
 
     struct wtree *ti = &w->t[PCR_TREE_IMAGES], *tt = &w->t[PCR_TREE_TOKENS];
-    if (ti->ndirs == 0 || ti->files_declared != ti->nfiles ||
-        tt->files_declared != tt->nfiles) {
+    if (ti->ndirs == 0 || ti->files_declared != ti->nfiles || tt->files_declared != tt->nfiles) {
         pcr_errf(err, errlen,
                  "store numbering incomplete: %llu directories, %llu of %llu files, "
                  "%llu of %llu token files",
