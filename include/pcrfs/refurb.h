@@ -42,6 +42,8 @@ struct pcr_refurb_conf {
     bool flip;        /* horizontal flip with p = 0.5; default true */
     bool dct_scaling; /* decode at the smallest M/8 that keeps the crop >= S x S;
                        * default true (false: always full size, Pillow-exact) */
+    bool partial;     /* decode only the rows and columns the resample reads;
+                       * default true (false: decode everything, same output) */
     uint64_t seed;    /* the run's seed; default 0 */
 };
 

@@ -7,7 +7,7 @@
  *                      [--box TOP LEFT H W FLIP] [--scale-num M]
  *       writes the PPM; prints: width height components M top left h w flip warnings
  *   refurb_tool bench [opts] [--reps N] FILE...         ms per sample rendered
- * opts: --size S, --scale LO HI, --ratio LO HI, --no-flip, --no-dct
+ * opts: --size S, --scale LO HI, --ratio LO HI, --no-flip, --no-dct, --no-partial
  */
 #include <errno.h>
 #include <stdio.h>
@@ -76,6 +76,8 @@ static int parse(int argc, char **argv, struct args *a)
             a->conf.ratio[1] = atof(argv[++i]);
         } else if (!strcmp(s, "--no-flip")) {
             a->conf.flip = false;
+        } else if (!strcmp(s, "--no-partial")) {
+            a->conf.partial = false;
         } else if (!strcmp(s, "--no-dct")) {
             a->conf.dct_scaling = false;
         } else if (!strcmp(s, "--scale-num") && left >= 1) {
@@ -213,8 +215,9 @@ static int cmd_bench(struct args *a)
             }
         }
     t = now() - t0;
-    printf("size %u dct %s: %zu samples, %.3f ms/sample; decoded at M/8 for M=1..8:", a->conf.size,
-           a->conf.dct_scaling ? "on" : "off", total, total ? 1e3 * t / (double)total : 0.0);
+    printf("size %u dct %s partial %s: %zu samples, %.3f ms/sample; decoded at M/8 for M=1..8:",
+           a->conf.size, a->conf.dct_scaling ? "on" : "off", a->conf.partial ? "on" : "off", total,
+           total ? 1e3 * t / (double)total : 0.0);
     for (int m = 1; m <= 8; m++)
         printf(" %u", scales[m]);
     printf("\n");

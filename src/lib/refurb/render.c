@@ -208,8 +208,12 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
      * a cropped row's ends as image edges (libjpeg.txt, partial decompression). */
     xoff = c0 > 0 ? c0 - 1 : 0;
     xw = (c1 < t->d.output_width ? c1 + 1 : c1) - xoff;
-    if (xoff > 0 || xw < t->d.output_width)
+    if (!t->conf->partial) {
+        xoff = 0;
+        xw = t->d.output_width;
+    } else if (xoff > 0 || xw < t->d.output_width) {
         jpeg_crop_scanline(&t->d, &xoff, &xw); /* moves xoff left to an iMCU edge */
+    }
     stride = (size_t)t->d.output_width * comps;
     t->rows = malloc(stride * BATCH);
     t->rgb = comps == 4 ? malloc(3 * (size_t)(c1 - c0)) : NULL;
@@ -223,7 +227,7 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
         pcr_errf(t->why, sizeof(t->why), "unexpected %u output components", comps);
         return t->status = -EINVAL;
     }
-    if (r0 > 0)
+    if (r0 > 0 && t->conf->partial)
         jpeg_skip_scanlines(&t->d, r0);
     while (t->d.output_scanline < r1) {
         JDIMENSION y = t->d.output_scanline, n = r1 - y;
@@ -237,6 +241,8 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
             return t->status = -EIO;
         }
         for (JDIMENSION i = 0; i < n; i++) {
+            if (y + i < r0)
+                continue; /* not skipped (partial off): decoded and dropped */
             const uint8_t *px = rowp[i] + (size_t)(c0 - xoff) * comps;
             if (comps == 4) { /* convert only the span the resample reads */
                 cmyk_to_rgb(px, t->rgb, c1 - c0);
@@ -245,7 +251,10 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
             rf_hpass(&t->ax, px, t->tmp + (size_t)(y + i - r0) * 3 * s);
         }
     }
-    /* Rows after r1 are never decoded: jpeg_destroy_decompress() abandons them. */
+    /* Rows after r1 are never decoded: jpeg_destroy_decompress() abandons them,
+     * unless partial decoding is off (then decoded, to measure what it saves). */
+    while (!t->conf->partial && t->d.output_scanline < t->d.output_height)
+        jpeg_read_scanlines(&t->d, rowp, 1);
     rf_vpass(&t->ay, t->tmp, 3 * (size_t)s, 0, s, t->out, t->acc);
     return 0;
 }

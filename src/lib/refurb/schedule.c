@@ -28,6 +28,7 @@ void pcr_refurb_conf_default(struct pcr_refurb_conf *c)
     c->ratio[1] = 4.0 / 3.0;
     c->flip = true;
     c->dct_scaling = true;
+    c->partial = true;
     c->seed = 0;
 }
 
