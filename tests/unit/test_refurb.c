@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jpeglib.h>
+#include "pcrfs/jpeg.h"
 #include "pcrfs/refurb.h"
 #include "check.h"
 
@@ -459,6 +460,20 @@ static void test_render(void)
     struct pcr_refurb_params g = {10, 7, 60, 80, true, false}, k = {3, 5, 50, 70, false, false};
     CHECK(same_as_reference(&gray, &g, 48), "gray image: planes copied to RGB");
     CHECK(same_as_reference(&cmyk, &k, 40), "CMYK image: Pillow's inverted-CMYK conversion");
+
+    /* A lower level (the first K scans + EOI): libjpeg smooths the blocks of an
+     * incomplete progressive image, and partial decoding must not change that. */
+    struct pcr_split sp;
+    int lv_ok = pcr_jpeg_split(prog.p, prog.len, &sp) == 0 && sp.nchunks > 6;
+    for (unsigned k = 1; lv_ok && k <= 6; k += 2) {
+        struct buf lv = {xmalloc(sp.end[k - 1] + 2), sp.end[k - 1] + 2};
+        memcpy(lv.p, prog.p, sp.end[k - 1]);
+        lv.p[lv.len - 2] = 0xFF, lv.p[lv.len - 1] = 0xD9;
+        for (size_t b = 2; b < sizeof(boxes) / sizeof(boxes[0]); b++)
+            lv_ok &= same_as_reference(&lv, &boxes[b], 64);
+        free(lv.p);
+    }
+    CHECK(lv_ok, "levels 1, 3, 5 of a progressive image: same as a full decode");
 
     /* The identity: whole image at its own size is the decoded image. */
     struct buf sq = make_jpeg(64, 64, 3, true, 5);

@@ -80,6 +80,7 @@ struct render {
     uint64_t sample, version;
     unsigned forced_m; /* 0: choose */
     unsigned m;        /* the scale used */
+    bool partial;      /* crop and skip: conf->partial, and libjpeg will not smooth */
     struct rf_axis ax, ay;
     uint8_t *rows; /* BATCH decoded rows, output_width * components each */
     uint8_t *rgb;  /* one row converted from CMYK */
@@ -123,6 +124,24 @@ static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, size_t n)
             out[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
         }
     }
+}
+
+/* libjpeg's block smoothing (a progressive image whose coefficients are not all
+ * complete: a level below the top) estimates each block's low AC coefficients
+ * from its neighbours' DC values. With jpeg_crop_scanline() or
+ * jpeg_skip_scanlines() it no longer sees the same neighbours, and the pixels
+ * change (measured: up to 36 levels off near the crop). So partial decoding is
+ * used only when no coefficient is incomplete, i.e. when libjpeg cannot smooth.
+ * Valid after jpeg_start_decompress(), which has read every scan by then. */
+static bool may_smooth(const struct jpeg_decompress_struct *d)
+{
+    if (!d->progressive_mode || !d->do_block_smoothing || !d->coef_bits)
+        return false;
+    for (int c = 0; c < d->num_components; c++)
+        for (int k = 0; k < DCTSIZE2; k++)
+            if (d->coef_bits[c][k] != 0) /* -1: never sent; > 0: bits still missing */
+                return true;
+    return false;
 }
 
 /* Set up both resample axes over the scaled image, and the span they read:
@@ -208,7 +227,8 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
      * a cropped row's ends as image edges (libjpeg.txt, partial decompression). */
     xoff = c0 > 0 ? c0 - 1 : 0;
     xw = (c1 < t->d.output_width ? c1 + 1 : c1) - xoff;
-    if (!t->conf->partial) {
+    t->partial = t->conf->partial && !may_smooth(&t->d);
+    if (!t->partial) {
         xoff = 0;
         xw = t->d.output_width;
     } else if (xoff > 0 || xw < t->d.output_width) {
@@ -227,7 +247,7 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
         pcr_errf(t->why, sizeof(t->why), "unexpected %u output components", comps);
         return t->status = -EINVAL;
     }
-    if (r0 > 0 && t->conf->partial)
+    if (r0 > 0 && t->partial)
         jpeg_skip_scanlines(&t->d, r0);
     while (t->d.output_scanline < r1) {
         JDIMENSION y = t->d.output_scanline, n = r1 - y;
@@ -253,7 +273,7 @@ static int render_run(struct render *t, const uint8_t *buf, size_t len)
     }
     /* Rows after r1 are never decoded: jpeg_destroy_decompress() abandons them,
      * unless partial decoding is off (then decoded, to measure what it saves). */
-    while (!t->conf->partial && t->d.output_scanline < t->d.output_height)
+    while (!t->partial && t->d.output_scanline < t->d.output_height)
         jpeg_read_scanlines(&t->d, rowp, 1);
     rf_vpass(&t->ay, t->tmp, 3 * (size_t)s, 0, s, t->out, t->acc);
     return 0;
