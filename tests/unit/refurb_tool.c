@@ -221,22 +221,31 @@ static int cmd_bench(struct args *a)
     for (int m = 1; m <= 8; m++)
         printf(" %u", scales[m]);
     printf("\n");
+    for (int i = 0; i < a->nfiles; i++)
+        free(jpegs[i]);
+    free(jpegs);
+    free(lens);
+    free(ppm);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
     struct args a = {0};
+    int rc;
 
     if (argc < 2 || parse(argc, argv, &a))
-        return usage();
-    if (!strcmp(argv[1], "params"))
-        return cmd_params(&a);
-    if (!strcmp(argv[1], "draws"))
-        return cmd_draws(&a);
-    if (!strcmp(argv[1], "render"))
-        return cmd_render(&a);
-    if (!strcmp(argv[1], "bench"))
-        return cmd_bench(&a);
-    return usage();
+        rc = usage();
+    else if (!strcmp(argv[1], "params"))
+        rc = cmd_params(&a);
+    else if (!strcmp(argv[1], "draws"))
+        rc = cmd_draws(&a);
+    else if (!strcmp(argv[1], "render"))
+        rc = cmd_render(&a);
+    else if (!strcmp(argv[1], "bench"))
+        rc = cmd_bench(&a);
+    else
+        rc = usage();
+    free(a.files);
+    return rc;
 }
