@@ -158,6 +158,20 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
  * fast local disk. Call it before reads start. */
 void pcr_store_set_bwlimit(struct pcr_store *s, uint64_t bytes_per_sec);
 
+/* A run of files with consecutive ids that lie in one record. */
+struct pcr_record_run {
+    uint64_t first, count; /* file ids first .. first + count - 1 */
+    uint64_t record;       /* record id, 1..pcr_store_nrecords() */
+};
+/* The files of @s grouped by record, in file-id order: what a sampler needs to read
+ * a dataset record by record (PCR's one sequential read per record). One pass over
+ * the index's file table (about half a second for 1.28 M files), not cached; ids
+ * and records out of range are left out.
+ * @return 0, the first non-zero callback value, -EIO (the index could not be read),
+ *         -ENOMEM. */
+int pcr_store_record_runs(struct pcr_store *s,
+                          int (*cb)(void *ctx, const struct pcr_record_run *run), void *ctx);
+
 /* Record-ordered readahead for local stores: on, the first read of a record at a
  * level asks the kernel to read the record's scan groups up to that level
  * (posix_fadvise WILLNEED), so a reader that goes record by record reads each

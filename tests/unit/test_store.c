@@ -258,6 +258,47 @@ static void test_damaged(const char *path)
     pcr_store_close(s);
 }
 
+static int collect_run(void *ctx, const struct pcr_record_run *run)
+{
+    struct pcr_record_run *runs = ctx;
+    size_t n = 0;
+
+    while (runs[n].count)
+        n++;
+    if (n + 1 >= NFILES + 1)
+        return -1;
+    runs[n] = *run;
+    return 0;
+}
+
+/* pcr_store_record_runs(): the runs partition the file ids in order, and each file's
+ * run names the record pcr_file_info() gives. */
+static void test_record_runs(const char *path, unsigned per_record)
+{
+    struct pcr_record_run runs[NFILES + 1] = {{0}};
+    struct pcr_store *s;
+    char err[512];
+    uint64_t next = 1;
+
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
+    CHECK(pcr_store_record_runs(s, collect_run, runs) == 0, "record runs");
+    for (size_t i = 0; runs[i].count; i++) {
+        CHECK(runs[i].first == next, "run %zu starts at %llu", i, (unsigned long long)next);
+        for (uint64_t id = runs[i].first; id < runs[i].first + runs[i].count; id++) {
+            const struct pcr_file *f;
+            struct pcr_file_info fi;
+            CHECK(pcr_store_file(s, id, &f) == 0, "file %llu", (unsigned long long)id);
+            pcr_file_info(f, &fi);
+            CHECK(fi.record == runs[i].record && fi.record == (id - 1) / per_record + 1,
+                  "file %llu in record %llu", (unsigned long long)id,
+                  (unsigned long long)runs[i].record);
+        }
+        next = runs[i].first + runs[i].count;
+    }
+    CHECK(next == NFILES + 1, "runs cover every file");
+    pcr_store_close(s);
+}
+
 /* Where @needle (16 bytes) first lies in @hay, or -1. */
 static long find_first(const uint8_t *hay, size_t n, const uint8_t *needle)
 {
@@ -416,9 +457,11 @@ int main(void)
 
     CHECK(build(path, false, 3, err, sizeof(err)) == 0, "build: %s", err);
     test_read(path);
+    test_record_runs(path, 3);
     CHECK(build(path, false, 3, err, sizeof(err)) == -EEXIST, "exists without force");
     CHECK(build(path, true, 8, err, sizeof(err)) == 0, "force replaces a store: %s", err);
     test_read(path); /* one record this time */
+    test_record_runs(path, 8);
     test_bwlimit(path);
 
     /* --force never replaces something that is not a store */

@@ -695,3 +695,33 @@ int pcr_index_commit(struct pcr_index *idx, char *err, size_t errlen)
     }
     return 0;
 }
+
+int pcr_index_file_records(struct pcr_index *idx, enum pcr_index_tree tree,
+                           int (*cb)(void *ctx, int64_t id, int64_t record), void *ctx)
+{
+    const char *sql = tree == PCR_TREE_TOKENS ? "SELECT id, record FROM tok_files ORDER BY id"
+                                              : "SELECT id, record FROM files ORDER BY id";
+    sqlite3_stmt *st = NULL;
+    int rc, cbret = 0;
+
+    if (tree == PCR_TREE_TOKENS && !idx->has_tokens)
+        return 0;
+    pthread_mutex_lock(&idx->lock);
+    idx->why[0] = '\0';
+    rc = index_prepare(idx, sql, 0, &st);
+    if (rc == SQLITE_OK) {
+        while ((rc = index_step(idx, st)) == SQLITE_ROW) {
+            /* the schema is exact, but a crafted row may still hold another type */
+            if (sqlite3_column_type(st, 0) != SQLITE_INTEGER ||
+                sqlite3_column_type(st, 1) != SQLITE_INTEGER)
+                continue;
+            if ((cbret = cb(ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1))) != 0)
+                break;
+        }
+    }
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&idx->lock);
+    if (cbret)
+        return cbret;
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}

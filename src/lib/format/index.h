@@ -94,6 +94,12 @@ int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
 int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_t first,
                          int64_t count, pcr_index_file_cb cb, void *ctx);
 
+/* Every file's (id, record) of @tree in id order, in one pass over the file table
+ * (each row resets the work bound). Rows whose values are not integers are skipped.
+ * @return 0, the first non-zero callback value, or -EIO. */
+int pcr_index_file_records(struct pcr_index *idx, enum pcr_index_tree tree,
+                           int (*cb)(void *ctx, int64_t id, int64_t record), void *ctx);
+
 int pcr_index_put_meta(struct pcr_index *idx, const char *key, const char *value);
 int pcr_index_put_blob(struct pcr_index *idx, const char *key, const void *data, size_t len);
 int pcr_index_put_dir(struct pcr_index *idx, enum pcr_index_tree tree,

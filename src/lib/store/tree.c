@@ -613,3 +613,41 @@ void store_free_tree(struct pcr_store *s)
     free(s->dirs);
     free(s->fdirs);
 }
+
+/* ---- record membership ---- */
+
+struct runs {
+    const struct pcr_store *s;
+    struct pcr_record_run run; /* being built; count 0 = none */
+    int (*cb)(void *ctx, const struct pcr_record_run *run);
+    void *ctx;
+};
+
+static int run_row(void *ctx, int64_t id, int64_t record)
+{
+    struct runs *r = ctx;
+    int ret = 0;
+
+    if (id < 1 || (uint64_t)id > r->s->nfiles || record < 1 || (uint64_t)record > r->s->nrecs)
+        return 0;
+    if (r->run.count && r->run.record == (uint64_t)record &&
+        r->run.first + r->run.count == (uint64_t)id) {
+        r->run.count++;
+        return 0;
+    }
+    if (r->run.count)
+        ret = r->cb(r->ctx, &r->run);
+    r->run = (struct pcr_record_run){(uint64_t)id, 1, (uint64_t)record};
+    return ret;
+}
+
+int pcr_store_record_runs(struct pcr_store *s,
+                          int (*cb)(void *ctx, const struct pcr_record_run *run), void *ctx)
+{
+    struct runs r = {.s = s, .cb = cb, .ctx = ctx};
+    int ret = pcr_index_file_records(s->idx, s->tree, run_row, &r);
+
+    if (ret == 0 && r.run.count)
+        ret = cb(ctx, &r.run);
+    return ret;
+}
