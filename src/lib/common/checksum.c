@@ -42,10 +42,28 @@ void pcr_xxh64_init(struct pcr_xxh64 *st)
     st->v[3] = -P1;
 }
 
-static void stripe(uint64_t v[4], const uint8_t *p)
+static inline void stripe(uint64_t v[4], const uint8_t *p)
 {
     for (int i = 0; i < 4; i++)
         v[i] = round1(v[i], pcr_get_le64(p + 8 * i));
+}
+
+/* The bulk of the input, 32 bytes a round, with the four lanes in registers. */
+static const uint8_t *stripes(uint64_t v[4], const uint8_t *p, size_t n)
+{
+    uint64_t a = v[0], b = v[1], c = v[2], d = v[3];
+
+    for (; n >= 32; p += 32, n -= 32) {
+        a = round1(a, pcr_get_le64(p));
+        b = round1(b, pcr_get_le64(p + 8));
+        c = round1(c, pcr_get_le64(p + 16));
+        d = round1(d, pcr_get_le64(p + 24));
+    }
+    v[0] = a;
+    v[1] = b;
+    v[2] = c;
+    v[3] = d;
+    return p;
 }
 
 void pcr_xxh64_update(struct pcr_xxh64 *st, const void *data, size_t len)
@@ -66,8 +84,11 @@ void pcr_xxh64_update(struct pcr_xxh64 *st, const void *data, size_t len)
         stripe(st->v, st->buf);
         st->nbuf = 0;
     }
-    for (; len >= 32; p += 32, len -= 32)
-        stripe(st->v, p);
+    {
+        const uint8_t *q = stripes(st->v, p, len);
+        len -= (size_t)(q - p);
+        p = q;
+    }
     memcpy(st->buf, p, len);
     st->nbuf = len;
 }
