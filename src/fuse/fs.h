@@ -32,13 +32,26 @@ struct view_counters {
 };
 
 /* A snapshot of /.pcrfs/stats, taken when the name was looked up and kept while the
- * kernel holds its inode (see inode.h and ops.c). */
+ * kernel holds its node, or until PCRFS_MAX_SNAPS newer ones have been taken
+ * (inode.h). */
 struct stat_snap {
-    struct stat_snap *next; /* under pcrfs.snap_lock */
-    uint64_t ino;
+    uint64_t gen;     /* its node's generation (inode.h) */
     uint64_t nlookup; /* lookups the kernel has not forgotten yet */
     size_t len;
-    char *data;
+    char data[]; /* len bytes */
+};
+
+/* The most snapshots alive at once: each held descriptor of /.pcrfs/stats pins one,
+ * so without a bound any user of an allow_other mount could grow the daemon by a few
+ * kB per descriptor. 256 x (1.5-18 kB: stats for 1..64 levels, counters of up to
+ * 20 digits) is at most 4.6 MB, about 0.5 MB for a 10-level store. */
+#define PCRFS_MAX_SNAPS 256
+
+/* Bytes written to /.pcrfs/level through one open file since its last newline, not
+ * yet applied (ops.c, "Writing the level"). */
+struct level_write {
+    size_t len;
+    char buf[16];
 };
 
 /* An open file (fi->fh) when the kernel sends OPEN: the library's handle for a view's
@@ -46,6 +59,7 @@ struct stat_snap {
 struct open_file {
     struct open_file *prev, *next; /* under pcrfs.open_lock */
     struct pcr_handle *h;
+    struct level_write *lw; /* /.pcrfs/level open for writing (h is NULL); open_lock */
 };
 
 struct pcrfs {
@@ -79,9 +93,9 @@ struct pcrfs {
     struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
     pthread_mutex_t open_lock;                   /* guards open_files */
     struct open_file open_files;                 /* list head (ops.c) */
-    pthread_mutex_t snap_lock;                   /* guards snaps */
-    struct stat_snap *snaps;                     /* live /.pcrfs/stats inodes */
-    atomic_uint_fast64_t snap_gen;               /* the last generation handed out */
+    pthread_mutex_t snap_lock;                   /* guards snaps and snap_gen */
+    struct stat_snap *snaps[PCRFS_MAX_SNAPS];    /* generation g lives in [g % MAX] */
+    uint64_t snap_gen;                           /* the last generation handed out */
 };
 
 /* control.c */

@@ -41,12 +41,12 @@
  * Eight bits hold 66 views; 55 bits of id hold far more files than SQLite rows. Id 0
  * never occurs (library ids start at 1) so inode 0 stays free for negative entries.
  *
- * Why no inode table and no forget bookkeeping (save /.pcrfs/stats, below): FUSE counts lookups so that a
- * filesystem can keep an inode's state alive while the kernel still names it, and
- * free it on FORGET. Here an inode has no state at all. The store is immutable, its
- * ids are valid until pcr_store_close(), and the number itself says which view and
- * which node it is, so any number the kernel ever held stays valid for the life of
- * the mount; FORGET has nothing to free and lookup counts are never looked at.
+ * Why no inode table and no forget bookkeeping (save /.pcrfs/stats, below): FUSE
+ * counts lookups so that a filesystem can keep an inode's state alive while the
+ * kernel still names it, and free it on FORGET. Here an inode has no state at all.
+ * The store is immutable, its ids are valid until pcr_store_close(), and the
+ * number itself says which view and which node it is, so any number the kernel ever
+ * held stays valid for the life of the mount; FORGET has nothing to free and lookup counts are never looked at.
  * It also makes inode numbers stable across mounts of the same store (for NFS
  * export and for tools that remember st_ino), and costs no memory per file: RSS does
  * not grow with the number of files the kernel has seen.
@@ -71,15 +71,36 @@
 #define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
 
 /* /.pcrfs/stats changes all the time, yet with no OPEN (ops.c) the kernel caches a
- * file's pages for as long as it keeps the inode. So every lookup of "stats" renders
- * a snapshot and hands out a new inode for it, generation gen >= 1 in the bits above
+ * file's pages for as long as it keeps the node. So every lookup of "stats" renders
+ * a snapshot and hands out a new node for it, generation gen >= 1 in the bits above
  * the file's number, with an entry timeout of 0 (a path walk always looks it up
- * again, as for dynamic/ files): an inode's bytes and size never change, so its
- * cached pages are always right, and `cat` always shows counters taken just before.
- * These are the only inodes with state: the snapshot lives until the kernel forgets
- * the inode (FORGET), which it does as soon as the name points elsewhere and no one
- * has the file open. Id SELF_FILE_STAT itself (gen 0) is only a directory entry's
- * st_ino, never a node the kernel holds. */
+ * again, as for dynamic/ files): a node's bytes and size never change, so its
+ * cached pages are always right, `cat` always shows counters taken just before, and
+ * a reader (cp) sees one size and one snapshot from open to close.
+ *
+ * The st_ino these nodes report is not their node id but always the file's own
+ * number (id SELF_FILE_STAT, gen 0), which is also its directory entry's: FUSE keeps
+ * the two apart (the kernel finds its inode by node id and shows attr.ino to
+ * stat(2)). So the file has one stable inode number, and `cp`, which compares the
+ * st_ino of stat(path) with that of fstat() after open and refuses a file "replaced
+ * while being copied", copies it.
+ *
+ * Why not one node whose bytes are rendered at each read: with no OPEN the kernel
+ * opens every file as if with FOPEN_KEEP_CACHE and there is no OPEN reply in which
+ * to ask for direct I/O for this one file, so one node's cached pages would outlive
+ * its counters. The kernel drops them only when a new size is seen (a snapshot of the
+ * same length would serve old pages) or on fuse_lowlevel_notify_inval_inode(), which
+ * the daemon cannot order before a reader's next read (and which may block on a page
+ * lock that only a READ it must answer releases, with -s). And with one node the
+ * bytes could change between two read(2) calls of one copy.
+ *
+ * These are the only nodes with state: the snapshot lives until the kernel forgets
+ * the node (FORGET), which it does as soon as the name points elsewhere and no one
+ * has the file open, or until PCRFS_MAX_SNAPS (fs.h) newer snapshots have been taken:
+ * generation g lives in slot g % PCRFS_MAX_SNAPS, so each descriptor held open
+ * costs nothing past that bound, and a descriptor opened that many lookups ago
+ * answers ESTALE if its pages are no longer cached. Id SELF_FILE_STAT itself (gen 0)
+ * is only a st_ino, never a node the kernel holds. */
 #define SELF_GEN_SHIFT 8
 
 /* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */

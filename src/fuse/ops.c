@@ -274,42 +274,52 @@ static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
 }
 
 /* ---- /.pcrfs/stats snapshots (inode.h) ---------------------------------------------
- * Few (one per name lookup the kernel still holds), looked up rarely: a list under a
- * mutex. */
+ * At most PCRFS_MAX_SNAPS alive, in a ring indexed by generation: finding one is an
+ * index, not a search, and taking a new one replaces the one taken PCRFS_MAX_SNAPS
+ * lookups before it if the kernel still holds that (its node then answers ESTALE).
+ * One mutex, held only to swap pointers and copy at most one read's bytes. */
 
-/* Render a snapshot for a new inode, with one lookup counted. @return 0 and *ino. */
-static int snap_new(struct pcrfs *fs, fuse_ino_t *ino)
+static void snap_free(struct stat_snap *sn)
 {
-    struct stat_snap *sn = calloc(1, sizeof(*sn));
-    uint64_t gen;
-    int rc;
-
-    if (!sn)
-        return -ENOMEM;
-    rc = pcrfs_stats_render(fs, &sn->data, &sn->len);
-    if (rc) {
-        free(sn);
-        return rc;
-    }
-    gen = atomic_fetch_add_explicit(&fs->snap_gen, 1, memory_order_relaxed) + 1;
-    sn->ino = ino_make(VIEW_SELF, true, SELF_FILE_STAT | (gen << SELF_GEN_SHIFT));
-    sn->nlookup = 1;
-    pthread_mutex_lock(&fs->snap_lock);
-    sn->next = fs->snaps;
-    fs->snaps = sn;
-    pthread_mutex_unlock(&fs->snap_lock);
-    *ino = sn->ino;
-    return 0;
+    free(sn);
 }
 
-/* Under snap_lock. */
-static struct stat_snap **snap_find(struct pcrfs *fs, fuse_ino_t ino)
+/* Render a snapshot for a new node, with one lookup counted. @return 0 and *ino. */
+static int snap_new(struct pcrfs *fs, fuse_ino_t *ino)
 {
-    struct stat_snap **pp;
+    struct stat_snap *sn, *old;
+    char *data;
+    size_t len;
+    int rc = pcrfs_stats_render(fs, &data, &len);
 
-    for (pp = &fs->snaps; *pp && (*pp)->ino != ino; pp = &(*pp)->next)
-        ;
-    return pp;
+    if (rc)
+        return rc;
+    sn = malloc(sizeof(*sn) + len);
+    if (!sn) {
+        free(data);
+        return -ENOMEM;
+    }
+    memcpy(sn->data, data, len);
+    free(data);
+    sn->len = len;
+    sn->nlookup = 1;
+    pthread_mutex_lock(&fs->snap_lock);
+    sn->gen = ++fs->snap_gen;
+    old = fs->snaps[sn->gen % PCRFS_MAX_SNAPS];
+    fs->snaps[sn->gen % PCRFS_MAX_SNAPS] = sn;
+    pthread_mutex_unlock(&fs->snap_lock);
+    snap_free(old);
+    *ino = ino_make(VIEW_SELF, true, SELF_FILE_STAT | (sn->gen << SELF_GEN_SHIFT));
+    return *ino ? 0 : -EOVERFLOW;
+}
+
+/* Under snap_lock: the live snapshot of node @ino, or NULL (forgotten or evicted). */
+static struct stat_snap *snap_find(struct pcrfs *fs, fuse_ino_t ino)
+{
+    uint64_t gen = ino_split(ino).id >> SELF_GEN_SHIFT;
+    struct stat_snap *sn = fs->snaps[gen % PCRFS_MAX_SNAPS];
+
+    return sn && sn->gen == gen ? sn : NULL;
 }
 
 static int snap_size(struct pcrfs *fs, fuse_ino_t ino, size_t *len)
@@ -317,15 +327,15 @@ static int snap_size(struct pcrfs *fs, fuse_ino_t ino, size_t *len)
     struct stat_snap *sn;
 
     pthread_mutex_lock(&fs->snap_lock);
-    sn = *snap_find(fs, ino);
+    sn = snap_find(fs, ino);
     if (sn)
         *len = sn->len;
     pthread_mutex_unlock(&fs->snap_lock);
-    return sn ? 0 : -ENOENT;
+    return sn ? 0 : -ESTALE;
 }
 
-/* Copy a slice of the snapshot into the thread's buffer: a FORGET in another worker
- * may free it as soon as the lock is released. */
+/* Copy a slice of the snapshot into the thread's buffer: a FORGET or a new lookup in
+ * another worker may free it as soon as the lock is released. */
 static int snap_read(struct pcrfs *fs, fuse_ino_t ino, size_t size, off_t off, const char **out,
                      size_t *outlen)
 {
@@ -336,7 +346,7 @@ static int snap_read(struct pcrfs *fs, fuse_ino_t ino, size_t size, off_t off, c
     if (!buf)
         return -ENOMEM;
     pthread_mutex_lock(&fs->snap_lock);
-    sn = *snap_find(fs, ino);
+    sn = snap_find(fs, ino);
     if (sn && (uint64_t)off < sn->len) {
         n = sn->len - (size_t)off < size ? sn->len - (size_t)off : size;
         memcpy(buf, sn->data + off, n);
@@ -344,26 +354,23 @@ static int snap_read(struct pcrfs *fs, fuse_ino_t ino, size_t size, off_t off, c
     pthread_mutex_unlock(&fs->snap_lock);
     *out = buf;
     *outlen = n;
-    return sn ? 0 : -ENOENT;
+    return sn ? 0 : -ESTALE;
 }
 
 static void snap_forget(struct pcrfs *fs, fuse_ino_t ino, uint64_t nlookup)
 {
-    struct stat_snap **pp, *sn = NULL;
+    struct stat_snap *sn;
 
     pthread_mutex_lock(&fs->snap_lock);
-    pp = snap_find(fs, ino);
-    if (*pp && (*pp)->nlookup <= nlookup) {
-        sn = *pp;
-        *pp = sn->next;
-    } else if (*pp) {
-        (*pp)->nlookup -= nlookup;
+    sn = snap_find(fs, ino);
+    if (sn && sn->nlookup > nlookup) {
+        sn->nlookup -= nlookup;
+        sn = NULL;
+    } else if (sn) {
+        fs->snaps[sn->gen % PCRFS_MAX_SNAPS] = NULL;
     }
     pthread_mutex_unlock(&fs->snap_lock);
-    if (sn) {
-        free(sn->data);
-        free(sn);
-    }
+    snap_free(sn);
 }
 
 static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struct stat *st)
@@ -383,7 +390,8 @@ static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struc
         rc = snap_size(fs, ino, &len);
         if (rc)
             return rc;
-        stat_file(fs, st, ino, len);
+        /* st_ino is the file's, not the node's: one file, however many snapshots */
+        stat_file(fs, st, ino_make(VIEW_SELF, true, SELF_FILE_STAT), len);
     } else if (p.is_file && p.id == SELF_FILE_LEVEL && fs->dynamic) {
         char buf[16];
 
@@ -712,6 +720,7 @@ static void of_free(struct open_file *of)
 {
     if (of->h)
         pcr_handle_close(of->h);
+    free(of->lw);
     free(of);
 }
 
@@ -727,15 +736,13 @@ static void of_unlink_free(struct pcrfs *fs, struct open_file *of)
 void pcrfs_ops_close_all(struct pcrfs *fs)
 {
     struct open_file *of;
-
-    struct stat_snap *sn;
+    size_t i;
 
     while ((of = fs->open_files.next) != &fs->open_files)
         of_unlink_free(fs, of);
-    while ((sn = fs->snaps) != NULL) {
-        fs->snaps = sn->next;
-        free(sn->data);
-        free(sn);
+    for (i = 0; i < PCRFS_MAX_SNAPS; i++) {
+        snap_free(fs->snaps[i]);
+        fs->snaps[i] = NULL;
     }
 }
 
@@ -753,10 +760,22 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
     fi->noflush = 1;
     if (is_level_file(fs, ino)) {
         /* Written in place (O_TRUNC is what `echo K >` asks: nothing to truncate). */
-        if ((fi->flags & O_ACCMODE) != O_RDONLY && !may_control(fs, req))
-            return -EACCES;
         fi->fh = 0;
         fi->direct_io = 1; /* its size changes with the level */
+        if ((fi->flags & O_ACCMODE) == O_RDONLY)
+            return 0;
+        if (!may_control(fs, req))
+            return -EACCES;
+        of = calloc(1, sizeof(*of));
+        if (of)
+            of->lw = calloc(1, sizeof(*of->lw));
+        if (!of || !of->lw) {
+            free(of);
+            return -ENOMEM;
+        }
+        of_link(fs, of);
+        fi->fh = (uintptr_t)of;
+        fi->noflush = 0; /* a value without a newline is applied by close(2): FLUSH */
         return 0;
     }
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
@@ -874,25 +893,123 @@ static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, 
     return 0;
 }
 
-/* Only /.pcrfs/level is ever open for writing. The whole value comes in one write
- * ("5", "5\n", "full"); the offset does not matter. */
-static int do_write(struct pcrfs *fs, fuse_ino_t ino, const char *buf, size_t size)
-{
-    unsigned k;
+/* ---- writing the level -------------------------------------------------------------
+ *
+ * The bytes written through one open file of /.pcrfs/level are one stream, whatever
+ * the offsets (O_APPEND, or a second write(2) after a partial value): each line is
+ * applied when its newline arrives (`echo 5 >`: at the write, as before), and what
+ * follows the last newline when the file is closed: close(2) sends FLUSH and waits
+ * for it, so `printf 10 >` and "1" then "0" in two writes both give level 10 before
+ * close returns, and no half value is ever applied. A write that cannot be (part of)
+ * a level fails with EINVAL at once; a value still incomplete at close fails close. */
 
-    if (!is_level_file(fs, ino))
-        return -EROFS;
-    k = pcrfs_parse_level(fs, buf, size);
+static bool level_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\0';
+}
+
+/* Can @s (no newline) still grow into a level? */
+static bool level_prefix(const struct pcrfs *fs, const char *s, size_t len)
+{
+    size_t n = len, i;
+    unsigned k = 0;
+
+    while (n > 0 && level_ws(s[n - 1]))
+        n--;
+    if (n == 0)
+        return true;
+    if (n < len) /* white space ended the value: it must be whole */
+        return pcrfs_parse_level(fs, s, len) != 0;
+    if (n <= 4 && memcmp(s, "full", n) == 0)
+        return true;
+    if (n > 3)
+        return false;
+    for (i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        k = k * 10 + (unsigned)(s[i] - '0');
+    }
+    return k <= fs->levels;
+}
+
+/* Apply the pending value and forget it. Under open_lock. */
+static int level_apply(struct pcrfs *fs, struct level_write *lw)
+{
+    unsigned k = pcrfs_parse_level(fs, lw->buf, lw->len);
+
+    lw->len = 0;
     if (!k)
         return -EINVAL;
     set_level(fs, k);
     return 0;
 }
 
+static int level_write(struct pcrfs *fs, struct level_write *lw, const char *buf, size_t size)
+{
+    const char *nl;
+    size_t n;
+    int rc = 0;
+
+    pthread_mutex_lock(&fs->open_lock);
+    while (rc == 0 && size > 0) {
+        nl = memchr(buf, '\n', size);
+        n = nl ? (size_t)(nl - buf) : size;
+        if (n > sizeof(lw->buf) - lw->len) {
+            lw->len = 0;
+            rc = -EINVAL;
+            break;
+        }
+        memcpy(lw->buf + lw->len, buf, n);
+        lw->len += n;
+        if (!nl)
+            break;
+        rc = level_apply(fs, lw);
+        buf += n + 1, size -= n + 1;
+    }
+    if (rc == 0 && !level_prefix(fs, lw->buf, lw->len)) {
+        lw->len = 0;
+        rc = -EINVAL;
+    }
+    pthread_mutex_unlock(&fs->open_lock);
+    return rc;
+}
+
+/* At FLUSH (close(2)) and, should none come, RELEASE: apply what is pending. */
+static int level_close(struct pcrfs *fs, struct level_write *lw)
+{
+    size_t n;
+    int rc = 0;
+
+    pthread_mutex_lock(&fs->open_lock);
+    for (n = lw->len; n > 0 && level_ws(lw->buf[n - 1]); n--)
+        ;
+    if (n > 0)
+        rc = level_apply(fs, lw);
+    lw->len = 0;
+    pthread_mutex_unlock(&fs->open_lock);
+    return rc;
+}
+
+/* Only /.pcrfs/level is ever open for writing (with an open_file holding its
+ * level_write: see do_open). */
+static int do_write(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, const char *buf,
+                    size_t size)
+{
+    struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+
+    if (!is_level_file(fs, ino))
+        return -EROFS;
+    if (!of || !of->lw)
+        return -EBADF;
+    return level_write(fs, of->lw, buf, size);
+}
+
 static void do_release(struct pcrfs *fs, struct fuse_file_info *fi)
 {
     struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
 
+    if (of && of->lw)
+        level_close(fs, of->lw);
     if (of)
         of_unlink_free(fs, of);
 }
@@ -1026,13 +1143,30 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
-    int rc = do_write(fs_of(req), ino, buf, size);
+    int rc = do_write(fs_of(req), ino, fi, buf, size);
 
-    (void)off, (void)fi;
+    (void)off;
     if (rc)
         fuse_reply_err(req, -rc);
     else
         fuse_reply_write(req, size);
+}
+
+/* Sent only for /.pcrfs/level open for writing (every other open file has
+ * FOPEN_NOFLUSH). With no OPEN there is no FOPEN_NOFLUSH: the first FLUSH is
+ * answered ENOSYS, after which the kernel never sends one again (and such a mount is
+ * read-only: no level file is open for writing). */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct pcrfs *fs = fs_of(req);
+    struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+    int rc = 0;
+
+    if (atomic_load_explicit(&fs->no_open, memory_order_relaxed))
+        rc = -ENOSYS;
+    else if (is_level_file(fs, ino) && of && of->lw)
+        rc = level_close(fs, of->lw);
+    fuse_reply_err(req, -rc);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1128,6 +1262,15 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
     fuse_reply_err(req, EROFS);
 }
 
+/* The nodes that carry user.pcrfs.level: dynamic/ and /.pcrfs/level. */
+#define LEVEL_XATTR "user.pcrfs.level"
+
+static bool has_level_xattr(const struct pcrfs *fs, fuse_ino_t ino)
+{
+    return fs->dynamic &&
+           (ino == ino_make(VIEW_DYN, false, PCR_ROOT_DIR) || is_level_file(fs, ino));
+}
+
 /* setxattr user.pcrfs.level=K on dynamic/ (or on /.pcrfs/level) sets the level;
  * every other attribute change is refused. */
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
@@ -1137,8 +1280,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
     unsigned k;
 
     (void)flags;
-    if (fs->dynamic && strcmp(name, "user.pcrfs.level") == 0 &&
-        (ino == ino_make(VIEW_DYN, false, PCR_ROOT_DIR) || is_level_file(fs, ino))) {
+    if (has_level_xattr(fs, ino) && strcmp(name, LEVEL_XATTR) == 0) {
         if (!may_control(fs, req)) {
             fuse_reply_err(req, EPERM);
             return;
@@ -1153,6 +1295,52 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
         return;
     }
     fuse_reply_err(req, EROFS);
+}
+
+/* Reading attributes. Without -o level=K no node has one, and the first request is
+ * answered ENOSYS: the kernel then answers every later getxattr (listxattr) on the
+ * mount itself, with EOPNOTSUPP, as if there were no handler (ls -l, cp -a and
+ * Python's shutil.copy2 cost no round trip per file). With it, each request reaches
+ * the daemon (the kernel has no other way to learn that one node has an attribute):
+ * user.pcrfs.level on the two nodes above is the level ("5"), any other user.*
+ * name is ENODATA and any other namespace EOPNOTSUPP, which ls(1) takes as "no
+ * SELinux labels on this filesystem" and stops asking for. */
+static void reply_xattr(fuse_req_t req, const char *val, size_t len, size_t size)
+{
+    if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, val, len);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    struct pcrfs *fs = fs_of(req);
+    char val[16];
+    int n;
+
+    if (!fs->dynamic)
+        fuse_reply_err(req, ENOSYS);
+    else if (!has_level_xattr(fs, ino) || strcmp(name, LEVEL_XATTR) != 0)
+        fuse_reply_err(req, strncmp(name, "user.", 5) == 0 ? ENODATA : EOPNOTSUPP);
+    else if ((n = snprintf(val, sizeof(val), "%u", dyn_level(fs))) > 0)
+        reply_xattr(req, val, (size_t)n, size);
+    else
+        fuse_reply_err(req, EIO);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    struct pcrfs *fs = fs_of(req);
+
+    if (!fs->dynamic)
+        fuse_reply_err(req, ENOSYS);
+    else if (has_level_xattr(fs, ino))
+        reply_xattr(req, LEVEL_XATTR, sizeof(LEVEL_XATTR), size); /* with its NUL */
+    else
+        reply_xattr(req, "", 0, size);
 }
 
 /* Sent only by mounts without default_permissions (the dynamic view's): the modes
@@ -1178,11 +1366,12 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     fuse_reply_err(req, EROFS);
 }
 
-/* No getxattr/listxattr: the kernel's first ENOSYS makes it answer EOPNOTSUPP itself
- * from then on (the level is read from /.pcrfs/level). access: only without
+/* getxattr/listxattr: only dynamic mounts have an attribute; elsewhere the first
+ * ENOSYS makes the kernel answer EOPNOTSUPP itself from then on. access: only without
  * default_permissions (dynamic mounts). forget: only stats snapshots (inode.h). No
- * releasedir: a directory handle holds nothing. No flush: its ENOSYS makes the kernel
- * stop sending FLUSH (with no OPEN there is no FOPEN_NOFLUSH to do it). */
+ * releasedir: a directory handle holds nothing. flush: only /.pcrfs/level open for
+ * writing; with no OPEN, the first is answered ENOSYS and the kernel stops sending
+ * FLUSH (there is no FOPEN_NOFLUSH to do it). */
 const struct fuse_lowlevel_ops pcrfs_ops = {
     .init = op_init,
     .lookup = op_lookup,
@@ -1199,12 +1388,15 @@ const struct fuse_lowlevel_ops pcrfs_ops = {
     .open = op_open,
     .read = op_read,
     .write = op_write,
+    .flush = op_flush,
     .release = op_release,
     .opendir = op_opendir,
     .readdir = op_readdir,
     .readdirplus = op_readdirplus,
     .statfs = op_statfs,
     .setxattr = op_setxattr,
+    .getxattr = op_getxattr,
+    .listxattr = op_listxattr,
     .removexattr = op_removexattr,
     .access = op_access,
     .create = op_create,
