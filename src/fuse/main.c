@@ -485,6 +485,10 @@ int main(int argc, char *argv[])
     pthread_mutex_init(&fs.open_lock, NULL);
     fs.open_files.prev = fs.open_files.next = &fs.open_files;
     pthread_mutex_init(&fs.snap_lock, NULL);
+    if (pcrfs_views_init(&fs) != 0) {
+        fprintf(stderr, "pcrfs: the table of views is inconsistent\n");
+        goto out_store;
+    }
     if (pcrfs_info_render(&fs) != 0) {
         fprintf(stderr, "pcrfs: out of memory\n");
         goto out_store;
