@@ -1,9 +1,11 @@
 /* pcrfs — the FUSE driver's shared state (not installed).
  *
  * main.c parses the command line, opens the store and runs the session; ops.c holds
- * the low-level handlers; control.c renders the /.pcrfs files. Everything below is
- * written once before the session starts and only read afterwards, except the
- * per-view counters, which are relaxed atomics.
+ * the low-level handlers; views.c the table of views (views.h); pcrfsdir.c the
+ * daemon's own nodes (the root's .pcrfs and its files); control.c renders the
+ * /.pcrfs files' JSON. Everything below is written once before the session starts
+ * and only read afterwards, except the per-view counters (relaxed atomics), the
+ * dynamic level, and what the locks named below guard.
  */
 #ifndef PCRFS_FUSE_FS_H
 #define PCRFS_FUSE_FS_H
@@ -13,39 +15,48 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <fuse_lowlevel.h>
 
 #include "pcrfs/store.h"
+#include "views.h"
 
-/* Views are numbered 1..L (scanK) and L+1 (full); see inode.h. Counters have one
- * more slot, L+2, for dynamic/ (whose inodes use views VIEW_DYN + K). */
+/* Counter slots: [1..L] scanK, [L+1] full, [L+2] dynamic (views.c's rows say which
+ * view counts where; control.c prints them). */
 #define PCRFS_MAX_VIEWS (PCR_MAX_LEVELS + 3)
 
-/* Counters kept by the driver, per view: the library counts per level and cannot
- * tell full/ from scanL/, which serve the same level. */
-struct view_counters {
-    atomic_uint_fast64_t opens;  /* successful opens; with no_open, READs at offset 0 */
-    atomic_uint_fast64_t reads;  /* READ requests answered with data or EOF */
-    atomic_uint_fast64_t bytes;  /* bytes returned to the kernel */
-    atomic_uint_fast64_t errors; /* opens and reads that failed (EIO) */
-};
-
 /* A snapshot of /.pcrfs/stats, taken when the name was looked up and kept while the
- * kernel holds its inode (see inode.h and ops.c). */
+ * kernel holds its node, or until PCRFS_MAX_SNAPS newer ones have been taken
+ * (inode.h). */
 struct stat_snap {
-    struct stat_snap *next; /* under pcrfs.snap_lock */
-    uint64_t ino;
+    uint64_t gen;     /* its node's generation (inode.h) */
     uint64_t nlookup; /* lookups the kernel has not forgotten yet */
     size_t len;
-    char *data;
+    char data[]; /* len bytes */
 };
 
-/* An open file (fi->fh) when the kernel sends OPEN: the library's handle for a view's
- * file. Listed on pcrfs.open_files; see ops.c. */
+/* The most snapshots alive at once: each held descriptor of /.pcrfs/stats pins one,
+ * so without a bound any user of an allow_other mount could grow the daemon by a few
+ * kB per descriptor. 256 x (1.5-18 kB: stats for 1..64 levels, counters of up to
+ * 20 digits) is at most 4.6 MB, about 0.5 MB for a 10-level store. */
+#define PCRFS_MAX_SNAPS 256
+
+/* Bytes written to /.pcrfs/level through one open file since its last newline, not
+ * yet applied (pcrfsdir.c, "Writing the level"). */
+struct level_write {
+    size_t len;
+    char buf[16];
+};
+
+/* An open file (fi->fh) when the kernel sends OPEN: a view's file with the state its
+ * open handler returned, or /.pcrfs/level open for writing. Listed on
+ * pcrfs.open_files; see ops.c. */
 struct open_file {
     struct open_file *prev, *next; /* under pcrfs.open_lock */
-    struct pcr_handle *h;
+    const struct view *v;          /* NULL for /.pcrfs/level */
+    void *state;                   /* v->ops->open()'s */
+    struct level_write *lw;        /* /.pcrfs/level open for writing; open_lock */
 };
 
 struct pcrfs {
@@ -77,11 +88,14 @@ struct pcrfs {
     atomic_uint_fast64_t switches;
     struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1], [L+2] dynamic; [0] unused */
     struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
+    struct view vtab[PCRFS_VIEW_NUMBERS];        /* by inode view number (views.c) */
+    const struct view *root[VIEWS_ROOT_MAX];     /* the root's view directories, in order */
+    unsigned nroot;
     pthread_mutex_t open_lock;                   /* guards open_files */
     struct open_file open_files;                 /* list head (ops.c) */
-    pthread_mutex_t snap_lock;                   /* guards snaps */
-    struct stat_snap *snaps;                     /* live /.pcrfs/stats inodes */
-    atomic_uint_fast64_t snap_gen;               /* the last generation handed out */
+    pthread_mutex_t snap_lock;                   /* guards snaps and snap_gen */
+    struct stat_snap *snaps[PCRFS_MAX_SNAPS];    /* generation g lives in [g % MAX] */
+    uint64_t snap_gen;                           /* the last generation handed out */
 };
 
 /* control.c */
@@ -96,8 +110,56 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len);
  * newline). @return the level, or 0 if @s is not one. */
 unsigned pcrfs_parse_level(const struct pcrfs *fs, const char *s, size_t len);
 
+static inline unsigned pcrfs_level_now(const struct pcrfs *fs)
+{
+    return atomic_load_explicit(&fs->level_now, memory_order_acquire);
+}
+
+static inline void pcrfs_count(atomic_uint_fast64_t *c, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* pcrfsdir.c: the nodes of view 0 (inode.h), which the handlers in ops.c pass on.
+ * Each returns 0 or a negative errno, like ops.c's workers. */
+bool pcrfs_is_level_file(const struct pcrfs *fs, uint64_t ino);
+/* The mounting user or root (a dynamic mount has no default_permissions). */
+bool pcrfs_may_control(const struct pcrfs *fs, fuse_req_t req);
+/* @name in directory @dir (SELF_DIR_ROOT: the views and .pcrfs; SELF_DIR_CTL).
+ * *ino 0 if absent; a stats snapshot is taken and counted as looked up. */
+int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t *ino);
+int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st);
+/* Entry @pos (from 0, after "." and "..") of directory @dir. -ENOENT past the end. */
+int pcrfs_self_dirent(const struct pcrfs *fs, uint64_t dir, uint64_t pos, const char **name,
+                      uint64_t *ino);
+/* Is @ino a file of view 0 that never changes (info, codebook.npy, a stats node)? */
+bool pcrfs_self_immutable(const struct pcrfs *fs, uint64_t ino);
+/* A slice of a file of view 0, in @buf (@size bytes, the thread's buffer). */
+int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_t off,
+                    size_t *outlen);
+/* The stats node @ino was forgotten @nlookup times. */
+void pcrfs_self_forget(struct pcrfs *fs, uint64_t ino, uint64_t nlookup);
+void pcrfs_self_free(struct pcrfs *fs);
+/* /.pcrfs/level open for writing: a write, and close (FLUSH or RELEASE). */
+int pcrfs_level_write(struct pcrfs *fs, struct level_write *lw, const char *buf, size_t size);
+int pcrfs_level_close(struct pcrfs *fs, struct level_write *lw);
+/* user.pcrfs.level: set (@return -EROFS where there is none), get ("5", -ENODATA),
+ * list. With no such node on the mount, -ENOSYS. */
+int pcrfs_level_setxattr(struct pcrfs *fs, fuse_req_t req, uint64_t ino, const char *name,
+                         const char *value, size_t size);
+int pcrfs_level_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf,
+                         size_t len, size_t *outlen);
+int pcrfs_level_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len);
+
 /* ops.c */
 extern const struct fuse_lowlevel_ops pcrfs_ops;
+/* The attributes of any node, as GETATTR answers them. */
+int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st);
+/* The calling thread's buffer, at least @size bytes (see ops.c). NULL: out of memory. */
+char *pcrfs_tls_buf(size_t size);
+/* Attributes of a directory with @nsubdirs subdirectories, of a file of @size bytes. */
+void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs);
+void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size);
 /* Free the calling thread's read buffer (libfuse's workers free theirs on exit; the
  * main thread of a single-threaded loop calls this). */
 void pcrfs_ops_thread_done(void);
@@ -105,5 +167,24 @@ void pcrfs_ops_thread_done(void);
  * ends) and free the stats snapshots it did not forget. Only once the session loop
  * has returned. */
 void pcrfs_ops_close_all(struct pcrfs *fs);
+
+/* writes.c: the handlers of requests that would write (pcrfs_ops lists them). */
+void pcrfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                      struct fuse_file_info *fi);
+void pcrfs_op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev);
+void pcrfs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
+void pcrfs_op_remove(fuse_req_t req, fuse_ino_t parent, const char *name);
+void pcrfs_op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name);
+void pcrfs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                     const char *newname, unsigned int flags);
+void pcrfs_op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname);
+void pcrfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                     struct fuse_file_info *fi);
+void pcrfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                       size_t size, int flags);
+void pcrfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void pcrfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+void pcrfs_op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name);
+void pcrfs_op_access(fuse_req_t req, fuse_ino_t ino, int mask);
 
 #endif

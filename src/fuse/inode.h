@@ -8,9 +8,9 @@
  *   |    view    |F |  id: the library's directory id (F=0) or file id (F=1)|
  *   +------------+--+-----------------------------------------------------+
  *
- *   view 0        the daemon's own namespace: directory 1 is the mount root
- *                 (so the root is exactly FUSE_ROOT_ID = 1), directory 2 is /.pcrfs,
- *                 files 1 and 2 are /.pcrfs/info and /.pcrfs/stats;
+ *   view 0        the daemon's own namespace (pcrfsdir.c): directory 1 is the mount
+ *                 root (so the root is exactly FUSE_ROOT_ID = 1), directory 2 is
+ *                 /.pcrfs; files 1 to 4 are its info, stats, level and codebook.npy;
  *   view 1..L     scan1/ .. scanL/ (L = pcr_store_levels() <= PCR_MAX_LEVELS = 64),
  *                 serving level K = view;
  *   view L+1      full/, serving level L: the same bytes as scanL/ but its own
@@ -22,7 +22,17 @@
  *                 the store's token tree (pcr_store_open_tokens()), a namespace of its
  *                 own, hence a view of its own; a fixed number (below dynamic/'s
  *                 range, above any L+1) keeps its inodes the same whatever L is.
- *                 /.pcrfs/codebook.npy is file 4 of view 0.
+ *
+ * Which view owns which numbers is said once, by the rows of the table of views
+ * (views.c: each row's ino_view, and LEVEL_CURRENT for dynamic/'s V + K). At mount,
+ * pcrfs_views_init() lays the rows out into fs->vtab, one entry per view number
+ * (the store tree, level, counters and handlers of that number, and whether its
+ * directories, files or both are valid), and refuses a table in which two rows
+ * claim one number. Decoding an inode is then ino_split() and one index, view_of():
+ * still no table of inodes, only a table of at most 256 views. A new view takes a
+ * number no row can use whatever L is (66..0x7E: above the largest L+1, below
+ * tokens/; or 0xC1..0xFF: past dynamic/'s files) and keeps it for good, so its
+ * inodes stay stable across versions as those of the views above do.
  *
  * The dynamic view changes level at run time, yet its inodes stay stateless and
  * immutable: a file's inode names the level it serves, and a lookup in dynamic/
@@ -38,15 +48,17 @@
  * new size.)
  *
  * A view's root directory is the store's root directory (PCR_ROOT_DIR) in that view.
- * Eight bits hold 66 views; 55 bits of id hold far more files than SQLite rows. Id 0
- * never occurs (library ids start at 1) so inode 0 stays free for negative entries.
+ * Eight bits hold 256 view numbers; 55 bits of id hold far more files than SQLite
+ * rows. Id 0 never occurs (library ids start at 1) so inode 0 stays free for
+ * negative entries.
  *
- * Why no inode table and no forget bookkeeping (save /.pcrfs/stats, below): FUSE counts lookups so that a
- * filesystem can keep an inode's state alive while the kernel still names it, and
- * free it on FORGET. Here an inode has no state at all. The store is immutable, its
- * ids are valid until pcr_store_close(), and the number itself says which view and
- * which node it is, so any number the kernel ever held stays valid for the life of
- * the mount; FORGET has nothing to free and lookup counts are never looked at.
+ * Why no inode table and no forget bookkeeping (save /.pcrfs/stats, below): FUSE
+ * counts lookups so that a filesystem can keep an inode's state alive while the
+ * kernel still names it, and free it on FORGET. Here an inode has no state at all.
+ * The store is immutable, its ids are valid until pcr_store_close(), and the
+ * number itself says which view and which node it is, so any number the kernel ever
+ * held stays valid for the life of the mount; FORGET has nothing to free and lookup
+ * counts are never looked at.
  * It also makes inode numbers stable across mounts of the same store (for NFS
  * export and for tools that remember st_ino), and costs no memory per file: RSS does
  * not grow with the number of files the kernel has seen.
@@ -71,15 +83,36 @@
 #define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
 
 /* /.pcrfs/stats changes all the time, yet with no OPEN (ops.c) the kernel caches a
- * file's pages for as long as it keeps the inode. So every lookup of "stats" renders
- * a snapshot and hands out a new inode for it, generation gen >= 1 in the bits above
+ * file's pages for as long as it keeps the node. So every lookup of "stats" renders
+ * a snapshot and hands out a new node for it, generation gen >= 1 in the bits above
  * the file's number, with an entry timeout of 0 (a path walk always looks it up
- * again, as for dynamic/ files): an inode's bytes and size never change, so its
- * cached pages are always right, and `cat` always shows counters taken just before.
- * These are the only inodes with state: the snapshot lives until the kernel forgets
- * the inode (FORGET), which it does as soon as the name points elsewhere and no one
- * has the file open. Id SELF_FILE_STAT itself (gen 0) is only a directory entry's
- * st_ino, never a node the kernel holds. */
+ * again, as for dynamic/ files): a node's bytes and size never change, so its
+ * cached pages are always right, `cat` always shows counters taken just before, and
+ * a reader (cp) sees one size and one snapshot from open to close.
+ *
+ * The st_ino these nodes report is not their node id but always the file's own
+ * number (id SELF_FILE_STAT, gen 0), which is also its directory entry's: FUSE keeps
+ * the two apart (the kernel finds its inode by node id and shows attr.ino to
+ * stat(2)). So the file has one stable inode number, and `cp`, which compares the
+ * st_ino of stat(path) with that of fstat() after open and refuses a file "replaced
+ * while being copied", copies it.
+ *
+ * Why not one node whose bytes are rendered at each read: with no OPEN the kernel
+ * opens every file as if with FOPEN_KEEP_CACHE and there is no OPEN reply in which
+ * to ask for direct I/O for this one file, so one node's cached pages would outlive
+ * its counters. The kernel drops them only when a new size is seen (a snapshot of the
+ * same length would serve old pages) or on fuse_lowlevel_notify_inval_inode(), which
+ * the daemon cannot order before a reader's next read (and which may block on a page
+ * lock that only a READ it must answer releases, with -s). And with one node the
+ * bytes could change between two read(2) calls of one copy.
+ *
+ * These are the only nodes with state: the snapshot lives until the kernel forgets
+ * the node (FORGET), which it does as soon as the name points elsewhere and no one
+ * has the file open, or until PCRFS_MAX_SNAPS (fs.h) newer snapshots have been taken:
+ * generation g lives in slot g % PCRFS_MAX_SNAPS, so each descriptor held open
+ * costs nothing past that bound, and a descriptor opened that many lookups ago
+ * answers ESTALE if its pages are no longer cached. Id SELF_FILE_STAT itself (gen 0)
+ * is only a st_ino, never a node the kernel holds. */
 #define SELF_GEN_SHIFT 8
 
 /* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */

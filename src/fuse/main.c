@@ -8,6 +8,7 @@
  * fusermount3 -u or SIGTERM/SIGINT/SIGHUP, unmount, exit 0.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <syslog.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +41,7 @@ struct cli {
     char *cache_size;   /* -o cache_size=SIZE, as given */
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
+    char *logfile; /* -o logfile=PATH */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -60,6 +63,7 @@ static const struct fuse_opt cli_spec[] = {
     {"cache_size=%s", offsetof(struct cli, cache_size), 0},
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
+    {"logfile=%s", offsetof(struct cli, logfile), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -135,6 +139,9 @@ static void help(void)
            "                           MNT/.pcrfs/level) or set with setfattr -n\n"
            "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
            "                           not \"ro\" (every other write still fails with EROFS)\n"
+           "    -o logfile=PATH        append the daemon's messages to PATH, one line\n"
+           "                           each with a UTC timestamp, instead of syslog\n"
+           "                           (detached) or standard error (-f)\n"
            "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
            "\n"
            "STORE may be s3://BUCKET/PREFIX or http[s]://HOST/PATH (a store copied into\n"
@@ -159,11 +166,41 @@ static void help(void)
 }
 
 /* ---- logging -----------------------------------------------------------------------
- * The library's hook and libfuse's both go to stderr while the daemon has a terminal
- * and to syslog once it has detached. log_syslog is written once, after
- * fuse_daemonize() and before any worker thread exists, and only read afterwards. */
+ * The library's hook and libfuse's go to stderr while the daemon has a terminal and
+ * to syslog once it has detached, or with -o logfile=PATH to that file (containers
+ * often have no syslog). log_fd and log_syslog are written once, before the session
+ * loop starts any worker thread, and only read afterwards. */
 
 static bool log_syslog;
+static int log_fd = -1;
+
+/* One line, written with one write(2) to a file opened with O_APPEND, so lines from
+ * several threads (or daemons sharing the file) never interleave:
+ * "2026-11-21T10:00:00.123Z pcrfs[PID]: warning: message". Control bytes become '?'
+ * (libfuse's messages end with a newline, which is dropped). */
+static void log_line(const char *tag, const char *msg)
+{
+    char line[4096];
+    struct timespec ts;
+    struct tm tm;
+    size_t n, i, mlen = strlen(msg);
+    int k;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    k = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ pcrfs[%ld]: %s",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 ts.tv_nsec / 1000000, (long)getpid(), tag);
+    if (k < 0)
+        return;
+    n = (size_t)k < sizeof(line) - 1 ? (size_t)k : sizeof(line) - 1;
+    while (mlen > 0 && msg[mlen - 1] == '\n')
+        mlen--; /* the newline that ended it */
+    for (i = 0; i < mlen && n < sizeof(line) - 1; i++)
+        line[n++] = (unsigned char)msg[i] < 0x20 || msg[i] == 0x7f ? '?' : msg[i];
+    line[n++] = '\n';
+    (void)!write(log_fd, line, n);
+}
 
 static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
 {
@@ -172,7 +209,9 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
     unsigned l = (unsigned)level < 4 ? (unsigned)level : 3;
 
     (void)ctx;
-    if (log_syslog)
+    if (log_fd >= 0)
+        log_line(tag[l], msg);
+    else if (log_syslog)
         syslog(prio[l], "%s", msg);
     else
         fprintf(stderr, "pcrfs: %s%s\n", tag[l], msg);
@@ -181,7 +220,14 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
 /* libfuse's levels are syslog's priorities (FUSE_LOG_EMERG = LOG_EMERG = 0 ...). */
 static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap)
 {
-    vsyslog((int)level, fmt, ap);
+    char msg[1024];
+
+    if (log_fd < 0) {
+        vsyslog((int)level, fmt, ap);
+        return;
+    }
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    log_line(level <= FUSE_LOG_ERR ? "error: " : level == FUSE_LOG_WARNING ? "warning: " : "", msg);
 }
 
 /* "12500000", "12.5M", "100k": bytes per second. @return 0 or -1. */
@@ -257,6 +303,51 @@ static void raise_fd_limit(void)
     }
 }
 
+/* Would libfuse take these arguments? Asked of a throwaway session before anything
+ * is opened, so that an unknown option or flag is a usage error (exit 2, libfuse
+ * names it) and not a failure found after the store was opened. */
+static bool fuse_args_ok(const struct fuse_args *args)
+{
+    struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+    struct fuse_session *se;
+    int i;
+
+    for (i = 0; i < args->argc; i++)
+        if (fuse_opt_add_arg(&copy, args->argv[i]) != 0) {
+            fuse_opt_free_args(&copy);
+            return false;
+        }
+    se = fuse_session_new(&copy, &pcrfs_ops, sizeof(pcrfs_ops), NULL);
+    fuse_opt_free_args(&copy);
+    if (!se)
+        return false;
+    fuse_session_destroy(se);
+    return true;
+}
+
+/* The kernel mounts a FUSE filesystem on a regular file as readily as on a directory,
+ * and every access then fails with EIO: refuse anything but a directory. libfuse has
+ * already resolved the path (a missing one is a usage error); "/dev/fd/N" (a
+ * descriptor of /dev/fuse passed by a privileged mounter) is not a path. */
+static int check_mountpoint(const char *mnt)
+{
+    struct stat st;
+    unsigned fd;
+    char c;
+
+    if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
+        return 0;
+    if (stat(mnt, &st) != 0) {
+        fprintf(stderr, "pcrfs: %s: %s\n", mnt, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "pcrfs: %s: not a directory\n", mnt);
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -318,6 +409,11 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_opts;
     }
+    if (cli.logfile && !cli.logfile[0]) {
+        fprintf(stderr, "pcrfs: logfile=: no path\n");
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
     /* libfuse's connection options (readdirplus=, max_readahead=, ...): taken out of
      * args here, applied in the init handler. */
     fs.conn_opts = fuse_parse_conn_info_opts(&args);
@@ -340,6 +436,12 @@ int main(int argc, char *argv[])
     if (!cli.level && !cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
         goto out_conn;
     if (!cli.level && !cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+        goto out_conn;
+    if (!fuse_args_ok(&args)) {
+        ret = EXIT_USAGE;
+        goto out_conn;
+    }
+    if (check_mountpoint(opts.mountpoint) != 0)
         goto out_conn;
     if (cli.level && cli.has_ro)
         fprintf(stderr, "pcrfs: warning: -o ro: the kernel will refuse every write, so the "
@@ -421,12 +523,27 @@ int main(int argc, char *argv[])
     pthread_mutex_init(&fs.open_lock, NULL);
     fs.open_files.prev = fs.open_files.next = &fs.open_files;
     pthread_mutex_init(&fs.snap_lock, NULL);
+    if (pcrfs_views_init(&fs) != 0) {
+        fprintf(stderr, "pcrfs: the table of views is inconsistent\n");
+        goto out_store;
+    }
     if (pcrfs_info_render(&fs) != 0) {
         fprintf(stderr, "pcrfs: out of memory\n");
         goto out_store;
     }
     if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
         goto out_store;
+    /* Before the mount and before detaching: a log that cannot be written fails the
+     * mount here, on the terminal, and a relative path means the caller's directory
+     * (the daemon changes to / when it detaches). */
+    if (cli.logfile) {
+        log_fd = open(cli.logfile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        if (log_fd < 0) {
+            fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile, strerror(errno));
+            goto out_store;
+        }
+        fuse_set_log_func(fuse_log_hook);
+    }
 
     se = fuse_session_new(&args, &pcrfs_ops, sizeof(pcrfs_ops), &fs);
     if (!se)
@@ -437,7 +554,7 @@ int main(int argc, char *argv[])
         goto out_signals;
     if (fuse_daemonize(opts.foreground) != 0)
         goto out_unmount;
-    if (!opts.foreground) {
+    if (!opts.foreground && log_fd < 0) {
         openlog("pcrfs", LOG_PID, LOG_DAEMON);
         fuse_set_log_func(fuse_log_hook);
         log_syslog = true;
@@ -498,8 +615,11 @@ out_args:
     free(cli.level);
     free(cli.cache);
     free(cli.cache_size);
+    free(cli.logfile);
     fuse_opt_free_args(&args);
     if (log_syslog)
         closelog();
+    if (log_fd >= 0)
+        close(log_fd);
     return ret;
 }

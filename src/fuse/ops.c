@@ -2,15 +2,18 @@
  *
  * Each handler decodes its arguments, calls one worker that returns 0 or a negative
  * errno, and sends exactly one reply. Workers never reply. Inode numbers are
- * computed, not stored (see inode.h), so there is no inode table, no lock on the
- * lookup, getattr, readdir or read paths, and no FORGET handler: libfuse answers
- * FORGET itself when the filesystem has none.
+ * computed, not stored (see inode.h), so there is no inode table and no lock on the
+ * lookup, getattr, readdir or read paths. A node is either one of a view's (the
+ * table in views.c says how each view names, sizes, reads and caches; view_of()
+ * finds it) or one of the daemon's own (view 0: pcrfsdir.c).
  *
  * What the kernel is told, and why (the store is immutable for the life of the mount):
  *   - entry, attribute and negative-entry timeouts of fs->timeout (a day by default):
- *     after the first walk, lookups and stats never leave the kernel;
- *   - FOPEN_KEEP_CACHE on every open file: the page cache survives close/open, so a
- *     second epoch over a dataset that fits in RAM does no FUSE reads at all
+ *     after the first walk, lookups and stats never leave the kernel (a view's row
+ *     may keep the names of its files uncached: dynamic/);
+ *   - FOPEN_KEEP_CACHE on every open file (a row's cache.pages): the page cache
+ *     survives close/open, so a second epoch over a dataset that fits in RAM does no
+ *     FUSE reads at all
  *     (measured, full/, 4 readers: 21-28 k files/s warm with it, 5-7 k without);
  *   - readdirplus, always (not "auto"): one READDIRPLUS answers for the names and the
  *     attributes of a whole directory, so ImageFolder's scandir + open of every file,
@@ -18,8 +21,10 @@
  *     files): cold `ls -lR` 0.08-0.12 s with it, 0.31-0.49 s without (native disk
  *     0.11-0.15 s); listing + reading scan1/ costs the daemon 22-27 ticks of CPU with
  *     "yes", 27-33 with "auto", 30-47 with "no";
- *   - FOPEN_CACHE_DIR on directories: a second listing is served by the kernel;
- *   - FOPEN_NOFLUSH: nothing is ever written, so close() costs no FLUSH round trip;
+ *   - FOPEN_CACHE_DIR on directories (a row's cache.listings): a second listing is
+ *     served by the kernel;
+ *   - FOPEN_NOFLUSH: nothing is ever written (but /.pcrfs/level), so close() costs no
+ *     FLUSH round trip;
  *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it;
  *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
  *
@@ -54,115 +59,11 @@
 
 #define PCRFS_BLKSIZE (1u << 20)
 #define TLS_BUF_MIN   (128u << 10)
-/* scanK, full, [dynamic,] [tokens,] .pcrfs */
-#define ROOT_NSUBDIRS(fs) ((fs)->levels + 2 + (fs)->dynamic + ((fs)->tokstore != NULL))
+#define NAMEBUF       512 /* a view's made-up names (views.h); "scanK" */
 
 static struct pcrfs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
-}
-
-static bool view_valid(const struct pcrfs *fs, unsigned view)
-{
-    return (view >= 1 && view <= fs->levels + 1) || (view == VIEW_TOKENS && fs->tokstore);
-}
-
-/* The store a view's ids belong to: tokens/ has its own tree (inode.h). */
-static struct pcr_store *view_store(const struct pcrfs *fs, unsigned view)
-{
-    return view == VIEW_TOKENS ? fs->tokstore : fs->store;
-}
-
-/* full/ (view L+1) serves level L; a dynamic/ file VIEW_DYN+K serves level K. */
-static unsigned view_level(const struct pcrfs *fs, unsigned view)
-{
-    if (view == VIEW_TOKENS)
-        return 1; /* the token tree's one level */
-    if (view > VIEW_DYN)
-        return view - VIEW_DYN;
-    return view > fs->levels ? fs->levels : view;
-}
-
-/* Is @p a node of a store view (scanK/, full/, dynamic/)? */
-static bool node_valid(const struct pcrfs *fs, struct ino_parts p)
-{
-    if (p.view >= VIEW_DYN) {
-        if (!fs->dynamic)
-            return false;
-        if (!p.is_file)
-            return p.view == VIEW_DYN;
-        return p.view > VIEW_DYN && p.view - VIEW_DYN <= fs->levels;
-    }
-    return view_valid(fs, p.view);
-}
-
-static unsigned dyn_level(const struct pcrfs *fs)
-{
-    return atomic_load_explicit(&fs->level_now, memory_order_acquire);
-}
-
-/* The inode of node @id as a child in view @view: in dynamic/, a file's inode is
- * the one of the level current now (see inode.h). */
-static fuse_ino_t child_ino(const struct pcrfs *fs, unsigned view, bool is_file, uint64_t id)
-{
-    if (view >= VIEW_DYN)
-        return ino_make(is_file ? VIEW_DYN + dyn_level(fs) : VIEW_DYN, is_file, id);
-    return ino_make(view, is_file, id);
-}
-
-/* How long the kernel may keep a name -> @child: dynamic/ files not at all, so a
- * path walk after a switch finds the new level's inode. */
-static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
-{
-    struct ino_parts p = ino_split(child);
-
-    /* /.pcrfs/stats neither: each lookup takes a new snapshot (inode.h) */
-    return (p.is_file && p.view > VIEW_DYN) || ino_is_stats(child) ? 0.0 : fs->timeout;
-}
-
-static struct view_counters *counters(struct pcrfs *fs, unsigned view)
-{
-    if (view == VIEW_TOKENS)
-        return &fs->tok_view;
-    return &fs->views[view >= VIEW_DYN ? fs->levels + 2 : view];
-}
-
-static bool is_level_file(const struct pcrfs *fs, fuse_ino_t ino)
-{
-    return fs->dynamic && ino == ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
-}
-
-/* Only the mounting user and root may change the level (the daemon checks: such a
- * mount has no default_permissions). */
-static bool may_control(const struct pcrfs *fs, fuse_req_t req)
-{
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-
-    return ctx && (ctx->uid == 0 || ctx->uid == fs->uid);
-}
-
-/* The current level as /.pcrfs/level shows it: "K\n". */
-static size_t level_render(const struct pcrfs *fs, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "%u\n", dyn_level(fs));
-
-    return n > 0 ? (size_t)n : 0;
-}
-
-static void set_level(struct pcrfs *fs, unsigned k)
-{
-    unsigned old = atomic_exchange_explicit(&fs->level_now, k, memory_order_acq_rel);
-
-    if (old != k) {
-        atomic_fetch_add_explicit(&fs->switches, 1, memory_order_relaxed);
-        if (fs->debug)
-            fprintf(stderr, "pcrfs: dynamic/: level %u -> %u\n", old, k);
-    }
-}
-
-static void count(atomic_uint_fast64_t *c, uint64_t n)
-{
-    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
 /* ---- the read buffer --------------------------------------------------------------
@@ -198,7 +99,7 @@ static void tls_key_init(void)
         abort(); /* only fails when the process is out of keys: nothing to recover */
 }
 
-static char *tls_get(size_t size)
+char *pcrfs_tls_buf(size_t size)
 {
     struct tls_buf *b = tls;
     size_t cap;
@@ -238,7 +139,7 @@ void pcrfs_ops_thread_done(void)
 
 /* ---- attributes ------------------------------------------------------------------ */
 
-static void stat_common(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino)
+static void stat_common(const struct pcrfs *fs, struct stat *st, uint64_t ino)
 {
     st->st_ino = ino;
     st->st_uid = fs->uid;
@@ -247,7 +148,7 @@ static void stat_common(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino)
     st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = (time_t)fs->mtime;
 }
 
-static void stat_dir(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, uint64_t nsubdirs)
+void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs)
 {
     stat_common(fs, st, ino);
     st->st_mode = S_IFDIR | 0555;
@@ -257,7 +158,7 @@ static void stat_dir(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, ui
     st->st_size = 0;
 }
 
-static void stat_file(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, uint64_t size)
+void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size)
 {
     stat_common(fs, st, ino);
     st->st_mode = S_IFREG | 0444;
@@ -270,203 +171,50 @@ static void stat_file(const struct pcrfs *fs, struct stat *st, fuse_ino_t ino, u
  * and the kernel must not cache it. (A stats inode never changes: inode.h.) */
 static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
 {
-    return is_level_file(fs, ino) ? 0.0 : fs->timeout;
+    return pcrfs_is_level_file(fs, ino) ? 0.0 : fs->timeout;
 }
 
-/* ---- /.pcrfs/stats snapshots (inode.h) ---------------------------------------------
- * Few (one per name lookup the kernel still holds), looked up rarely: a list under a
- * mutex. */
-
-/* Render a snapshot for a new inode, with one lookup counted. @return 0 and *ino. */
-static int snap_new(struct pcrfs *fs, fuse_ino_t *ino)
-{
-    struct stat_snap *sn = calloc(1, sizeof(*sn));
-    uint64_t gen;
-    int rc;
-
-    if (!sn)
-        return -ENOMEM;
-    rc = pcrfs_stats_render(fs, &sn->data, &sn->len);
-    if (rc) {
-        free(sn);
-        return rc;
-    }
-    gen = atomic_fetch_add_explicit(&fs->snap_gen, 1, memory_order_relaxed) + 1;
-    sn->ino = ino_make(VIEW_SELF, true, SELF_FILE_STAT | (gen << SELF_GEN_SHIFT));
-    sn->nlookup = 1;
-    pthread_mutex_lock(&fs->snap_lock);
-    sn->next = fs->snaps;
-    fs->snaps = sn;
-    pthread_mutex_unlock(&fs->snap_lock);
-    *ino = sn->ino;
-    return 0;
-}
-
-/* Under snap_lock. */
-static struct stat_snap **snap_find(struct pcrfs *fs, fuse_ino_t ino)
-{
-    struct stat_snap **pp;
-
-    for (pp = &fs->snaps; *pp && (*pp)->ino != ino; pp = &(*pp)->next)
-        ;
-    return pp;
-}
-
-static int snap_size(struct pcrfs *fs, fuse_ino_t ino, size_t *len)
-{
-    struct stat_snap *sn;
-
-    pthread_mutex_lock(&fs->snap_lock);
-    sn = *snap_find(fs, ino);
-    if (sn)
-        *len = sn->len;
-    pthread_mutex_unlock(&fs->snap_lock);
-    return sn ? 0 : -ENOENT;
-}
-
-/* Copy a slice of the snapshot into the thread's buffer: a FORGET in another worker
- * may free it as soon as the lock is released. */
-static int snap_read(struct pcrfs *fs, fuse_ino_t ino, size_t size, off_t off, const char **out,
-                     size_t *outlen)
-{
-    struct stat_snap *sn;
-    size_t n = 0;
-    char *buf = tls_get(size ? size : 1);
-
-    if (!buf)
-        return -ENOMEM;
-    pthread_mutex_lock(&fs->snap_lock);
-    sn = *snap_find(fs, ino);
-    if (sn && (uint64_t)off < sn->len) {
-        n = sn->len - (size_t)off < size ? sn->len - (size_t)off : size;
-        memcpy(buf, sn->data + off, n);
-    }
-    pthread_mutex_unlock(&fs->snap_lock);
-    *out = buf;
-    *outlen = n;
-    return sn ? 0 : -ENOENT;
-}
-
-static void snap_forget(struct pcrfs *fs, fuse_ino_t ino, uint64_t nlookup)
-{
-    struct stat_snap **pp, *sn = NULL;
-
-    pthread_mutex_lock(&fs->snap_lock);
-    pp = snap_find(fs, ino);
-    if (*pp && (*pp)->nlookup <= nlookup) {
-        sn = *pp;
-        *pp = sn->next;
-    } else if (*pp) {
-        (*pp)->nlookup -= nlookup;
-    }
-    pthread_mutex_unlock(&fs->snap_lock);
-    if (sn) {
-        free(sn->data);
-        free(sn);
-    }
-}
-
-static int self_stat(struct pcrfs *fs, fuse_ino_t ino, struct ino_parts p, struct stat *st)
-{
-    size_t len;
-    int rc;
-
-    if (!p.is_file && p.id == SELF_DIR_ROOT) {
-        stat_dir(fs, st, ino, ROOT_NSUBDIRS(fs));
-    } else if (!p.is_file && p.id == SELF_DIR_CTL) {
-        stat_dir(fs, st, ino, 0);
-    } else if (p.is_file && p.id == SELF_FILE_INFO) {
-        stat_file(fs, st, ino, fs->info_len);
-    } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
-        stat_file(fs, st, ino, fs->codebook_len);
-    } else if (ino_is_stats(ino)) {
-        rc = snap_size(fs, ino, &len);
-        if (rc)
-            return rc;
-        stat_file(fs, st, ino, len);
-    } else if (p.is_file && p.id == SELF_FILE_LEVEL && fs->dynamic) {
-        char buf[16];
-
-        stat_file(fs, st, ino, level_render(fs, buf, sizeof(buf)));
-        st->st_mode = S_IFREG | 0644; /* the mounting user may write it */
-    } else {
-        return -ENOENT;
-    }
-    return 0;
-}
-
-static int node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
+int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
 {
     struct ino_parts p = ino_split(ino);
+    const struct view *v;
     const struct pcr_file *f;
     struct pcr_dirinfo di;
     int rc;
 
     memset(st, 0, sizeof(*st));
     if (p.view == VIEW_SELF)
-        return self_stat(fs, ino, p, st);
-    if (!node_valid(fs, p))
+        return pcrfs_self_stat(fs, ino, st);
+    v = view_of(fs, p);
+    if (!v)
         return -ENOENT;
     if (p.is_file) {
-        rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
+        rc = pcr_store_file(v->store, p.id, &f);
         if (rc)
             return rc;
-        stat_file(fs, st, ino, pcr_file_size(f, view_level(fs, p.view)));
+        pcrfs_stat_file(fs, st, ino, v->ops->size(v, f));
     } else {
-        rc = pcr_store_dir(view_store(fs, p.view), p.id, &di);
+        rc = pcr_store_dir(v->store, p.id, &di);
         if (rc)
             return rc;
-        stat_dir(fs, st, ino, di.nsubdirs);
+        pcrfs_stat_dir(fs, st, ino, di.nsubdirs);
     }
     return 0;
+}
+
+/* How long the kernel may keep a name -> @child: a view's row says for its files;
+ * /.pcrfs/stats not at all, each lookup takes a new snapshot (inode.h). */
+static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
+{
+    struct ino_parts p = ino_split(child);
+    const struct view *v = view_of(fs, p);
+
+    if (v)
+        return view_entry_timeout(fs, v, p.is_file);
+    return ino_is_stats(child) ? 0.0 : fs->timeout;
 }
 
 /* ---- names ------------------------------------------------------------------------ */
-
-/* "scanK" with 1 <= K <= L and no leading zero, else 0. */
-static unsigned parse_scan(const struct pcrfs *fs, const char *name)
-{
-    unsigned k = 0;
-    const char *c;
-
-    if (strncmp(name, "scan", 4) != 0 || name[4] < '1' || name[4] > '9')
-        return 0;
-    for (c = name + 4; *c; c++) {
-        if (*c < '0' || *c > '9' || k > fs->levels)
-            return 0;
-        k = k * 10 + (unsigned)(*c - '0');
-    }
-    return k <= fs->levels ? k : 0;
-}
-
-static fuse_ino_t self_lookup(const struct pcrfs *fs, uint64_t dir, const char *name)
-{
-    unsigned k;
-
-    if (dir == SELF_DIR_ROOT) {
-        if (strcmp(name, "full") == 0)
-            return ino_make(fs->levels + 1, false, PCR_ROOT_DIR);
-        if (strcmp(name, ".pcrfs") == 0)
-            return ino_make(VIEW_SELF, false, SELF_DIR_CTL);
-        if (fs->dynamic && strcmp(name, "dynamic") == 0)
-            return ino_make(VIEW_DYN, false, PCR_ROOT_DIR);
-        if (fs->tokstore && strcmp(name, "tokens") == 0)
-            return ino_make(VIEW_TOKENS, false, PCR_ROOT_DIR);
-        k = parse_scan(fs, name);
-        return k ? ino_make(k, false, PCR_ROOT_DIR) : 0;
-    }
-    if (dir == SELF_DIR_CTL) {
-        if (strcmp(name, "info") == 0)
-            return ino_make(VIEW_SELF, true, SELF_FILE_INFO);
-        if (strcmp(name, "stats") == 0)
-            return ino_make(VIEW_SELF, true, SELF_FILE_STAT);
-        if (fs->dynamic && strcmp(name, "level") == 0)
-            return ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
-        if (fs->codebook && strcmp(name, "codebook.npy") == 0)
-            return ino_make(VIEW_SELF, true, SELF_FILE_CODEBOOK);
-    }
-    return 0;
-}
 
 /* A miss is an answer, not an error: it is returned as a negative entry (ino 0) so
  * the kernel caches it for the entry timeout, and probing for absent files (as
@@ -475,26 +223,22 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
                      struct fuse_entry_param *e)
 {
     struct ino_parts p = ino_split(parent);
+    const struct view *v;
     struct pcr_node node;
-    fuse_ino_t ino = 0;
+    uint64_t ino = 0;
     int rc;
 
     memset(e, 0, sizeof(*e));
     if (p.is_file)
         return -ENOTDIR;
     if (p.view == VIEW_SELF) {
-        if (p.id != SELF_DIR_ROOT && p.id != SELF_DIR_CTL)
-            return -ENOENT;
-        ino = self_lookup(fs, p.id, name);
-        if (ino == ino_make(VIEW_SELF, true, SELF_FILE_STAT)) {
-            rc = snap_new(fs, &ino); /* counted as looked up: op_lookup undoes it on failure */
-            if (rc)
-                return rc;
-        }
-    } else if (node_valid(fs, p)) {
-        rc = pcr_store_lookup(view_store(fs, p.view), p.id, name, &node);
+        rc = pcrfs_self_lookup(fs, p.id, name, &ino); /* stats: op_lookup undoes a failure */
+        if (rc)
+            return rc;
+    } else if ((v = view_of(fs, p)) != NULL) {
+        rc = v->ops->lookup(v, p.id, name, &node);
         if (rc == 0) {
-            ino = child_ino(fs, p.view, !node.is_dir, node.id);
+            ino = view_child_ino(fs, v, !node.is_dir, node.id);
             if (!ino)
                 return -EOVERFLOW;
         } else if (rc != -ENOENT) {
@@ -506,7 +250,7 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
     e->entry_timeout = fs->timeout; /* also for a miss: names do not depend on the level */
     if (!ino)
         return 0;
-    rc = node_stat(fs, ino, &e->attr);
+    rc = pcrfs_node_stat(fs, ino, &e->attr);
     if (rc)
         return rc;
     e->ino = ino;
@@ -516,15 +260,15 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
 }
 
 /* Entry @idx of directory @dir: 0 is ".", 1 is "..", then the children. @namebuf
- * holds generated names ("scanK").
+ * (NAMEBUF bytes) holds made-up names.
  * @return 0; -ENOENT past the end; -EIO and friends from the store. */
 static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char **name,
-                     fuse_ino_t *child, char *namebuf, size_t namelen)
+                     uint64_t *child, char *namebuf)
 {
     struct ino_parts p = ino_split(dir);
+    const struct view *v = view_of(fs, p);
     struct pcr_dirinfo di;
     struct pcr_dirent de;
-    uint64_t pos;
     int rc;
 
     if (idx == 0) {
@@ -534,73 +278,40 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char 
     }
     if (idx == 1) {
         *name = "..";
-        if (p.view == VIEW_SELF || p.id == PCR_ROOT_DIR) {
+        if (!v || p.id == PCR_ROOT_DIR) {
             *child = FUSE_ROOT_ID;
             return 0;
         }
-        rc = pcr_store_dir(view_store(fs, p.view), p.id, &di);
+        rc = pcr_store_dir(v->store, p.id, &di);
         if (rc)
             return rc;
         *child = ino_make(p.view, false, di.parent);
         return *child ? 0 : -EOVERFLOW;
     }
-    pos = idx - 2;
-    if (p.view == VIEW_SELF && p.id == SELF_DIR_ROOT) {
-        if (pos < fs->levels) {
-            snprintf(namebuf, namelen, "scan%u", (unsigned)pos + 1);
-            *name = namebuf;
-            *child = ino_make((unsigned)pos + 1, false, PCR_ROOT_DIR);
-        } else if (pos == fs->levels) {
-            *name = "full";
-            *child = ino_make(fs->levels + 1, false, PCR_ROOT_DIR);
-        } else if (fs->dynamic && pos == fs->levels + 1) {
-            *name = "dynamic";
-            *child = ino_make(VIEW_DYN, false, PCR_ROOT_DIR);
-        } else if (fs->tokstore && pos == fs->levels + 1 + fs->dynamic) {
-            *name = "tokens";
-            *child = ino_make(VIEW_TOKENS, false, PCR_ROOT_DIR);
-        } else if (pos == fs->levels + 1 + fs->dynamic + (fs->tokstore != NULL)) {
-            *name = ".pcrfs";
-            *child = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
-        } else {
-            return -ENOENT;
-        }
-        return 0;
-    }
-    if (p.view == VIEW_SELF) {
-        static const char *const names[] = {"info", "stats", "level", "codebook.npy"};
-        static const uint64_t ids[] = {SELF_FILE_INFO, SELF_FILE_STAT, SELF_FILE_LEVEL,
-                                       SELF_FILE_CODEBOOK};
-
-        /* "level" only with -o level=K, "codebook.npy" only when the store has one */
-        if (pos >= 2 && !fs->dynamic)
-            pos++;
-        if (pos > 3 || (pos == 3 && !fs->codebook))
-            return -ENOENT;
-        *name = names[pos];
-        *child = ino_make(VIEW_SELF, true, ids[pos]);
-        return 0;
-    }
-    rc = pcr_store_readdir(view_store(fs, p.view), p.id, pos, &de);
+    if (!v)
+        return pcrfs_self_dirent(fs, p.id, idx - 2, name, child);
+    rc = v->ops->readdir(v, p.id, idx - 2, &de, namebuf, NAMEBUF);
     if (rc)
         return rc;
     *name = de.name;
-    *child = child_ino(fs, p.view, !de.node.is_dir, de.node.id);
+    *child = view_child_ino(fs, v, !de.node.is_dir, de.node.id);
     return *child ? 0 : -EOVERFLOW;
 }
 
 static int check_dir(struct pcrfs *fs, fuse_ino_t ino)
 {
     struct ino_parts p = ino_split(ino);
+    const struct view *v;
     struct pcr_dirinfo di;
 
     if (p.is_file)
         return -ENOTDIR;
     if (p.view == VIEW_SELF)
         return p.id == SELF_DIR_ROOT || p.id == SELF_DIR_CTL ? 0 : -ENOENT;
-    if (!node_valid(fs, p))
+    v = view_of(fs, p);
+    if (!v)
         return -ENOENT;
-    return pcr_store_dir(view_store(fs, p.view), p.id, &di);
+    return pcr_store_dir(v->store, p.id, &di);
 }
 
 /* Fill up to @size bytes of directory entries starting at entry @off into the
@@ -610,9 +321,9 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
                       bool plus, const char **out, size_t *outlen)
 {
     struct fuse_entry_param e;
-    char namebuf[32];
+    char namebuf[NAMEBUF];
     const char *name;
-    fuse_ino_t child;
+    uint64_t child;
     size_t used = 0, need;
     uint64_t idx;
     char *buf;
@@ -623,11 +334,11 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
     rc = check_dir(fs, dir);
     if (rc)
         return rc;
-    buf = tls_get(size);
+    buf = pcrfs_tls_buf(size);
     if (!buf)
         return -ENOMEM;
     for (idx = (uint64_t)off;; idx++) {
-        rc = dir_entry(fs, dir, idx, &name, &child, namebuf, sizeof(namebuf));
+        rc = dir_entry(fs, dir, idx, &name, &child, namebuf);
         if (rc == -ENOENT)
             break;
         if (rc) {
@@ -643,7 +354,7 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
             e.attr.st_mode = S_IFREG | 0444;
             need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
         } else if (plus) {
-            rc = node_stat(fs, child, &e.attr);
+            rc = pcrfs_node_stat(fs, child, &e.attr);
             if (rc) {
                 if (used)
                     break;
@@ -677,26 +388,28 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
  * the first ENOSYS to FLUSH, FLUSH) on this connection and opens every file as if
  * with FOPEN_KEEP_CACHE. Reads then come with fh 0 and are served from the inode
  * alone: (view, file id) -> pcr_store_file() (no SQL once the directory is loaded)
- * -> pcr_store_pread() at the inode's level (no allocation). Consequences:
+ * -> the view's read with no state (for the store's views pcr_store_pread() at the
+ * view's level, no allocation). Consequences:
  *   - a damaged record fails the read with EIO, not the open;
  *   - "opens" in /.pcrfs/stats counts READs at offset 0, i.e. files whose first
  *     bytes came from the daemon (files served from the page cache are not seen);
  *   - a token file is decoded on every READ (3-7 us per 32x32 grid); the decode is
  *     deterministic, so a file read in pieces is consistent;
  *   - the dynamic view's guarantee holds unchanged: the level is the inode's;
- *   - /.pcrfs/stats is a new inode per lookup (inode.h), so caching cannot stale it.
+ *   - /.pcrfs/stats is a new node per lookup (inode.h), so caching cannot stale it.
  * Only OPEN can refuse a write-mode open (EROFS) before any write, and an
  * O_TRUNC open with atomic_o_trunc would zero the kernel's size of a file without
  * asking: so mounts that are not "ro" (-o rw, -o level=K) keep OPEN, as do -o open
  * and -o nokeep_cache (no-open always keeps the cache). See main.c.
  *
- * With OPEN, an open file is a struct open_file in fi->fh: the library's handle for a
- * view's file (/.pcrfs/info and stats need nothing: fh 0). Open
- * files are also kept on a list, because the kernel does not always send RELEASE
- * before the session ends (close(2) queues it in the background, so SIGTERM right
- * after a close, or an unmount, can overtake it): pcrfs_ops_close_all() closes what
- * is left once the loop has stopped. The list costs one uncontended lock per open
- * and per release, never one per read.
+ * With OPEN, an open file is a struct open_file in fi->fh: its view and the state
+ * the view's open returned (the library's handle, for the store's views), or the
+ * pending bytes of /.pcrfs/level open for writing (/.pcrfs/info and stats need
+ * nothing: fh 0). Open files are also kept on a list, because the kernel does not
+ * always send RELEASE before the session ends (close(2) queues it in the background,
+ * so SIGTERM right after a close, or an unmount, can overtake it):
+ * pcrfs_ops_close_all() closes what is left once the loop has stopped. The list
+ * costs one uncontended lock per open and per release, never one per read.
  */
 static void of_link(struct pcrfs *fs, struct open_file *of)
 {
@@ -710,8 +423,9 @@ static void of_link(struct pcrfs *fs, struct open_file *of)
 
 static void of_free(struct open_file *of)
 {
-    if (of->h)
-        pcr_handle_close(of->h);
+    if (of->state)
+        of->v->ops->close(of->state);
+    free(of->lw);
     free(of);
 }
 
@@ -728,20 +442,40 @@ void pcrfs_ops_close_all(struct pcrfs *fs)
 {
     struct open_file *of;
 
-    struct stat_snap *sn;
-
     while ((of = fs->open_files.next) != &fs->open_files)
         of_unlink_free(fs, of);
-    while ((sn = fs->snaps) != NULL) {
-        fs->snaps = sn->next;
-        free(sn->data);
-        free(sn);
+    pcrfs_self_free(fs);
+}
+
+/* /.pcrfs/level, written in place (O_TRUNC is what `echo K >` asks: nothing to
+ * truncate); open for writing it holds the bytes not yet applied (pcrfsdir.c). */
+static int open_level(struct pcrfs *fs, fuse_req_t req, struct fuse_file_info *fi)
+{
+    struct open_file *of;
+
+    fi->fh = 0;
+    fi->direct_io = 1; /* its size changes with the level */
+    if ((fi->flags & O_ACCMODE) == O_RDONLY)
+        return 0;
+    if (!pcrfs_may_control(fs, req))
+        return -EACCES;
+    of = calloc(1, sizeof(*of));
+    if (of)
+        of->lw = calloc(1, sizeof(*of->lw));
+    if (!of || !of->lw) {
+        free(of);
+        return -ENOMEM;
     }
+    of_link(fs, of);
+    fi->fh = (uintptr_t)of;
+    fi->noflush = 0; /* a value without a newline is applied by close(2): FLUSH */
+    return 0;
 }
 
 static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct ino_parts p = ino_split(ino);
+    const struct view *v;
     const struct pcr_file *f;
     struct open_file *of;
     int rc;
@@ -751,40 +485,30 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
     if (atomic_load_explicit(&fs->no_open, memory_order_relaxed))
         return -ENOSYS; /* never again: see "No OPEN" above */
     fi->noflush = 1;
-    if (is_level_file(fs, ino)) {
-        /* Written in place (O_TRUNC is what `echo K >` asks: nothing to truncate). */
-        if ((fi->flags & O_ACCMODE) != O_RDONLY && !may_control(fs, req))
-            return -EACCES;
-        fi->fh = 0;
-        fi->direct_io = 1; /* its size changes with the level */
-        return 0;
-    }
+    if (pcrfs_is_level_file(fs, ino))
+        return open_level(fs, req, fi);
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
         return -EROFS;
-    /* info and codebook never change, nor does a stats inode's snapshot */
-    if (p.view == VIEW_SELF &&
-        (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
-         ino_is_stats(ino))) {
+    if (pcrfs_self_immutable(fs, ino)) {
         fi->fh = 0;
         fi->keep_cache = 1;
         return 0;
     }
-    if (!node_valid(fs, p))
+    v = view_of(fs, p);
+    if (!v)
         return -ENOENT;
     of = calloc(1, sizeof(*of));
     if (!of)
         return -ENOMEM;
-    /* The level is the inode's: for dynamic/ the one current when the name was
-     * looked up, held by this handle until it is closed. */
-    rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
-    /* a token file is decoded here, whole (about 2 kB): its reads are copies */
+    of->v = v;
+    rc = pcr_store_file(v->store, p.id, &f);
     if (rc == 0)
-        rc = pcr_handle_open(view_store(fs, p.view), f, view_level(fs, p.view), &of->h);
+        rc = v->ops->open(v, f, &of->state);
     if (rc == -EIO)
-        count(&counters(fs, p.view)->errors, 1);
+        pcrfs_count(&v->ctr->errors, 1);
     else if (rc == 0)
-        count(&counters(fs, p.view)->opens, 1);
-    fi->keep_cache = fs->keep_cache;
+        pcrfs_count(&v->ctr->opens, 1);
+    fi->keep_cache = fs->keep_cache && v->row->cache.pages;
     if (rc) {
         free(of);
         return rc;
@@ -794,105 +518,73 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
     return 0;
 }
 
-static void slice(const char *data, size_t len, size_t size, off_t off, const char **out,
-                  size_t *outlen)
-{
-    if ((uint64_t)off >= len) {
-        *out = data;
-        *outlen = 0;
-        return;
-    }
-    *out = data + off;
-    *outlen = len - (size_t)off < size ? len - (size_t)off : size;
-}
-
 static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, size_t size,
                    off_t off, const char **out, size_t *outlen)
 {
     struct ino_parts p = ino_split(ino);
     const struct open_file *of = (const struct open_file *)(uintptr_t)fi->fh;
+    const struct view *v;
+    const struct pcr_file *f;
     ssize_t n;
     char *buf;
+    int rc;
 
     if (off < 0)
         return -EINVAL;
-    if (p.view == VIEW_SELF && p.id == SELF_FILE_INFO) {
-        slice(fs->info, fs->info_len, size, off, out, outlen);
-        return 0;
-    }
-    if (p.view == VIEW_SELF && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
-        slice(fs->codebook, fs->codebook_len, size, off, out, outlen);
-        return 0;
-    }
-    if (is_level_file(fs, ino)) {
-        char now[16];
-        size_t n = level_render(fs, now, sizeof(now));
-
-        slice(now, n, size, off, out, outlen);
-        buf = tls_get(*outlen);
-        if (!buf)
-            return -ENOMEM;
-        memcpy(buf, *out, *outlen);
-        *out = buf;
-        return 0;
-    }
-    if (ino_is_stats(ino))
-        return snap_read(fs, ino, size, off, out, outlen);
-    if (!node_valid(fs, p))
-        return -EBADF;
-    buf = tls_get(size);
+    buf = pcrfs_tls_buf(size ? size : 1);
     if (!buf)
         return -ENOMEM;
+    *out = buf;
+    if (p.view == VIEW_SELF)
+        return pcrfs_self_read(fs, ino, buf, size, off, outlen);
+    v = view_of(fs, p);
+    if (!v)
+        return -EBADF;
     if (of) {
-        if (!of->h)
-            return -EBADF;
-        n = pcr_handle_read(of->h, buf, size, (uint64_t)off);
+        n = v->ops->read(v, NULL, of->state, buf, size, (uint64_t)off);
     } else {
-        /* No OPEN (see above): no handle either. */
-        const struct pcr_file *f;
-        int rc = pcr_store_file(view_store(fs, p.view), p.id, &f);
-
+        rc = pcr_store_file(v->store, p.id, &f);
         if (rc)
             return rc;
-        n = pcr_store_pread(view_store(fs, p.view), f, view_level(fs, p.view), buf, size,
-                            (uint64_t)off);
+        n = v->ops->read(v, f, NULL, buf, size, (uint64_t)off);
+        /* No OPEN (see above): an open is a READ at offset 0 */
         if (n >= 0 && off == 0)
-            count(&counters(fs, p.view)->opens, 1);
+            pcrfs_count(&v->ctr->opens, 1);
         /* The kernel follows a failed readahead READ with a READ of the same page: one
          * failure of one file, counted once (as the failed open it replaces was). */
         if (n < 0 && atomic_exchange_explicit(&fs->last_err_ino, ino, memory_order_relaxed) == ino)
             return (int)n;
     }
     if (n < 0) {
-        count(&counters(fs, p.view)->errors, 1);
+        pcrfs_count(&v->ctr->errors, 1);
         return (int)n;
     }
-    count(&counters(fs, p.view)->reads, 1);
-    count(&counters(fs, p.view)->bytes, (uint64_t)n);
-    *out = buf;
+    pcrfs_count(&v->ctr->reads, 1);
+    pcrfs_count(&v->ctr->bytes, (uint64_t)n);
     *outlen = (size_t)n;
     return 0;
 }
 
-/* Only /.pcrfs/level is ever open for writing. The whole value comes in one write
- * ("5", "5\n", "full"); the offset does not matter. */
-static int do_write(struct pcrfs *fs, fuse_ino_t ino, const char *buf, size_t size)
+/* Only /.pcrfs/level is ever open for writing (with an open_file holding its
+ * level_write: see open_level). */
+static int do_write(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, const char *buf,
+                    size_t size)
 {
-    unsigned k;
+    struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
 
-    if (!is_level_file(fs, ino))
+    if (!pcrfs_is_level_file(fs, ino))
         return -EROFS;
-    k = pcrfs_parse_level(fs, buf, size);
-    if (!k)
-        return -EINVAL;
-    set_level(fs, k);
-    return 0;
+    if (!of || !of->lw)
+        return -EBADF;
+    return pcrfs_level_write(fs, of->lw, buf, size);
 }
 
 static void do_release(struct pcrfs *fs, struct fuse_file_info *fi)
 {
     struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
 
+    if (of && of->lw)
+        pcrfs_level_close(fs, of->lw);
     if (of)
         of_unlink_free(fs, of);
 }
@@ -931,15 +623,14 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
     if (rc)
         fuse_reply_err(req, -rc);
-    else if (fuse_reply_entry(req, &e) != 0 && ino_is_stats(e.ino))
-        snap_forget(fs_of(req), e.ino, 1); /* the kernel did not take it */
+    else if (fuse_reply_entry(req, &e) != 0)
+        pcrfs_self_forget(fs_of(req), e.ino, 1); /* the kernel did not take it */
 }
 
-/* Only stats inodes have anything to forget (inode.h). */
+/* Only stats nodes have anything to forget (inode.h). */
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-    if (ino_is_stats(ino))
-        snap_forget(fs_of(req), ino, nlookup);
+    pcrfs_self_forget(fs_of(req), ino, nlookup);
     fuse_reply_none(req);
 }
 
@@ -947,7 +638,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     struct pcrfs *fs = fs_of(req);
     struct stat st;
-    int rc = node_stat(fs, ino, &st);
+    int rc = pcrfs_node_stat(fs, ino, &st);
 
     (void)fi;
     if (rc)
@@ -958,14 +649,16 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    int rc = check_dir(fs_of(req), ino);
+    struct pcrfs *fs = fs_of(req);
+    const struct view *v = view_of(fs, ino_split(ino));
+    int rc = check_dir(fs, ino);
 
     if (rc) {
         fuse_reply_err(req, -rc);
         return;
     }
-    /* A cached listing of dynamic/ would carry the inode numbers of an old level. */
-    if (ino_split(ino).view != VIEW_DYN) {
+    /* e.g. a cached listing of dynamic/ would carry the inodes of an old level */
+    if (!v || v->row->cache.listings) {
         fi->cache_readdir = 1;
         fi->keep_cache = 1;
     }
@@ -1026,13 +719,30 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi)
 {
-    int rc = do_write(fs_of(req), ino, buf, size);
+    int rc = do_write(fs_of(req), ino, fi, buf, size);
 
-    (void)off, (void)fi;
+    (void)off;
     if (rc)
         fuse_reply_err(req, -rc);
     else
         fuse_reply_write(req, size);
+}
+
+/* Sent only for /.pcrfs/level open for writing (every other open file has
+ * FOPEN_NOFLUSH). With no OPEN there is no FOPEN_NOFLUSH: the first FLUSH is
+ * answered ENOSYS, after which the kernel never sends one again (and such a mount is
+ * read-only: no level file is open for writing). */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct pcrfs *fs = fs_of(req);
+    struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+    int rc = 0;
+
+    if (atomic_load_explicit(&fs->no_open, memory_order_relaxed))
+        rc = -ENOSYS;
+    else if (pcrfs_is_level_file(fs, ino) && of && of->lw)
+        rc = pcrfs_level_close(fs, of->lw);
+    fuse_reply_err(req, -rc);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1044,168 +754,49 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-    struct pcrfs *fs = fs_of(req);
-    uint64_t views = fs->levels + 1 + fs->dynamic;
     struct statvfs sv;
 
     (void)ino;
     memset(&sv, 0, sizeof(sv));
     sv.f_bsize = PCRFS_BLKSIZE;
     sv.f_frsize = PCRFS_BLKSIZE;
-    sv.f_files = views * (pcr_store_nfiles(fs->store) + pcr_store_ndirs(fs->store)) + 5;
-    if (fs->tokstore)
-        sv.f_files += pcr_store_nfiles(fs->tokstore) + pcr_store_ndirs(fs->tokstore);
+    sv.f_files = views_nodes(fs_of(req)) + 5; /* + the root, /.pcrfs and its files */
     sv.f_namemax = 255;
     fuse_reply_statfs(req, &sv);
 }
 
-/* Every operation that would change the tree. With the default "-o ro" the kernel
- * refuses these itself and they never arrive; they are here for mounts made with
- * "-o rw", where without a handler some would fail with ENOSYS instead of EROFS. */
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
-                       struct fuse_file_info *fi)
-{
-    struct pcrfs *fs = fs_of(req);
-    struct stat st;
-
-    (void)fi;
-    /* Truncating /.pcrfs/level to 0 before a write (O_TRUNC on a kernel without
-     * atomic_o_trunc) is a no-op; every other change is refused. */
-    if (is_level_file(fs, ino) && to_set == FUSE_SET_ATTR_SIZE && attr->st_size == 0) {
-        if (!may_control(fs, req)) {
-            fuse_reply_err(req, EACCES);
-        } else if (node_stat(fs, ino, &st) != 0) {
-            fuse_reply_err(req, EIO);
-        } else {
-            fuse_reply_attr(req, &st, 0.0);
-        }
-        return;
-    }
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
-{
-    (void)parent, (void)name, (void)mode, (void)rdev;
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
-{
-    (void)parent, (void)name, (void)mode;
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_remove(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-    (void)parent, (void)name;
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
-{
-    (void)link, (void)parent, (void)name;
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
-                      const char *newname, unsigned int flags)
-{
-    (void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
-{
-    (void)ino, (void)newparent, (void)newname;
-    fuse_reply_err(req, EROFS);
-}
-
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-                      struct fuse_file_info *fi)
-{
-    (void)parent, (void)name, (void)mode, (void)fi;
-    fuse_reply_err(req, EROFS);
-}
-
-/* setxattr user.pcrfs.level=K on dynamic/ (or on /.pcrfs/level) sets the level;
- * every other attribute change is refused. */
-static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
-                        size_t size, int flags)
-{
-    struct pcrfs *fs = fs_of(req);
-    unsigned k;
-
-    (void)flags;
-    if (fs->dynamic && strcmp(name, "user.pcrfs.level") == 0 &&
-        (ino == ino_make(VIEW_DYN, false, PCR_ROOT_DIR) || is_level_file(fs, ino))) {
-        if (!may_control(fs, req)) {
-            fuse_reply_err(req, EPERM);
-            return;
-        }
-        k = pcrfs_parse_level(fs, value, size);
-        if (!k) {
-            fuse_reply_err(req, EINVAL);
-            return;
-        }
-        set_level(fs, k);
-        fuse_reply_err(req, 0);
-        return;
-    }
-    fuse_reply_err(req, EROFS);
-}
-
-/* Sent only by mounts without default_permissions (the dynamic view's): the modes
- * say it all (everything readable, directories searchable), and the one writable
- * file is /.pcrfs/level, for its owner; writing anything else is EROFS, as on a
- * read-only mount. */
-static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
-{
-    struct pcrfs *fs = fs_of(req);
-    struct stat st;
-    int rc = node_stat(fs, ino, &st);
-
-    if (rc == 0 && (mask & W_OK))
-        rc = !is_level_file(fs, ino) ? -EROFS : may_control(fs, req) ? 0 : -EACCES;
-    if (rc == 0 && (mask & X_OK) && !(st.st_mode & S_IXUSR))
-        rc = -EACCES;
-    fuse_reply_err(req, -rc);
-}
-
-static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-    (void)ino, (void)name;
-    fuse_reply_err(req, EROFS);
-}
-
-/* No getxattr/listxattr: the kernel's first ENOSYS makes it answer EOPNOTSUPP itself
- * from then on (the level is read from /.pcrfs/level). access: only without
+/* getxattr/listxattr: only dynamic mounts have an attribute; elsewhere the first
+ * ENOSYS makes the kernel answer EOPNOTSUPP itself from then on. access: only without
  * default_permissions (dynamic mounts). forget: only stats snapshots (inode.h). No
- * releasedir: a directory handle holds nothing. No flush: its ENOSYS makes the kernel
- * stop sending FLUSH (with no OPEN there is no FOPEN_NOFLUSH to do it). */
+ * releasedir: a directory handle holds nothing. flush: only /.pcrfs/level open for
+ * writing; with no OPEN, the first is answered ENOSYS and the kernel stops sending
+ * FLUSH (there is no FOPEN_NOFLUSH to do it). */
 const struct fuse_lowlevel_ops pcrfs_ops = {
     .init = op_init,
     .lookup = op_lookup,
     .forget = op_forget,
     .getattr = op_getattr,
-    .setattr = op_setattr,
-    .mknod = op_mknod,
-    .mkdir = op_mkdir,
-    .unlink = op_remove,
-    .rmdir = op_remove,
-    .symlink = op_symlink,
-    .rename = op_rename,
-    .link = op_link,
+    .setattr = pcrfs_op_setattr,
+    .mknod = pcrfs_op_mknod,
+    .mkdir = pcrfs_op_mkdir,
+    .unlink = pcrfs_op_remove,
+    .rmdir = pcrfs_op_remove,
+    .symlink = pcrfs_op_symlink,
+    .rename = pcrfs_op_rename,
+    .link = pcrfs_op_link,
     .open = op_open,
     .read = op_read,
     .write = op_write,
+    .flush = op_flush,
     .release = op_release,
     .opendir = op_opendir,
     .readdir = op_readdir,
     .readdirplus = op_readdirplus,
     .statfs = op_statfs,
-    .setxattr = op_setxattr,
-    .removexattr = op_removexattr,
-    .access = op_access,
-    .create = op_create,
+    .setxattr = pcrfs_op_setxattr,
+    .getxattr = pcrfs_op_getxattr,
+    .listxattr = pcrfs_op_listxattr,
+    .removexattr = pcrfs_op_removexattr,
+    .access = pcrfs_op_access,
+    .create = pcrfs_op_create,
 };

@@ -1,0 +1,436 @@
+/* pcrfs — the daemon's own nodes (view 0, inode.h): the mount root, /.pcrfs and its
+ * files info, stats, level (-o level=K) and codebook.npy.
+ *
+ * Their bytes: info and codebook.npy are fixed at mount (control.c renders info);
+ * stats is a snapshot per lookup (inode.h; the ring below); level is the dynamic
+ * view's current level, read and written here. ops.c's handlers pass requests for
+ * view 0 on to the functions below (declared in fs.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fs.h"
+#include "inode.h"
+
+#define LEVEL_XATTR "user.pcrfs.level"
+
+bool pcrfs_is_level_file(const struct pcrfs *fs, uint64_t ino)
+{
+    return fs->dynamic && ino == ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
+}
+
+bool pcrfs_may_control(const struct pcrfs *fs, fuse_req_t req)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+    return ctx && (ctx->uid == 0 || ctx->uid == fs->uid);
+}
+
+/* The current level as /.pcrfs/level shows it: "K\n". */
+static size_t level_render(const struct pcrfs *fs, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%u\n", pcrfs_level_now(fs));
+
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void set_level(struct pcrfs *fs, unsigned k)
+{
+    unsigned old = atomic_exchange_explicit(&fs->level_now, k, memory_order_acq_rel);
+
+    if (old != k) {
+        atomic_fetch_add_explicit(&fs->switches, 1, memory_order_relaxed);
+        if (fs->debug)
+            fprintf(stderr, "pcrfs: dynamic/: level %u -> %u\n", old, k);
+    }
+}
+
+/* ---- /.pcrfs/stats snapshots (inode.h) ---------------------------------------------
+ * At most PCRFS_MAX_SNAPS alive, in a ring indexed by generation: finding one is an
+ * index, not a search, and taking a new one replaces the one taken PCRFS_MAX_SNAPS
+ * lookups before it if the kernel still holds that (its node then answers ESTALE).
+ * One mutex, held only to swap pointers and copy at most one read's bytes. */
+
+/* Render a snapshot for a new node, with one lookup counted. @return 0 and *ino. */
+static int snap_new(struct pcrfs *fs, uint64_t *ino)
+{
+    struct stat_snap *sn, *old;
+    char *data;
+    size_t len;
+    int rc = pcrfs_stats_render(fs, &data, &len);
+
+    if (rc)
+        return rc;
+    sn = malloc(sizeof(*sn) + len);
+    if (!sn) {
+        free(data);
+        return -ENOMEM;
+    }
+    memcpy(sn->data, data, len);
+    free(data);
+    sn->len = len;
+    sn->nlookup = 1;
+    pthread_mutex_lock(&fs->snap_lock);
+    sn->gen = ++fs->snap_gen;
+    old = fs->snaps[sn->gen % PCRFS_MAX_SNAPS];
+    fs->snaps[sn->gen % PCRFS_MAX_SNAPS] = sn;
+    pthread_mutex_unlock(&fs->snap_lock);
+    free(old);
+    *ino = ino_make(VIEW_SELF, true, SELF_FILE_STAT | (sn->gen << SELF_GEN_SHIFT));
+    return *ino ? 0 : -EOVERFLOW;
+}
+
+/* Under snap_lock: the live snapshot of node @ino, or NULL (forgotten or evicted). */
+static struct stat_snap *snap_find(struct pcrfs *fs, uint64_t ino)
+{
+    uint64_t gen = ino_split(ino).id >> SELF_GEN_SHIFT;
+    struct stat_snap *sn = fs->snaps[gen % PCRFS_MAX_SNAPS];
+
+    return sn && sn->gen == gen ? sn : NULL;
+}
+
+/* Copy a slice of the snapshot out (@size 0: none), with its length: a FORGET or a
+ * new lookup in another worker may free it as soon as the lock is released. */
+static int snap_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_t off,
+                     size_t *outlen, size_t *len)
+{
+    struct stat_snap *sn;
+    size_t n = 0;
+
+    pthread_mutex_lock(&fs->snap_lock);
+    sn = snap_find(fs, ino);
+    if (sn && (uint64_t)off < sn->len) {
+        n = sn->len - (size_t)off < size ? sn->len - (size_t)off : size;
+        memcpy(buf, sn->data + off, n);
+    }
+    if (sn && len)
+        *len = sn->len;
+    pthread_mutex_unlock(&fs->snap_lock);
+    if (outlen)
+        *outlen = n;
+    return sn ? 0 : -ESTALE;
+}
+
+void pcrfs_self_forget(struct pcrfs *fs, uint64_t ino, uint64_t nlookup)
+{
+    struct stat_snap *sn;
+
+    if (!ino_is_stats(ino))
+        return; /* every other node is stateless (inode.h) */
+    pthread_mutex_lock(&fs->snap_lock);
+    sn = snap_find(fs, ino);
+    if (sn && sn->nlookup > nlookup) {
+        sn->nlookup -= nlookup;
+        sn = NULL;
+    } else if (sn) {
+        fs->snaps[sn->gen % PCRFS_MAX_SNAPS] = NULL;
+    }
+    pthread_mutex_unlock(&fs->snap_lock);
+    free(sn);
+}
+
+void pcrfs_self_free(struct pcrfs *fs)
+{
+    size_t i;
+
+    for (i = 0; i < PCRFS_MAX_SNAPS; i++) {
+        free(fs->snaps[i]);
+        fs->snaps[i] = NULL;
+    }
+}
+
+/* ---- names and attributes ------------------------------------------------------------ */
+
+/* /.pcrfs in listing order; "level" only with -o level=K, "codebook.npy" only when
+ * the store has one. */
+static const struct {
+    const char *name;
+    uint64_t id;
+} ctl_files[] = {
+    {"info", SELF_FILE_INFO},
+    {"stats", SELF_FILE_STAT},
+    {"level", SELF_FILE_LEVEL},
+    {"codebook.npy", SELF_FILE_CODEBOOK},
+};
+
+static bool ctl_present(const struct pcrfs *fs, uint64_t id)
+{
+    return (id != SELF_FILE_LEVEL || fs->dynamic) && (id != SELF_FILE_CODEBOOK || fs->codebook);
+}
+
+int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t *ino)
+{
+    size_t i;
+
+    *ino = 0;
+    if (dir == SELF_DIR_ROOT) {
+        if (strcmp(name, ".pcrfs") == 0)
+            *ino = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
+        else if (views_root_lookup(fs, name, ino) != 0)
+            *ino = 0;
+        return 0;
+    }
+    if (dir != SELF_DIR_CTL)
+        return -ENOENT;
+    for (i = 0; i < sizeof(ctl_files) / sizeof(ctl_files[0]); i++) {
+        if (strcmp(name, ctl_files[i].name) != 0 || !ctl_present(fs, ctl_files[i].id))
+            continue;
+        if (ctl_files[i].id == SELF_FILE_STAT)
+            return snap_new(fs, ino); /* op_lookup forgets it if the reply fails */
+        *ino = ino_make(VIEW_SELF, true, ctl_files[i].id);
+    }
+    return 0;
+}
+
+int pcrfs_self_dirent(const struct pcrfs *fs, uint64_t dir, uint64_t pos, const char **name,
+                      uint64_t *ino)
+{
+    size_t i;
+
+    if (dir == SELF_DIR_ROOT) {
+        if (views_root_entry(fs, pos, name, ino) == 0)
+            return 0;
+        if (pos != views_root_count(fs))
+            return -ENOENT;
+        *name = ".pcrfs";
+        *ino = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
+        return 0;
+    }
+    for (i = 0; i < sizeof(ctl_files) / sizeof(ctl_files[0]); i++) {
+        if (!ctl_present(fs, ctl_files[i].id))
+            continue;
+        if (pos-- == 0) {
+            *name = ctl_files[i].name;
+            /* stats: gen 0, a st_ino and no node (ops.c lists it without one) */
+            *ino = ino_make(VIEW_SELF, true, ctl_files[i].id);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
+{
+    struct ino_parts p = ino_split(ino);
+    char buf[16];
+    size_t len;
+    int rc;
+
+    if (!p.is_file && p.id == SELF_DIR_ROOT) {
+        pcrfs_stat_dir(fs, st, ino, views_root_count(fs) + 1); /* + .pcrfs */
+    } else if (!p.is_file && p.id == SELF_DIR_CTL) {
+        pcrfs_stat_dir(fs, st, ino, 0);
+    } else if (p.is_file && p.id == SELF_FILE_INFO) {
+        pcrfs_stat_file(fs, st, ino, fs->info_len);
+    } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
+        pcrfs_stat_file(fs, st, ino, fs->codebook_len);
+    } else if (ino_is_stats(ino)) {
+        rc = snap_read(fs, ino, NULL, 0, 0, NULL, &len);
+        if (rc)
+            return rc;
+        /* st_ino is the file's, not the node's: one file, however many snapshots */
+        pcrfs_stat_file(fs, st, ino_make(VIEW_SELF, true, SELF_FILE_STAT), len);
+    } else if (pcrfs_is_level_file(fs, ino)) {
+        pcrfs_stat_file(fs, st, ino, level_render(fs, buf, sizeof(buf)));
+        st->st_mode = S_IFREG | 0644; /* the mounting user may write it */
+    } else {
+        return -ENOENT;
+    }
+    return 0;
+}
+
+bool pcrfs_self_immutable(const struct pcrfs *fs, uint64_t ino)
+{
+    struct ino_parts p = ino_split(ino);
+
+    return p.view == VIEW_SELF && p.is_file &&
+           (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
+            ino_is_stats(ino));
+}
+
+static void slice(const char *data, size_t len, char *buf, size_t size, off_t off, size_t *outlen)
+{
+    size_t n = 0;
+
+    if ((uint64_t)off < len) {
+        n = len - (size_t)off < size ? len - (size_t)off : size;
+        memcpy(buf, data + off, n);
+    }
+    *outlen = n;
+}
+
+int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_t off,
+                    size_t *outlen)
+{
+    struct ino_parts p = ino_split(ino);
+    char now[16];
+
+    if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_INFO)
+        slice(fs->info, fs->info_len, buf, size, off, outlen);
+    else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook)
+        slice(fs->codebook, fs->codebook_len, buf, size, off, outlen);
+    else if (pcrfs_is_level_file(fs, ino))
+        slice(now, level_render(fs, now, sizeof(now)), buf, size, off, outlen);
+    else if (ino_is_stats(ino))
+        return snap_read(fs, ino, buf, size, off, outlen, NULL);
+    else
+        return -EBADF;
+    return 0;
+}
+
+/* ---- writing the level -------------------------------------------------------------
+ *
+ * The bytes written through one open file of /.pcrfs/level are one stream, whatever
+ * the offsets (O_APPEND, or a second write(2) after a partial value): each line is
+ * applied when its newline arrives (`echo 5 >`: at the write, as before), and what
+ * follows the last newline when the file is closed: close(2) sends FLUSH and waits
+ * for it, so `printf 10 >` and "1" then "0" in two writes both give level 10 before
+ * close returns, and no half value is ever applied. A write that cannot be (part of)
+ * a level fails with EINVAL at once; a value still incomplete at close fails close. */
+
+static bool level_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\0';
+}
+
+/* Can @s (no newline) still grow into a level? */
+static bool level_prefix(const struct pcrfs *fs, const char *s, size_t len)
+{
+    size_t n = len, i;
+    unsigned k = 0;
+
+    while (n > 0 && level_ws(s[n - 1]))
+        n--;
+    if (n == 0)
+        return true;
+    if (n < len) /* white space ended the value: it must be whole */
+        return pcrfs_parse_level(fs, s, len) != 0;
+    if (n <= 4 && memcmp(s, "full", n) == 0)
+        return true;
+    if (n > 3)
+        return false;
+    for (i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        k = k * 10 + (unsigned)(s[i] - '0');
+    }
+    return k <= fs->levels;
+}
+
+/* Apply the pending value and forget it. Under open_lock. */
+static int level_apply(struct pcrfs *fs, struct level_write *lw)
+{
+    unsigned k = pcrfs_parse_level(fs, lw->buf, lw->len);
+
+    lw->len = 0;
+    if (!k)
+        return -EINVAL;
+    set_level(fs, k);
+    return 0;
+}
+
+int pcrfs_level_write(struct pcrfs *fs, struct level_write *lw, const char *buf, size_t size)
+{
+    const char *nl;
+    size_t n;
+    int rc = 0;
+
+    pthread_mutex_lock(&fs->open_lock);
+    while (rc == 0 && size > 0) {
+        nl = memchr(buf, '\n', size);
+        n = nl ? (size_t)(nl - buf) : size;
+        if (n > sizeof(lw->buf) - lw->len) {
+            lw->len = 0;
+            rc = -EINVAL;
+            break;
+        }
+        memcpy(lw->buf + lw->len, buf, n);
+        lw->len += n;
+        if (!nl)
+            break;
+        rc = level_apply(fs, lw);
+        buf += n + 1, size -= n + 1;
+    }
+    if (rc == 0 && !level_prefix(fs, lw->buf, lw->len)) {
+        lw->len = 0;
+        rc = -EINVAL;
+    }
+    pthread_mutex_unlock(&fs->open_lock);
+    return rc;
+}
+
+int pcrfs_level_close(struct pcrfs *fs, struct level_write *lw)
+{
+    size_t n;
+    int rc = 0;
+
+    pthread_mutex_lock(&fs->open_lock);
+    for (n = lw->len; n > 0 && level_ws(lw->buf[n - 1]); n--)
+        ;
+    if (n > 0)
+        rc = level_apply(fs, lw);
+    lw->len = 0;
+    pthread_mutex_unlock(&fs->open_lock);
+    return rc;
+}
+
+/* ---- user.pcrfs.level ----------------------------------------------------------------
+ *
+ * On dynamic/ and /.pcrfs/level: setxattr sets the level, getxattr reads it ("5"),
+ * listxattr lists it. Without -o level=K no node has an attribute, and the first
+ * getxattr (listxattr) is answered ENOSYS: the kernel then answers every later one
+ * on the mount itself, with EOPNOTSUPP, as if there were no handler (ls -l, cp -a
+ * and Python's shutil.copy2 cost no round trip per file). With it, each request
+ * reaches the daemon (the kernel has no other way to learn that one node has an
+ * attribute): any other user.* name is ENODATA and any other namespace EOPNOTSUPP,
+ * which ls(1) takes as "no SELinux labels or ACLs here" and stops asking for. */
+
+static bool has_level_xattr(const struct pcrfs *fs, uint64_t ino)
+{
+    return fs->dynamic &&
+           (ino == ino_make(VIEW_DYN, false, PCR_ROOT_DIR) || pcrfs_is_level_file(fs, ino));
+}
+
+int pcrfs_level_setxattr(struct pcrfs *fs, fuse_req_t req, uint64_t ino, const char *name,
+                         const char *value, size_t size)
+{
+    unsigned k;
+
+    if (!has_level_xattr(fs, ino) || strcmp(name, LEVEL_XATTR) != 0)
+        return -EROFS;
+    if (!pcrfs_may_control(fs, req))
+        return -EPERM;
+    k = pcrfs_parse_level(fs, value, size);
+    if (!k)
+        return -EINVAL;
+    set_level(fs, k);
+    return 0;
+}
+
+int pcrfs_level_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf, size_t len,
+                         size_t *outlen)
+{
+    int n;
+
+    if (!fs->dynamic)
+        return -ENOSYS;
+    if (!has_level_xattr(fs, ino) || strcmp(name, LEVEL_XATTR) != 0)
+        return strncmp(name, "user.", 5) == 0 ? -ENODATA : -EOPNOTSUPP;
+    n = snprintf(buf, len, "%u", pcrfs_level_now(fs));
+    if (n <= 0 || (size_t)n >= len)
+        return -EIO;
+    *outlen = (size_t)n;
+    return 0;
+}
+
+int pcrfs_level_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len)
+{
+    if (!fs->dynamic)
+        return -ENOSYS;
+    *list = has_level_xattr(fs, ino) ? LEVEL_XATTR : "";
+    *len = has_level_xattr(fs, ino) ? sizeof(LEVEL_XATTR) : 0; /* with its NUL */
+    return 0;
+}
