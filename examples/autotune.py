@@ -53,6 +53,11 @@ from torchvision.datasets import ImageFolder
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRCROOT = os.path.dirname(HERE)
+try:
+    import pcrfs  # installed by meson install
+except ImportError:  # run from a checkout
+    sys.path.insert(0, os.path.join(SRCROOT, "python"))
+    import pcrfs
 
 
 # ---- data -----------------------------------------------------------------------
@@ -117,16 +122,13 @@ class Mount:
             sys.exit("autotune: pcrfs did not mount: %s" % self.proc.stderr.read().decode())
 
     def set_level(self, k):
-        with open(os.path.join(self.mnt, ".pcrfs", "level"), "w") as f:
-            f.write("%d\n" % k)
+        pcrfs.set_level(self.mnt, k)
 
     def level(self):
-        with open(os.path.join(self.mnt, ".pcrfs", "level")) as f:
-            return int(f.read())
+        return pcrfs.level(self.mnt)
 
     def dynamic_bytes(self):
-        with open(os.path.join(self.mnt, ".pcrfs", "stats")) as f:
-            return json.load(f)["views"]["dynamic"]["bytes"]
+        return pcrfs.stats(self.mnt)["views"]["dynamic"]["bytes"]
 
     def close(self):
         subprocess.run(["fusermount3", "-u", self.mnt], check=False)

@@ -93,6 +93,11 @@ struct pcrfs {
     unsigned nroot;
     pthread_mutex_t open_lock;                   /* guards open_files */
     struct open_file open_files;                 /* list head (ops.c) */
+    /* /.pcrfs/records, rendered on first use (one pass over the index's file table)
+     * and kept: the store does not change while mounted. */
+    pthread_mutex_t records_lock;
+    char *records;
+    size_t records_len;
     pthread_mutex_t snap_lock;                   /* guards snaps and snap_gen */
     struct stat_snap *snaps[PCRFS_MAX_SNAPS];    /* generation g lives in [g % MAX] */
     uint64_t snap_gen;                           /* the last generation handed out */

@@ -81,6 +81,7 @@
 #define SELF_FILE_STAT     2 /* /.pcrfs/stats: id SELF_FILE_STAT | gen << SELF_GEN_SHIFT */
 #define SELF_FILE_LEVEL    3 /* /.pcrfs/level (with -o level=K) */
 #define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
+#define SELF_FILE_RECORDS  5 /* /.pcrfs/records: the files grouped by record */
 
 /* /.pcrfs/stats changes all the time, yet with no OPEN (ops.c) the kernel caches a
  * file's pages for as long as it keeps the node. So every lookup of "stats" renders

@@ -447,6 +447,19 @@ int main(int argc, char *argv[])
         fprintf(stderr, "pcrfs: warning: -o ro: the kernel will refuse every write, so the "
                         "level of dynamic/ cannot be changed\n");
 
+    /* Before the store is opened (what opening it finds, a damaged record say, goes
+     * to the log too) and before detaching: a log that cannot be written fails the
+     * mount here, on the terminal, and a relative path means the caller's directory
+     * (the daemon changes to / when it detaches). */
+    if (cli.logfile) {
+        log_fd = open(cli.logfile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        if (log_fd < 0) {
+            fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile, strerror(errno));
+            goto out_conn;
+        }
+        fuse_set_log_func(fuse_log_hook);
+    }
+
     pcr_log_set_hook(log_hook, NULL, opts.debug ? PCR_LOG_DEBUG : PCR_LOG_INFO);
 
     /* Opened with the path as given, so messages name what the user typed (the
@@ -523,6 +536,7 @@ int main(int argc, char *argv[])
     pthread_mutex_init(&fs.open_lock, NULL);
     fs.open_files.prev = fs.open_files.next = &fs.open_files;
     pthread_mutex_init(&fs.snap_lock, NULL);
+    pthread_mutex_init(&fs.records_lock, NULL);
     if (pcrfs_views_init(&fs) != 0) {
         fprintf(stderr, "pcrfs: the table of views is inconsistent\n");
         goto out_store;
@@ -533,18 +547,6 @@ int main(int argc, char *argv[])
     }
     if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
         goto out_store;
-    /* Before the mount and before detaching: a log that cannot be written fails the
-     * mount here, on the terminal, and a relative path means the caller's directory
-     * (the daemon changes to / when it detaches). */
-    if (cli.logfile) {
-        log_fd = open(cli.logfile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
-        if (log_fd < 0) {
-            fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile, strerror(errno));
-            goto out_store;
-        }
-        fuse_set_log_func(fuse_log_hook);
-    }
-
     se = fuse_session_new(&args, &pcrfs_ops, sizeof(pcrfs_ops), &fs);
     if (!se)
         goto out_store; /* libfuse said why (e.g. an unknown option) */

@@ -1,5 +1,5 @@
 /* pcrfs — the daemon's own nodes (view 0, inode.h): the mount root, /.pcrfs and its
- * files info, stats, level (-o level=K) and codebook.npy.
+ * files info, stats, level (-o level=K), codebook.npy and records.
  *
  * Their bytes: info and codebook.npy are fixed at mount (control.c renders info);
  * stats is a snapshot per lookup (inode.h; the ring below); level is the dynamic
@@ -140,6 +140,66 @@ void pcrfs_self_free(struct pcrfs *fs)
         free(fs->snaps[i]);
         fs->snaps[i] = NULL;
     }
+    free(fs->records);
+    fs->records = NULL;
+}
+
+/* ---- /.pcrfs/records -----------------------------------------------------------------
+ * The image tree's files grouped by record, for samplers that read record by record
+ * (the Python module's RecordSampler): a line "FIRST COUNT RECORD" per run of file
+ * ids FIRST..FIRST+COUNT-1 in one record, in id order, after a comment line. A
+ * file's id is its inode number's low 55 bits in every scan view (inode.h). */
+
+struct records_buf {
+    char *p;
+    size_t len, cap;
+};
+
+static int records_line(void *ctx, const struct pcr_record_run *run)
+{
+    struct records_buf *b = ctx;
+    char line[80];
+    int n = snprintf(line, sizeof(line), "%llu %llu %llu\n", (unsigned long long)run->first,
+                     (unsigned long long)run->count, (unsigned long long)run->record);
+
+    if (b->len + (size_t)n > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -ENOMEM;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, line, (size_t)n);
+    b->len += (size_t)n;
+    return 0;
+}
+
+/* The rendered file, made on first use. @return 0, -ENOMEM, -EIO. */
+static int records_get(struct pcrfs *fs, const char **data, size_t *len)
+{
+    static const char head[] = "# first count record (pcrfs(1), /.pcrfs/records)\n";
+    int rc = 0;
+
+    pthread_mutex_lock(&fs->records_lock);
+    if (!fs->records) {
+        struct records_buf b = {.p = malloc(4096), .len = sizeof(head) - 1, .cap = 4096};
+        rc = b.p ? 0 : -ENOMEM;
+        if (rc == 0) {
+            memcpy(b.p, head, sizeof(head) - 1);
+            rc = pcr_store_record_runs(fs->store, records_line, &b);
+        }
+        if (rc == 0) {
+            fs->records = b.p;
+            fs->records_len = b.len;
+        } else {
+            free(b.p); /* the library logged why the index could not be read */
+        }
+    }
+    *data = fs->records;
+    *len = fs->records_len;
+    pthread_mutex_unlock(&fs->records_lock);
+    return rc < 0 ? (rc == -ENOMEM ? rc : -EIO) : 0;
 }
 
 /* ---- names and attributes ------------------------------------------------------------ */
@@ -154,6 +214,7 @@ static const struct {
     {"stats", SELF_FILE_STAT},
     {"level", SELF_FILE_LEVEL},
     {"codebook.npy", SELF_FILE_CODEBOOK},
+    {"records", SELF_FILE_RECORDS},
 };
 
 static bool ctl_present(const struct pcrfs *fs, uint64_t id)
@@ -227,6 +288,12 @@ int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
         pcrfs_stat_file(fs, st, ino, fs->info_len);
     } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
         pcrfs_stat_file(fs, st, ino, fs->codebook_len);
+    } else if (p.is_file && p.id == SELF_FILE_RECORDS) {
+        const char *data;
+        rc = records_get(fs, &data, &len);
+        if (rc)
+            return rc;
+        pcrfs_stat_file(fs, st, ino, len);
     } else if (ino_is_stats(ino)) {
         rc = snap_read(fs, ino, NULL, 0, 0, NULL, &len);
         if (rc)
@@ -248,7 +315,7 @@ bool pcrfs_self_immutable(const struct pcrfs *fs, uint64_t ino)
 
     return p.view == VIEW_SELF && p.is_file &&
            (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
-            ino_is_stats(ino));
+            p.id == SELF_FILE_RECORDS || ino_is_stats(ino));
 }
 
 static void slice(const char *data, size_t len, char *buf, size_t size, off_t off, size_t *outlen)
@@ -272,6 +339,14 @@ int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_
         slice(fs->info, fs->info_len, buf, size, off, outlen);
     else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook)
         slice(fs->codebook, fs->codebook_len, buf, size, off, outlen);
+    else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_RECORDS) {
+        const char *data;
+        size_t len;
+        int rc = records_get(fs, &data, &len);
+        if (rc)
+            return rc;
+        slice(data, len, buf, size, off, outlen);
+    }
     else if (pcrfs_is_level_file(fs, ino))
         slice(now, level_render(fs, now, sizeof(now)), buf, size, off, outlen);
     else if (ino_is_stats(ino))
