@@ -35,6 +35,7 @@ struct cli {
     int nokeep_cache;
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
     char *bwlimit; /* -o bwlimit=RATE, as given */
+    char *readahead; /* -o readahead=record|kernel */
     char *level;   /* -o level=K: the dynamic view's first level, as given */
     /* stores in object storage (STORE is an s3:// or http(s):// URL) */
     char *cache;        /* -o cache=DIR */
@@ -58,6 +59,7 @@ static const struct fuse_opt cli_spec[] = {
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
     {"open", offsetof(struct cli, open), 1},
     {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
+    {"readahead=%s", offsetof(struct cli, readahead), 0},
     {"level=%s", offsetof(struct cli, level), 0},
     {"cache=%s", offsetof(struct cli, cache), 0},
     {"cache_size=%s", offsetof(struct cli, cache_size), 0},
@@ -134,6 +136,10 @@ static void help(void)
            "    -o bwlimit=RATE        read at most RATE bytes/s from the records, all\n"
            "                           threads together (suffix k, M, G: powers of 1000);\n"
            "                           emulates slow storage for benchmarks\n"
+           "    -o readahead=record    on the first read of a record at a level, ask the\n"
+           "                           kernel to read the record's scan groups up to it\n"
+           "                           (for record-ordered readers, pcrfs.RecordSampler);\n"
+           "                           default kernel: the kernel's own per-file readahead\n"
            "    -o level=K             add dynamic/, serving level K (1..L or full) until\n"
            "                           another is written to .pcrfs/level (echo 5 >\n"
            "                           MNT/.pcrfs/level) or set with setfattr -n\n"
@@ -404,6 +410,12 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_opts;
     }
+    if (cli.readahead && strcmp(cli.readahead, "record") != 0 &&
+        strcmp(cli.readahead, "kernel") != 0) {
+        fprintf(stderr, "pcrfs: readahead=%s: want record or kernel\n", cli.readahead);
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
     if (cli.bwlimit && parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
         fprintf(stderr, "pcrfs: bwlimit=%s: not a rate (bytes/s, e.g. 50M)\n", cli.bwlimit);
         ret = EXIT_USAGE;
@@ -531,6 +543,8 @@ int main(int argc, char *argv[])
     fs.mtime = pcr_store_mtime(fs.store);
     if (fs.bwlimit)
         pcr_store_set_bwlimit(fs.store, fs.bwlimit);
+    if (cli.readahead && !strcmp(cli.readahead, "record"))
+        pcr_store_set_readahead(fs.store, true);
     clock_gettime(CLOCK_MONOTONIC, &now);
     fs.started = now.tv_sec;
     pthread_mutex_init(&fs.open_lock, NULL);
@@ -614,6 +628,7 @@ out_opts:
 out_args:
     free(cli.store);
     free(cli.bwlimit);
+    free(cli.readahead);
     free(cli.level);
     free(cli.cache);
     free(cli.cache_size);

@@ -183,6 +183,23 @@ class Module(unittest.TestCase):
         with self.assertRaises(ValueError):
             pcrfs.find_mount(self.tmp)
 
+    def test_readahead_record_same_bytes(self):
+        """-o readahead=record (the kernel asked to read each record's prefix on its
+        first read) serves the same bytes, read in RecordSampler order."""
+        mnt2 = os.path.join(self.tmp, "mnt-ra")
+        m = mu.Mount(self.store, mnt2, "-o", "readahead=record")
+        m.start()
+        try:
+            for view in ("scan1", "scan5", "full"):
+                ds = self.dataset(view)
+                for i in pcrfs.RecordSampler(ds, window=2, seed=4):
+                    path = ds.samples[i][0]
+                    with open(path, "rb") as a, open(os.path.join(
+                            mnt2, os.path.relpath(path, self.mnt)), "rb") as b:
+                        self.assertEqual(a.read(), b.read(), path)
+        finally:
+            self.assertEqual(m.unmount(), 0, m.stderr())
+
     def test_installed_where_python_imports(self):
         """meson installs the module into a directory /usr/bin/python3 searches."""
         p = subprocess.run(["meson", "introspect", "--installed", mu.build_dir()],
