@@ -257,6 +257,14 @@ struct tls {
     uint64_t tok_gen, tok_id;
     uint8_t *tok_mem;
     size_t tok_len;
+    /* the last block of the previous read, verified, when that read ended inside it:
+     * the kernel reads a file in requests of up to 128 KiB that need not end on a
+     * block boundary, and the next request starts in that same block */
+    uint64_t carry_gen;        /* the store's gen, 0: none */
+    const struct rec *carry_rec;
+    uint64_t carry_off;        /* its absolute offset in the record */
+    size_t carry_len;
+    uint8_t *carry;            /* PCR_SUM_BLOCK bytes */
 };
 
 static pthread_key_t tls_key;
@@ -269,6 +277,7 @@ static void tls_free(void *arg)
     if (t) {
         free(t->buf);
         free(t->tok_mem);
+        free(t->carry);
         free(t);
     }
 }
@@ -344,6 +353,47 @@ static int verify(const struct pcr_file *f, const struct piece *pc)
     return 0;
 }
 
+/* If @p starts in the block the previous read of this thread ended in, serve its
+ * first bytes from there (already verified) and move @p past that block; p->take
+ * may then be 0: nothing left to read. */
+static void from_carry(struct tls *t, const struct pcr_store *s, const struct rec *r,
+                       struct piece *p, uint8_t *out)
+{
+    uint64_t upto;
+    size_t n;
+
+    if (!t || !t->carry_gen || t->carry_gen != s->gen || t->carry_rec != r ||
+        t->carry_off != p->seg->off + p->a)
+        return;
+    upto = p->a + t->carry_len;
+    n = (size_t)((p->in + p->take < upto ? p->in + p->take : upto) - p->in);
+    memcpy(out + p->done, t->carry + (p->in - p->a), n);
+    p->in += n;
+    p->take -= n;
+    p->done += n;
+    p->a += t->carry_len;
+    p->span -= t->carry_len;
+}
+
+/* After a read whose last piece ended inside a block: keep that block (verified)
+ * for the next request, which the kernel starts right there. */
+static void keep_carry(struct tls *t, const struct pcr_store *s, const struct rec *r,
+                       const struct piece *p)
+{
+    uint64_t end = p->a + p->span, lb;
+
+    if (!t || end <= p->in + p->take)
+        return;
+    if (!t->carry && !(t->carry = malloc(PCR_SUM_BLOCK)))
+        return;
+    lb = (end - 1) / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
+    t->carry_len = (size_t)(end - lb);
+    memcpy(t->carry, p->data + (lb - p->a), t->carry_len);
+    t->carry_off = p->seg->off + lb;
+    t->carry_rec = r;
+    t->carry_gen = s->gen;
+}
+
 static ssize_t read_error(struct pcr_store *s, struct rec *r, int ret, uint64_t off)
 {
     if (!__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
@@ -372,6 +422,7 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
     if (len > size - off)
         len = (size_t)(size - off);
     pcr_count(&s->stats.level[level].reads, 1);
+    t = tls_get(); /* NULL: no carried block, and scratch fails below if needed */
     /* which segments the request touches, each widened to whole checksum blocks */
     for (unsigned i = 0; i < nseg && done < len; i++) {
         uint64_t end = pos + seg[i].len;
@@ -382,20 +433,23 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
             if (seg[i].type == SEG_EOI) {
                 memcpy(out + done, eoi + in, take);
             } else {
-                struct piece *p = &pc[np++];
+                struct piece *p = &pc[np];
                 uint64_t a = in / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
                 uint64_t z = (in + take + PCR_SUM_BLOCK - 1) / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
                 *p = (struct piece){.seg = &seg[i], .a = a, .span = (z < seg[i].len ? z
                                                                      : seg[i].len) - a,
                                     .in = in, .take = take, .done = done};
-                if (p->a != p->in || p->span != take)
+                from_carry(t, s, r, p, out);
+                if (p->take)
+                    np++;
+                if (p->take && (p->a != p->in || p->span != p->take))
                     need += (size_t)p->span;
             }
             done += take;
         }
         pos = end;
     }
-    if (need && (!(t = tls_get()) || !(tmp = scratch(t, need))))
+    if (need && (!t || !(tmp = scratch(t, need))))
         return -ENOMEM;
     for (unsigned i = 0; i < np; i++) {
         struct piece *p = &pc[i];
@@ -432,6 +486,8 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
         if (p->data != out + p->done)
             memcpy(out + p->done, p->data + (p->in - p->a), p->take);
     }
+    if (np)
+        keep_carry(t, s, r, &pc[np - 1]);
     return (ssize_t)len;
 }
 
