@@ -1413,8 +1413,8 @@ static void test_loose_files(void)
     const char *p = clone("loose-files");
     sql(p, "CREATE TABLE f2 AS SELECT * FROM files;"
            "INSERT INTO f2 SELECT id, dir, CAST('a1x.JPEG' AS BLOB), kind, record, slot, nchunks,"
-           " chunks, size, width, height, components, src_size, checksum, note, trailer, sums"
-           " FROM files WHERE id = 3;"
+           " chunks, size, width, height, components, src_size, checksum, note, trailer, sums,"
+           " quality FROM files WHERE id = 3;"
            "DROP TABLE files; ALTER TABLE f2 RENAME TO files;");
     refused(p, -EINVAL, "index.db: table files: column 1 is id INT, want id INTEGER",
             "loose-files");
@@ -1490,12 +1490,12 @@ static void recreate(const char *store, const char *table, const char *from, con
 
 #define FILES_NO_NOTE                                                                              \
     "id, dir, name, kind, record, slot, nchunks, chunks, size, width, height, components,"          \
-    " src_size, checksum, trailer, sums"
+    " src_size, checksum, trailer, sums, quality"
 #define RECURSIVE "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n)"
 #define FILES_ROW                                                                                  \
     " 1 AS dir, CAST('x' AS BLOB) AS name, 2 AS kind, 1 AS record, 0 AS slot, 1 AS nchunks,"      \
     " X'0000' AS chunks, 0 AS size, 0 AS width, 0 AS height, 0 AS components, 0 AS src_size,"     \
-    " 0 AS checksum, NULL AS note, 0 AS trailer, X'' AS sums"
+    " 0 AS checksum, NULL AS note, 0 AS trailer, X'' AS sums, X'' AS quality"
 
 struct schemacase {
     const char *label;
@@ -1517,14 +1517,14 @@ static const struct schemacase schemacases[] = {
     {"files-view-column",
      "ALTER TABLE files RENAME TO files_t; CREATE VIEW files AS SELECT id, dir, name, kind,"
      " record, slot, nchunks, chunks, size, width, height, components, src_size, checksum,"
-     " (" RECURSIVE " SELECT max(k) FROM n) AS note, trailer, sums FROM files_t;",
+     " (" RECURSIVE " SELECT max(k) FROM n) AS note, trailer, sums, quality FROM files_t;",
      NULL, NULL, NULL, NULL, "index.db: has a table files_t that pcrfs(5) does not define"},
     {"files-generated-note", NULL, "files", "note TEXT,",
      "note TEXT GENERATED ALWAYS AS (printf('%.9999c', 'n')) VIRTUAL,", FILES_NO_NOTE,
      "index.db: table files: column 15 (note) is generated or hidden"},
     {"files-generated-extra",
      "ALTER TABLE files ADD COLUMN g INTEGER GENERATED ALWAYS AS (id + 1) VIRTUAL", NULL, NULL,
-     NULL, NULL, "index.db: table files: column 18 is g INTEGER, want only 17 columns"},
+     NULL, NULL, "index.db: table files: column 19 is g INTEGER, want only 18 columns"},
     {"trigger", "CREATE TRIGGER t AFTER INSERT ON files BEGIN SELECT 1; END", NULL, NULL, NULL,
      NULL, "index.db: has a trigger t on files"},
     {"extra-index", "CREATE INDEX files_by_name ON files(name)", NULL, NULL, NULL, NULL,
@@ -1560,7 +1560,14 @@ static const struct schemacase schemacases[] = {
     {"files-no-note", "ALTER TABLE files DROP COLUMN note", NULL, NULL, NULL, NULL,
      "index.db: table files: column 15 is trailer INTEGER, want note TEXT"},
     {"files-no-sums", "ALTER TABLE files DROP COLUMN sums", NULL, NULL, NULL, NULL,
-     "index.db: table files: has 16 columns, want 17 (no sums)"},
+     "index.db: table files: column 17 is quality BLOB, want sums BLOB"},
+    /* an index of format 2 written before the quality column existed */
+    {"files-no-quality", "ALTER TABLE files DROP COLUMN quality", NULL, NULL, NULL, NULL,
+     "index.db: table files: has 17 columns, want 18 (no quality)"},
+    {"files-quality-text", NULL, "files", "quality BLOB", "quality TEXT", NULL,
+     "index.db: table files: column 18 is quality TEXT, want quality BLOB"},
+    {"tok-files-no-quality", "ALTER TABLE tok_files DROP COLUMN quality", NULL, NULL, NULL, NULL,
+     "index.db: table tok_files: has 17 columns, want 18 (no quality)"},
     {"tok-partial", "DROP TABLE tok_files", NULL, NULL, NULL, NULL,
      "index.db: has only 2 of the token tables"},
     {"tok-one", "DROP TABLE tok_files; DROP TABLE tok_records", NULL, NULL, NULL, NULL,
@@ -1592,7 +1599,7 @@ static void test_schemas(void)
     recreate(p, "files", "id INTEGER PRIMARY KEY", "id TEXT", NULL);
     sql(p, "INSERT INTO files SELECT '70', dir, CAST('c3.bin' AS BLOB), kind, record, slot,"
            " nchunks, chunks, size, width, height, components, src_size, checksum, note, trailer,"
-           " sums FROM files WHERE id = '8'");
+           " sums, quality FROM files WHERE id = '8'");
     refused_soon(p, -EINVAL, "index.db: table files: column 1 is id TEXT, want id INTEGER",
                  "files-id-text");
     discard(p);
