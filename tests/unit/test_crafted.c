@@ -8,6 +8,7 @@
  * also that no case reads out of bounds. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -57,6 +58,13 @@ static struct tfile files[] = {
 #define NDIRS      4
 #define PER_REC    3
 #define REC_OF(id) (((id)-1) / PER_REC + 1)
+
+/* Per-level MS-SSIM of files 1 (r1.JPEG) and 7 (c1.JPEG), levels 1..LEVELS-1; the
+ * other JPEGs have none. Not increasing on purpose: pcr_file_level_for() must take
+ * the lowest level reaching a threshold, not assume an order. 0.95 is stored as
+ * exactly 57000/60000, 0.94999 rounds down below 0.95. */
+static const double quality1[LEVELS - 1] = {0.5, 0.94999, 0.95, 0.9, 0.97, 0.99, 0.985, 0.999, 1.0};
+static const double quality7[LEVELS - 1] = {0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95};
 
 static const struct pcr_dir_row base_dirs[NDIRS] = {
     {1, 1, "", 2, 2, 1, 2},
@@ -153,6 +161,7 @@ static int build(const char *path, char *err, size_t errlen)
                 .info = {.width = 10, .height = 20, .components = 3},
                 .src_size = t->len,
                 .note = t->kind == PCR_KIND_VERBATIM ? "not a JPEG" : NULL,
+                .quality = k == 0 ? quality1 : k == 6 ? quality7 : NULL,
             };
         }
         if ((ret = pcr_writer_add_record(w, items, n)))
@@ -1117,6 +1126,20 @@ static const struct rowcase rowcases[] = {
     {"size-huge", 7, "size = 9223372036854775807", "size disagrees with its chunks"},
     {"size-jpeg-no-eoi", 7, "size = size - 2", "size disagrees with its chunks"},
     {"size-verbatim-kind", 7, "kind = 2", "chunk count out of range"},
+    /* the quality table: none, or one u16 per level below the top (pcrfs(5)) */
+    {"quality-short", 1, "quality = substr(quality, 1, 16)",
+     "quality table does not match the store's levels"},
+    {"quality-long", 1, "quality = CAST(quality || X'0000' AS BLOB)",
+     "quality table does not match the store's levels"},
+    {"quality-odd", 7, "quality = X'00'", "quality table does not match the store's levels"},
+    {"quality-added-short", 3, "quality = X'1027'",
+     "quality table does not match the store's levels"},
+    {"quality-huge", 3, "quality = zeroblob(70000)",
+     "quality table does not match the store's levels"},
+    {"quality-verbatim", 2, "quality = zeroblob(18)",
+     "quality table does not match the store's levels"},
+    {"quality-above-1", 7, "quality = CAST(substr(quality, 1, 16) || X'61EA' AS BLOB)", "quality value above 1"},
+    {"quality-max-u16", 1, "quality = CAST(X'FFFF' || substr(quality, 3) AS BLOB)", "quality value above 1"},
     {"dir-other", 5, "dir = 1", "belongs to another directory"},
     {"dir-neg", 5, "dir = -2", "belongs to another directory"},
 };
@@ -1842,6 +1865,84 @@ static void test_api_bounds(void)
     pcr_store_close(s);
 }
 
+/* The per-level MS-SSIM the writer was given comes back through the public API,
+ * rounded down to 1/PCR_QUALITY_SCALE, and pcr_file_level_for() picks the lowest
+ * level reaching a threshold. */
+static void test_quality(void)
+{
+    struct pcr_store *s = open_ok(base, "quality");
+    const struct pcr_file *f1, *f2, *f3, *f7;
+    double q;
+    char err[512];
+
+    if (!s)
+        return;
+    CHECK(pcr_store_file(s, 1, &f1) == 0 && pcr_store_file(s, 2, &f2) == 0 &&
+              pcr_store_file(s, 3, &f3) == 0 && pcr_store_file(s, 7, &f7) == 0,
+          "quality: files");
+    for (unsigned k = 1; k < LEVELS; k++) {
+        double want = floor(quality1[k - 1] * PCR_QUALITY_SCALE) / PCR_QUALITY_SCALE;
+        CHECK(pcr_file_quality(f1, k, &q) == 0 && q == want, "file 1 level %u: %.9f want %.9f",
+              k, q, want);
+        CHECK(fabs(q - quality1[k - 1]) < 1.0 / PCR_QUALITY_SCALE, "file 1 level %u: step", k);
+        want = floor(quality7[k - 1] * PCR_QUALITY_SCALE) / PCR_QUALITY_SCALE;
+        CHECK(pcr_file_quality(f7, k, &q) == 0 && q == want, "file 7 level %u: %.9f", k, q);
+    }
+    CHECK(pcr_file_quality(f1, 3, &q) == 0 && q == 0.95, "0.95 is stored exactly: %.17g", q);
+    CHECK(pcr_file_quality(f1, 2, &q) == 0 && q < 0.95, "0.94999 stays below 0.95: %.17g", q);
+    CHECK(pcr_file_quality(f1, LEVELS, &q) == 0 && q == 1.0, "top level is 1");
+    CHECK(pcr_file_quality(f1, LEVELS + 5, &q) == 0 && q == 1.0, "past the top is 1");
+    CHECK(pcr_file_quality(f1, 0, &q) == -EINVAL, "level 0");
+    CHECK(pcr_file_quality(f2, 1, &q) == -ENOENT, "verbatim: no table");
+    CHECK(pcr_file_quality(f3, 1, &q) == -ENOENT && pcr_file_quality(f3, LEVELS, &q) == -ENOENT,
+          "JPEG built without a table");
+
+    static const struct {
+        double t;
+        unsigned f1, f7;
+    } cases[] = {
+        {0.0, 1, 1},     {0.5, 1, 4},      {0.9, 2, 8},   {0.94998, 2, 9}, {0.94999, 3, 9}, {0.95, 3, 9},
+        {0.96, 5, LEVELS}, {0.985, 6, LEVELS}, {0.99, 6, LEVELS}, {0.995, 8, LEVELS},
+        {0.9999, 9, LEVELS}, {1.0, 9, LEVELS},
+    };
+    for (size_t c = 0; c < PCR_ARRAY_SIZE(cases); c++) {
+        CHECK(pcr_file_level_for(f1, cases[c].t) == cases[c].f1, "file 1, %g: level %u want %u",
+              cases[c].t, pcr_file_level_for(f1, cases[c].t), cases[c].f1);
+        CHECK(pcr_file_level_for(f7, cases[c].t) == cases[c].f7, "file 7, %g: level %u want %u",
+              cases[c].t, pcr_file_level_for(f7, cases[c].t), cases[c].f7);
+        CHECK(pcr_file_level_for(f2, cases[c].t) == LEVELS &&
+                  pcr_file_level_for(f3, cases[c].t) == LEVELS,
+              "no table, %g: the top level", cases[c].t);
+    }
+    pcr_store_close(s);
+
+    /* the writer takes values in [0, 1] only, for JPEGs only */
+    static const double bad[][LEVELS - 1] = {
+        {0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0001},
+        {-0.01, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0},
+        {0.5, NAN, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0},
+    };
+    for (size_t b = 0; b <= PCR_ARRAY_SIZE(bad); b++) {
+        char path[400];
+        struct pcr_writer *w = NULL;
+        struct pcr_writer_opts o = {.levels = LEVELS, .script = "test"};
+        struct tfile *t = &files[b < PCR_ARRAY_SIZE(bad) ? 0 : 1];
+        struct pcr_item it = {
+            .id = 1, .dir = 1, .name = t->name, .kind = t->kind, .data = t->data,
+            .len = t->len, .split = t->kind == PCR_KIND_JPEG ? &t->split : NULL,
+            .src_size = t->len, .quality = b < PCR_ARRAY_SIZE(bad) ? bad[b] : quality1,
+        };
+        snprintf(path, sizeof(path), "%s/quality-bad-%zu", tmpdir, b);
+        CHECK(pcr_writer_create(path, &o, &w, err, sizeof(err)) == 0 &&
+                  pcr_writer_add_dir(w, &(struct pcr_dir_row){1, 1, "", 0, 0, 1, 1}) == 0,
+              "writer for quality case %zu: %s", b, err);
+        if (w) {
+            CHECK(pcr_writer_add_record(w, &it, 1) == -EINVAL, "quality case %zu accepted", b);
+            pcr_writer_abort(w);
+        }
+    }
+}
+
 int main(void)
 {
     char tmpl[] = "/tmp/pcrfs-test-crafted-XXXXXX", err[512];
@@ -1883,6 +1984,7 @@ int main(void)
     test_sparse_files();
     test_deep();
     test_api_bounds();
+    test_quality();
 
     CHECK(log_unsafe == 0, "%d log lines carried control characters from the index", log_unsafe);
     run("rm -rf '%s'", tmpdir);
