@@ -102,8 +102,8 @@ static void usage(FILE *f)
             "                        decoding, 9 levels) or a file in jpegtran -scans syntax\n"
             "      --drop-markers    drop APPn/COM markers (EXIF, ICC, comments)\n"
             "      --quality         measure each JPEG's luma MS-SSIM at every level and\n"
-            "                        store it in the index (per-image levels); costs about\n"
-            "                        12x the CPU time of a build without it\n"
+            "                        store it in the index (per-image levels); the build\n"
+            "                        takes about 8x the CPU time\n"
             "      --no-quality      do not measure it (the default)\n"
             "  -q, --quiet           no progress bar, no summary\n"
             "      --progress        show the progress bar even if stderr is not a terminal\n"
@@ -299,7 +299,7 @@ static int start(struct build *b, const struct pcr_writer_opts *wopts)
 
 int main(int argc, char **argv)
 {
-    /* --quality is opt-in: it costs about 12x the CPU of the build (mkpcrfs(1)) */
+    /* --quality is opt-in: the build takes about 8x the CPU with it (mkpcrfs(1)) */
     struct build b = {.per_record = DEFAULT_PER_RECORD, .quality = false};
     struct tokimport_opts topts = {0};
     struct tokimport *tok = NULL;
