@@ -122,6 +122,23 @@ void pcr_file_info(const struct pcr_file *f, struct pcr_file_info *out);
 /* Length of chunk @i (0-based, < nchunks). */
 uint64_t pcr_file_chunk_len(const struct pcr_file *f, unsigned i);
 
+/* Per-image fidelity. `mkpcrfs --quality` measures, for each JPEG, the luma MS-SSIM
+ * (pcrfs/fidelity.h) of every level K < L against the top level L and stores it
+ * rounded down to a multiple of 1/PCR_QUALITY_SCALE (pcrfs(5), files.quality), so a
+ * reader can serve each image at the lowest level that looks close enough to it.
+ * 60000 makes every threshold with at most four decimals (0.9, 0.95, 0.99, 0.9975)
+ * a multiple of the step: "stored >= t" is then exactly "measured >= t".
+ * The table is absent for verbatim files, token files, JPEGs built without
+ * --quality, and JPEGs too large to measure. */
+#define PCR_QUALITY_SCALE 60000
+
+/* The stored MS-SSIM of @f at @level into *ssim (level L and above: exactly 1).
+ * @return 0; -EINVAL level 0; -ENOENT @f has no table. */
+int pcr_file_quality(const struct pcr_file *f, unsigned level, double *ssim);
+/* The lowest level K whose stored MS-SSIM >= @threshold (as pcr_file_quality()
+ * returns it); L if no level below L reaches it or @f has no table. */
+unsigned pcr_file_level_for(const struct pcr_file *f, double threshold);
+
 /* "dir/sub/name" relative to the store root, into @buf.
  * @return the length, or -ENAMETOOLONG (@buf too small), -ENOENT. */
 ssize_t pcr_store_path(struct pcr_store *s, uint64_t file, char *buf, size_t len);

@@ -70,6 +70,10 @@ struct pcr_item {
     struct pcr_jpeg_info info;    /* JPEG only */
     uint64_t src_size;
     const char *note;             /* VERBATIM: why (NULL for none) */
+    const double *quality;        /* JPEG only: the MS-SSIM of levels 1..L-1 against
+                                   * level L (L-1 values in [0, 1], e.g. from
+                                   * pcr_quality_measure()), stored quantised
+                                   * (pcrfs/store.h, pcr_file_quality()); NULL: none */
 };
 
 /* Write one record holding @items (1..n, ids continuing where the last ended):
@@ -79,6 +83,21 @@ struct pcr_item {
  * @return 0; -EINVAL (numbering); -ENOSPC/-EIO/... from write(2), message in the
  *         writer's error (pcr_writer_error()). */
 int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, unsigned n);
+
+/* The per-level fidelity of one transcoded JPEG, for pcr_item.quality: the luma
+ * MS-SSIM (pcrfs/fidelity.h) of level K -- chunks 0..min(K, nscans)-1 of @split
+ * followed by FF D9, as the store serves it -- against the whole image, for
+ * K = 1..@levels-1, into ssim[0..levels-2]. Levels at or past the image's scan count
+ * serve every scan and get exactly 1 without a decode.
+ * @data/@len: the progressive file, EOI included, without any trailer.
+ * Memory: about 25 bytes per pixel while it runs; images over
+ * PCR_QUALITY_MAX_PIXELS are refused. Thread-safe.
+ * @return 0; -E2BIG over PCR_QUALITY_MAX_PIXELS; -EINVAL a level does not decode
+ *         (reason in @why); -ENOMEM. */
+#define PCR_QUALITY_MAX_PIXELS (48u << 20)
+int pcr_quality_measure(const uint8_t *data, size_t len, const struct pcr_split *split,
+                        const struct pcr_jpeg_info *info, unsigned levels, double *ssim, char *why,
+                        size_t whylen);
 
 int pcr_writer_set_meta(struct pcr_writer *w, const char *key, const char *value);
 /* A named blob in the index ("codebook": the NPY file served as

@@ -197,6 +197,27 @@ static int read_file(int fd, uint64_t hint, uint8_t **out, size_t *outlen)
     return 0;
 }
 
+/* The per-level MS-SSIM of the JPEG in @s, if asked for. A failure is not the
+ * build's: the image is served as well without a table (readers then take its top
+ * level), so it is only named in a warning (s->note, printed in file order). */
+static void measure(struct build *b, struct slot *s)
+{
+    char why[200] = "";
+    int rc;
+
+    s->has_quality = false;
+    if (!b->quality)
+        return;
+    rc = pcr_quality_measure(s->data, s->len - s->info.trailer, &s->split, &s->info,
+                             b->scripts.levels, s->quality, why, sizeof(why));
+    if (rc == 0)
+        s->has_quality = true;
+    else if (rc == -E2BIG)
+        snprintf(s->note, sizeof(s->note), "over %u Mpixels", PCR_QUALITY_MAX_PIXELS >> 20);
+    else
+        snprintf(s->note, sizeof(s->note), "%s", why[0] ? why : strerror(-rc));
+}
+
 static int process(struct build *b, uint64_t i, struct slot *s)
 {
     const struct fnode *f = &b->files[i];
@@ -256,6 +277,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
             s->kind = PCR_KIND_JPEG;
             s->data = out;
             s->len = outlen;
+            measure(b, s);
             goto out;
         }
         /* The transcoder's output always splits; if it ever does not, the source
@@ -415,6 +437,12 @@ int build_transcode(struct build *b)
 
                 tool_warn("stored verbatim: %s: %s", tool_escaped(&esc, rel), s->note);
                 free(rel);
+            } else if (b->quality && !s->has_quality) {
+                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+
+                tool_warn("no per-level MS-SSIM for %s: %s", tool_escaped(&esc, rel), s->note);
+                free(rel);
+                b->unmeasured++;
             }
             items[i - lo] = (struct pcr_item){
                 .id = i + 1,
@@ -429,6 +457,7 @@ int build_transcode(struct build *b)
                 .info = s->kind == PCR_KIND_JPEG ? s->info : (struct pcr_jpeg_info){0},
                 .src_size = s->src_size,
                 .note = s->kind == PCR_KIND_VERBATIM ? s->note : NULL,
+                .quality = s->kind == PCR_KIND_JPEG && s->has_quality ? s->quality : NULL,
             };
             done_bytes += s->src_size;
             progress_update(i + 1, done_bytes, false);
@@ -522,6 +551,7 @@ int build_set_meta(struct build *b)
     if ((rc = pcr_writer_set_meta(b->w, "script", b->scripts.name)) < 0 ||
         (rc = set_script_meta(b)) < 0 || (rc = pcr_writer_set_meta(b->w, "per_record", v)) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "drop_markers", b->drop_markers ? "1" : "0")) < 0 ||
+        (rc = pcr_writer_set_meta(b->w, "quality", b->quality ? "ms-ssim-luma" : "off")) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "source", b->src ? b->src : "")) < 0 ||
         (rc = pcr_writer_set_meta(b->w, "created_by", "mkpcrfs " PCR_VERSION)) < 0)
         return rc;

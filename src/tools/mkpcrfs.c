@@ -69,7 +69,7 @@ static int print_summary(const struct build *b, double elapsed)
         tool_err("%s: the new store does not open: %s", b->store, err);
         return 1;
     }
-    rc = summary_compute(s, b->store, &sm, err, sizeof(err));
+    rc = summary_compute(s, b->store, NULL, 0, &sm, err, sizeof(err));
     if (rc < 0) {
         tool_err("%s", err);
         pcr_store_close(s);
@@ -101,6 +101,10 @@ static void usage(FILE *f)
             "                        (spectral selection only: faster full-fidelity\n"
             "                        decoding, 9 levels) or a file in jpegtran -scans syntax\n"
             "      --drop-markers    drop APPn/COM markers (EXIF, ICC, comments)\n"
+            "      --quality         measure each JPEG's luma MS-SSIM at every level and\n"
+            "                        store it in the index (per-image levels); the build\n"
+            "                        takes about 8x the CPU time\n"
+            "      --no-quality      do not measure it (the default)\n"
             "  -q, --quiet           no progress bar, no summary\n"
             "      --progress        show the progress bar even if stderr is not a terminal\n"
             "  -v, --verbose         show the library's informational and debug messages\n"
@@ -114,7 +118,7 @@ static void usage(FILE *f)
                "130 interrupted. See mkpcrfs(1).\n");
 }
 
-enum { OPT_DROP_MARKERS = 256, OPT_PROGRESS, OPT_SCANS };
+enum { OPT_DROP_MARKERS = 256, OPT_PROGRESS, OPT_SCANS, OPT_QUALITY, OPT_NO_QUALITY };
 
 /* --scans: a preset name, else a file in jpegtran -scans syntax. Exits 2 (usage) if
  * the file cannot be read or is not a valid lossless script. */
@@ -158,6 +162,8 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
         {"force", no_argument, NULL, 'f'},
         {"drop-markers", no_argument, NULL, OPT_DROP_MARKERS},
         {"scans", required_argument, NULL, OPT_SCANS},
+        {"quality", no_argument, NULL, OPT_QUALITY},
+        {"no-quality", no_argument, NULL, OPT_NO_QUALITY},
         {"quiet", no_argument, NULL, 'q'},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"verbose", no_argument, NULL, 'v'},
@@ -195,6 +201,10 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
             break;
         case OPT_SCANS:
             scans_arg = optarg;
+            break;
+        case OPT_QUALITY:
+        case OPT_NO_QUALITY:
+            b->quality = c == OPT_QUALITY;
             break;
         case 'q':
             b->quiet = true;
@@ -289,7 +299,8 @@ static int start(struct build *b, const struct pcr_writer_opts *wopts)
 
 int main(int argc, char **argv)
 {
-    struct build b = {.per_record = DEFAULT_PER_RECORD};
+    /* --quality is opt-in: the build takes about 8x the CPU with it (mkpcrfs(1)) */
+    struct build b = {.per_record = DEFAULT_PER_RECORD, .quality = false};
     struct tokimport_opts topts = {0};
     struct tokimport *tok = NULL;
     bool tokens;

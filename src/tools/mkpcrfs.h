@@ -4,7 +4,9 @@
  *  1. Walk SRC (walk.h) and number the tree the way pcrfs/writer.h requires
  *     (directories in BFS order with each directory's children contiguous and sorted
  *     by name, files grouped by directory and sorted).
- *  2. Transcode with -j worker threads. Workers claim file ids in increasing order
+ *  2. Transcode with -j worker threads (and, with --quality, measure each
+ *     JPEG's MS-SSIM at every level in the same worker: pcr_quality_measure()).
+ *     Workers claim file ids in increasing order
  *     and put results into a ring of slots; the main thread takes the slots in id
  *     order, record by record, and hands each full record to the writer. The
  *     store's bytes therefore depend on nothing but SRC and the options recorded in
@@ -52,7 +54,9 @@ struct slot {
     uint64_t src_size;
     struct pcr_split split;    /* JPEG only */
     struct pcr_jpeg_info info; /* JPEG only */
-    char note[256];            /* VERBATIM: why */
+    char note[256];            /* VERBATIM: why; JPEG: why it has no quality table */
+    bool has_quality;          /* JPEG: quality[] holds levels 1..L-1 */
+    double quality[PCR_MAX_LEVELS];
 };
 
 struct build {
@@ -60,6 +64,7 @@ struct build {
     int srcfd;
     unsigned jobs, per_record;
     bool force, drop_markers, quiet, progress, verbose;
+    bool quality; /* measure each JPEG's MS-SSIM per level (--quality / --no-quality) */
     struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
 
     struct dnode *dirs;
@@ -67,6 +72,7 @@ struct build {
     struct fnode *files;
     uint64_t nfiles, filecap;
     uint64_t total_bytes, skipped;
+    uint64_t unmeasured; /* JPEGs left without a quality table although asked */
     /* Directories never to enter: the temporary store and the existing store, when
      * STORE lies inside SRC. */
     struct {

@@ -35,7 +35,8 @@ static void usage(FILE *f)
     fputs("Usage: pcrinfo [OPTIONS] STORE\n"
           "Show, verify or extract the pcrfs store STORE.\n"
           "\n"
-          "  (no option)     the summary and the PCR table\n"
+          "  (no option)     the summary, the PCR table and, for stores built with\n"
+          "                  mkpcrfs --quality, the per-image levels per MS-SSIM threshold\n"
           "      --json      the summary as one JSON object\n"
           "      --verify    read every file at the highest level, check its checksum,\n"
           "                  decode every JPEG; exit 1 on any failure\n"
@@ -47,7 +48,9 @@ static void usage(FILE *f)
           "                  decode time, and the recommended level (with --json: JSON)\n"
           "      --sample N  images to sample for --fidelity (default 300)\n"
           "      --seed S    seed of the sample (default 1)\n"
-          "      --threshold T  MS-SSIM the recommended level must reach (default 0.95)\n"
+          "      --threshold T  --fidelity: MS-SSIM the recommended level must reach\n"
+          "                  (default 0.95); summary: one more row of the per-image table\n"
+          "                  (besides 0.90, 0.95, 0.99; repeatable)\n"
           "  -j, --jobs N    threads for --fidelity (default: online CPUs)\n"
           "  -v, --verbose   show the library's informational and debug messages\n"
           "  -h, --help      show this help and exit\n"
@@ -79,6 +82,8 @@ struct opts {
     const char *path;      /* STORE */
     bool verbose;
     struct fid_args fa;
+    double thresholds[SUMMARY_MAX_THRESHOLDS]; /* --threshold, for the summary */
+    size_t nthresholds;
 };
 
 /* Parse the command line into @o (exits on --help, --version and usage errors). */
@@ -102,7 +107,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
         {NULL, 0, NULL, 0},
     };
     enum mode mode = MODE_SUMMARY;
-    bool json = false, fid_opt = false;
+    bool json = false, fid_opt = false, thr_opt = false;
     struct fid_args fa = {.sample = FID_SAMPLE, .seed = 1, .threshold = FID_THRESHOLD};
     unsigned long long v;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -143,8 +148,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
             d = strtod(optarg, &end);
             if (errno || end == optarg || *end || !(d > 0 && d <= 1))
                 tool_usage_error("invalid threshold '%s' (a number in (0, 1])", optarg);
+            /* --fidelity takes the last one; the summary has a row for each */
             fa.threshold = d;
-            fid_opt = true;
+            if (o->nthresholds == SUMMARY_MAX_THRESHOLDS - 3)
+                tool_usage_error("at most %d --threshold options", SUMMARY_MAX_THRESHOLDS - 3);
+            o->thresholds[o->nthresholds++] = d;
+            thr_opt = true;
             break;
         }
         case 'j':
@@ -195,7 +204,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
     }
     fa.json = json;
     if (fid_opt && mode != MODE_FIDELITY)
-        tool_usage_error("--sample, --seed, --threshold and --jobs apply only to --fidelity");
+        tool_usage_error("--sample, --seed and --jobs apply only to --fidelity");
+    if (thr_opt && mode != MODE_FIDELITY && mode != MODE_SUMMARY && mode != MODE_JSON)
+        tool_usage_error("--threshold applies only to the summary and --fidelity");
     if (o->level_arg && mode != MODE_CAT && mode != MODE_EXTRACT)
         tool_usage_error("--level applies only to --cat and --extract");
     o->path = argv[optind];
@@ -239,7 +250,7 @@ int main(int argc, char **argv)
     case MODE_JSON: {
         struct summary *sm;
 
-        rc = summary_compute(s, path, &sm, err, sizeof(err));
+        rc = summary_compute(s, path, o.thresholds, o.nthresholds, &sm, err, sizeof(err));
         if (rc < 0) {
             tool_err("%s", err);
             rc = 1;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,13 @@ struct reason {
 static const char *const scan_class[] = {"gray", "ycc", "rgb", "cmyk"};
 #define NCLASS (sizeof(scan_class) / sizeof(scan_class[0]))
 
+/* One row of the per-image table: each JPEG at its own lowest level reaching @t. */
+struct thr {
+    double t;
+    uint64_t bytes, levels; /* sums over the JPEGs */
+    double min;             /* lowest MS-SSIM at the level picked */
+};
+
 struct summary {
     char *path;
     char script[128], per_record[32], format[32], skipped[32];
@@ -37,6 +45,11 @@ struct summary {
     uint64_t nfiles, ndirs, nrecords, njpeg, nverbatim;
     uint64_t src_bytes, index_bytes, record_bytes;
     uint64_t level_sum[PCR_MAX_LEVELS + 1]; /* bytes of all JPEGs at level K */
+    char quality[32];                        /* meta "quality": how it was measured */
+    uint64_t nmeasured;                      /* JPEGs with a quality table */
+    double q_sum[PCR_MAX_LEVELS + 1], q_min[PCR_MAX_LEVELS + 1]; /* over those */
+    struct thr thr[SUMMARY_MAX_THRESHOLDS];
+    size_t nthr;
     struct vfile *vfiles;
     struct reason *reasons;
     size_t nreasons;
@@ -117,8 +130,60 @@ static void add_reason(struct summary *sm, const char *note, uint64_t *cap)
     sm->nreasons++;
 }
 
-int summary_compute(struct pcr_store *s, const char *path, struct summary **out, char *err,
-                    size_t errlen)
+static int cmp_thr(const void *a, const void *b)
+{
+    const struct thr *x = a, *y = b;
+
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* The thresholds of the per-image table: the defaults and @extra, sorted, once each. */
+static void set_thresholds(struct summary *sm, const double *extra, size_t nextra)
+{
+    static const double defaults[] = {SUMMARY_THRESHOLDS};
+    const size_t nd = sizeof(defaults) / sizeof(defaults[0]);
+
+    for (size_t i = 0; i < nd + nextra; i++) {
+        double t = i < nd ? defaults[i] : extra[i - nd];
+        size_t k;
+
+        for (k = 0; k < sm->nthr && sm->thr[k].t != t; k++)
+            ;
+        if (k == sm->nthr && sm->nthr < SUMMARY_MAX_THRESHOLDS)
+            sm->thr[sm->nthr++] = (struct thr){.t = t, .min = 1.0};
+    }
+    qsort(sm->thr, sm->nthr, sizeof(sm->thr[0]), cmp_thr);
+}
+
+/* What the quality table of JPEG @f adds: its MS-SSIM per level, and for each
+ * threshold the level pcr_file_level_for() picks (the top one without a table). */
+static void add_quality(struct summary *sm, const struct pcr_file *f)
+{
+    double q;
+    unsigned k;
+
+    if (pcr_file_quality(f, 1, &q) == 0) {
+        sm->nmeasured++;
+        for (k = 1; k <= sm->levels; k++) {
+            pcr_file_quality(f, k, &q);
+            sm->q_sum[k] += q;
+            if (q < sm->q_min[k])
+                sm->q_min[k] = q;
+        }
+    }
+    for (size_t i = 0; i < sm->nthr; i++) {
+        struct thr *t = &sm->thr[i];
+
+        k = pcr_file_level_for(f, t->t);
+        t->bytes += pcr_file_size(f, k);
+        t->levels += k;
+        if (pcr_file_quality(f, k, &q) == 0 && q < t->min)
+            t->min = q;
+    }
+}
+
+int summary_compute(struct pcr_store *s, const char *path, const double *extra, size_t nextra,
+                    struct summary **out, char *err, size_t errlen)
 {
     struct summary *sm = calloc(1, sizeof(*sm));
     struct tool_buf esc = {0};
@@ -143,6 +208,10 @@ int summary_compute(struct pcr_store *s, const char *path, struct summary **out,
     meta(s, "per_record", sm->per_record, sizeof(sm->per_record));
     meta(s, "format_version", sm->format, sizeof(sm->format));
     meta(s, "skipped", sm->skipped, sizeof(sm->skipped));
+    meta(s, "quality", sm->quality, sizeof(sm->quality));
+    set_thresholds(sm, extra, nextra);
+    for (k = 1; k <= sm->levels; k++)
+        sm->q_min[k] = 1.0;
     for (k = 0; k < NCLASS; k++) {
         char key[32];
 
@@ -166,6 +235,7 @@ int summary_compute(struct pcr_store *s, const char *path, struct summary **out,
             sm->njpeg++;
             for (k = 1; k <= sm->levels; k++)
                 sm->level_sum[k] += pcr_file_size(f, k);
+            add_quality(sm, f);
             continue;
         }
         while ((n = pcr_store_path(s, id, pbuf, pathcap)) == -ENAMETOOLONG) {
@@ -234,6 +304,91 @@ static const char *plural(uint64_t n, const char *one, const char *many)
     return n == 1 ? one : many;
 }
 
+/* The lowest level whose mean (@by_min: lowest) MS-SSIM over the measured JPEGs
+ * reaches @t: one level for the whole store, as PCR picks it. */
+static unsigned global_level(const struct summary *sm, double t, bool by_min)
+{
+    for (unsigned k = 1; k < sm->levels; k++)
+        if ((by_min ? sm->q_min[k] : sm->q_sum[k] / (double)sm->nmeasured) >= t)
+            return k;
+    return sm->levels;
+}
+
+static double ratio_to_full(const struct summary *sm, double bytes)
+{
+    double full = (double)sm->level_sum[sm->levels];
+
+    return full > 0 ? bytes / full : 0;
+}
+
+/* The per-image table: for each threshold, every JPEG served at its own lowest level
+ * reaching it, beside the one level for all that PCR would pick. */
+static void print_quality_text(const struct summary *sm, FILE *f)
+{
+    double n = (double)sm->njpeg;
+
+    if (!sm->nmeasured) {
+        if (sm->quality[0] && strcmp(sm->quality, "off") != 0)
+            fprintf(f, "\nper-image levels: no JPEG has a per-level MS-SSIM\n");
+        return;
+    }
+    fprintf(f, "\nper-image levels: luma MS-SSIM against level %u, measured at build time for %"
+               PRIu64 " of %" PRIu64 " JPEGs\n", sm->levels, sm->nmeasured, sm->njpeg);
+    if (sm->nmeasured < sm->njpeg)
+        fprintf(f, "                  (the others are counted at level %u)\n", sm->levels);
+    fprintf(f, "MS-SSIM   each JPEG at its lowest level >= t      one level for all "
+               "(mean >= t)       all >= t\n");
+    fprintf(f, "   >= t  mean level  bytes/JPEG  ratio      min  level  bytes/JPEG  ratio      "
+               "min     level\n");
+    for (size_t i = 0; i < sm->nthr; i++) {
+        const struct thr *t = &sm->thr[i];
+        unsigned g = global_level(sm, t->t, false);
+
+        fprintf(f, fabs(t->t * 100 - round(t->t * 100)) < 1e-9 ? "%7.2f" : "%7.4g", t->t);
+        fprintf(f, "  %10.2f  %10.0f  %5.3f  %7.4f  %5u  %10.0f  %5.3f  %7.4f  %8u\n",
+                (double)t->levels / n, (double)t->bytes / n,
+                ratio_to_full(sm, (double)t->bytes), t->min, g, (double)sm->level_sum[g] / n,
+                ratio_to_full(sm, (double)sm->level_sum[g]), sm->q_min[g],
+                global_level(sm, t->t, true));
+    }
+}
+
+static void print_quality_json(const struct summary *sm, FILE *f)
+{
+    double n = (double)sm->njpeg;
+    unsigned k;
+
+    fputs(",\"quality\":", f);
+    if (!sm->nmeasured) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"measured\":%" PRIu64
+               ",\"table\":[", sm->nmeasured);
+    for (k = 1; k <= sm->levels; k++)
+        fprintf(f, "%s{\"level\":%u,\"msssim_mean\":%.6f,\"msssim_min\":%.6f}",
+                k > 1 ? "," : "", k, sm->q_sum[k] / (double)sm->nmeasured, sm->q_min[k]);
+    fputs("],\"thresholds\":[", f);
+    for (size_t i = 0; i < sm->nthr; i++) {
+        const struct thr *t = &sm->thr[i];
+        unsigned g = global_level(sm, t->t, false), a = global_level(sm, t->t, true);
+
+        fprintf(f,
+                "%s{\"threshold\":%.6g,\"per_image\":{\"mean_level\":%.4f,\"mean_bytes\":%.3f,"
+                "\"ratio_to_full\":%.6f,\"msssim_min\":%.6f}",
+                i ? "," : "", t->t, (double)t->levels / n, (double)t->bytes / n,
+                ratio_to_full(sm, (double)t->bytes), t->min);
+        fprintf(f,
+                ",\"global_mean\":{\"level\":%u,\"mean_bytes\":%.3f,\"ratio_to_full\":%.6f,"
+                "\"msssim_min\":%.6f},\"global_min\":{\"level\":%u,\"mean_bytes\":%.3f,"
+                "\"ratio_to_full\":%.6f,\"msssim_min\":%.6f}}",
+                g, (double)sm->level_sum[g] / n, ratio_to_full(sm, (double)sm->level_sum[g]),
+                sm->q_min[g], a, (double)sm->level_sum[a] / n,
+                ratio_to_full(sm, (double)sm->level_sum[a]), sm->q_min[a]);
+    }
+    fputs("]}", f);
+}
+
 void summary_print_text(const struct summary *sm, FILE *f)
 {
     struct tool_buf esc = {0};
@@ -273,7 +428,8 @@ void summary_print_text(const struct summary *sm, FILE *f)
 
     toksum_print_text(&sm->tok, f);
 
-    fprintf(f, "\nlevel  mean bytes/JPEG  ratio to full\n");
+    fprintf(f, "\nlevel  mean bytes/JPEG  ratio to full%s\n",
+            sm->nmeasured ? "  MS-SSIM     min" : "");
     if (!sm->njpeg) {
         fprintf(f, "    -  no JPEG in this store\n");
         tool_buf_free(&esc);
@@ -286,8 +442,12 @@ void summary_print_text(const struct summary *sm, FILE *f)
         char ratio[32];
 
         snprintf(ratio, sizeof(ratio), "1/%.1fx", r > 0 ? 1 / r : 0.0);
-        fprintf(f, "%5u  %15.0f  %-8s (%.3f)\n", k, mean, ratio, r);
+        fprintf(f, "%5u  %15.0f  %-8s (%.3f)", k, mean, ratio, r);
+        if (sm->nmeasured)
+            fprintf(f, "   %6.4f  %6.4f", sm->q_sum[k] / (double)sm->nmeasured, sm->q_min[k]);
+        fputc('\n', f);
     }
+    print_quality_text(sm, f);
     tool_buf_free(&esc);
 }
 
@@ -354,6 +514,7 @@ void summary_print_json(const struct summary *sm, FILE *f)
         fputc('}', f);
     }
     fputs("]", f);
+    print_quality_json(sm, f);
     toksum_print_json(&sm->tok, f);
     fputs("}\n", f);
 }

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <sqlite3.h>
@@ -338,6 +339,7 @@ enum {
     F_NOTE,
     F_TRAILER,
     F_SUMS,
+    F_QUALITY,
     F_NCOL
 };
 
@@ -382,14 +384,14 @@ static const struct tabdef ref_tables[4] = {
      {{"id", "INTEGER PRIMARY KEY"}, {"name", "TEXT NOT NULL"}, {"size", "INTEGER NOT NULL"},
       {"nimages", "INTEGER NOT NULL"}, {"groups", "BLOB NOT NULL"}},
      ""},
-    {"files", false, false, false, 17,
+    {"files", false, false, false, 18,
      {{"id", "INTEGER PRIMARY KEY"}, {"dir", "INTEGER NOT NULL"}, {"name", "BLOB NOT NULL"},
       {"kind", "INTEGER NOT NULL"}, {"record", "INTEGER NOT NULL"}, {"slot", "INTEGER NOT NULL"},
       {"nchunks", "INTEGER NOT NULL"}, {"chunks", "BLOB NOT NULL"}, {"size", "INTEGER NOT NULL"},
       {"width", "INTEGER NOT NULL"}, {"height", "INTEGER NOT NULL"},
       {"components", "INTEGER NOT NULL"}, {"src_size", "INTEGER NOT NULL"},
       {"checksum", "INTEGER NOT NULL"}, {"note", "TEXT"}, {"trailer", "INTEGER NOT NULL"},
-      {"sums", "BLOB NOT NULL"}},
+      {"sums", "BLOB NOT NULL"}, {"quality", "BLOB NOT NULL"}},
      ""},
 };
 
@@ -410,7 +412,7 @@ static const char token_tables[] =
     " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
     " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
     " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-    " trailer INTEGER NOT NULL, sums BLOB NOT NULL);"
+    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
     "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
 
 static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -570,8 +572,11 @@ static bool tables_differ(void)
         if (t->without_rowid != r->without_rowid || t->absent || t->view || t->extra[0] ||
             t->ncol != r->ncol)
             return true;
+        /* SQLite reports a declared type in upper case ("integer" is INTEGER to it
+         * and to the reader): only the declaration's case is not a difference */
         for (unsigned c = 0; c < t->ncol; c++)
-            if (strcmp(t->col[c].name, r->col[c].name) || strcmp(t->col[c].decl, r->col[c].decl))
+            if (strcmp(t->col[c].name, r->col[c].name) ||
+                strcasecmp(t->col[c].decl, r->col[c].decl))
                 return true;
     }
     return false;
@@ -591,7 +596,8 @@ static void table_sql(const struct tabdef *t, char *sql, size_t len)
         append(sql, len, "CREATE VIEW files AS WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL"
                          " SELECT k + 1 FROM n) SELECT k AS id, f.dir, f.name, f.kind, f.record,"
                          " f.slot, f.nchunks, f.chunks, f.size, f.width, f.height, f.components,"
-                         " f.src_size, f.checksum, f.note, f.trailer, f.sums FROM n, files_data f"
+                         " f.src_size, f.checksum, f.note, f.trailer, f.sums, f.quality"
+                         " FROM n, files_data f"
                          " WHERE f.id = 1;");
     else if (t->view)
         append(sql, len, "CREATE VIEW %s AS SELECT * FROM %s_data;", t->name, t->name);
@@ -794,7 +800,9 @@ static unsigned gen_dirs(struct in *in, unsigned ndirs, uint64_t parent[])
     return ndirs;
 }
 
-static void gen_files(struct in *in, unsigned nfiles, unsigned ndirs, unsigned nrec)
+/* @qlen: the bytes of a quality table for the store's levels (2 per level below the
+ * top), or 0 when the levels are not a plain number. */
+static void gen_files(struct in *in, unsigned nfiles, unsigned ndirs, unsigned nrec, unsigned qlen)
 {
     unsigned dir = 1, idx = 0;
     char prefix = 'f'; /* 'd' makes files collide with the subdirectories "dNN" */
@@ -855,6 +863,13 @@ static void gen_files(struct in *in, unsigned nfiles, unsigned ndirs, unsigned n
             row[F_NOTE].t = V_NULL;
         set_int(&row[F_TRAILER], 0);
         set_bytes(&row[F_SUMS], V_BLOB, sums, nsums);
+        /* format 2: half the JPEGs carry a quality table, its values anywhere in u16
+         * (above 60000 the row must be refused) */
+        uint8_t q[2 * PCR_MAX_LEVELS];
+        unsigned nq = kind == PCR_KIND_JPEG && (u8(in) & 1) ? qlen : 0;
+        for (unsigned k = 0; k < nq; k++)
+            q[k] = u8(in);
+        set_bytes(&row[F_QUALITY], V_BLOB, q, nq);
     }
 }
 
@@ -904,6 +919,39 @@ static uint32_t next_rnd(void)
     return rng >> 8;
 }
 
+/* The quality table (pcrfs(5)): all levels below the top or none; values in [0, 1];
+ * pcr_file_level_for() the lowest level reaching a threshold, else the top. */
+static void check_quality(const struct pcr_file *f, const struct pcr_file_info *info,
+                          unsigned levels)
+{
+    double q[PCR_MAX_LEVELS + 2], v;
+    bool has = pcr_file_quality(f, 1, &v) == 0;
+
+    if (pcr_file_quality(f, 0, &v) != -EINVAL)
+        TRAP("quality of level 0");
+    if (has && info->kind != PCR_KIND_JPEG)
+        TRAP("file %llu: a quality table on a file of kind %d", (unsigned long long)info->id,
+             (int)info->kind);
+    for (unsigned k = 1; k <= levels + 1; k++) {
+        int rc = pcr_file_quality(f, k, &q[k]);
+        if (has ? rc != 0 || !(q[k] >= 0 && q[k] <= 1) || (k >= levels && q[k] != 1.0)
+                : rc != -ENOENT)
+            TRAP("file %llu level %u: quality %d %g", (unsigned long long)info->id, k, rc, q[k]);
+    }
+    for (int i = 0; i < 4; i++) {
+        double t = i == 0 ? 1.0 : (double)(next_rnd() % 60001) / 60000;
+        unsigned want = levels, got = pcr_file_level_for(f, t);
+        for (unsigned k = 1; has && k < levels; k++)
+            if (q[k] >= t) {
+                want = k;
+                break;
+            }
+        if (got != want)
+            TRAP("file %llu: level for %g is %u, want %u", (unsigned long long)info->id, t, got,
+                 want);
+    }
+}
+
 static void read_file(struct pcr_store *s, const struct pcr_file *f)
 {
     unsigned levels = pcr_store_levels(s);
@@ -919,6 +967,7 @@ static void read_file(struct pcr_store *s, const struct pcr_file *f)
         sum += pcr_file_chunk_len(f, i);
     if (sum != pcr_file_size(f, levels) || pcr_file_chunk_len(f, info.nchunks) != 0)
         TRAP("file %llu: chunk lengths disagree with its size", (unsigned long long)info.id);
+    check_quality(f, &info, levels);
     {
         uint8_t b[16];
         unsigned lvl = next_rnd() % (levels + 2);
@@ -1148,7 +1197,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned nfiles = u8(&in) % (MAX_FILES + 1);
         gen_records(&in, nrec);
         gen_dirs(&in, ndirs, parent);
-        gen_files(&in, nfiles, ndirs, nrec);
+        gen_files(&in, nfiles, ndirs, nrec, lv < 240 ? 2 * (lv % PCR_MAX_LEVELS) : 0);
         for (unsigned n = u8(&in) % 16; n > 0; n--)
             corrupt(&in);
         /* rarely: another application id or format version */

@@ -16,10 +16,17 @@ What each class asserts, and would be false if the feature broke:
   Fidelity    pcrinfo --fidelity: full = 1.0, lower levels lower, equal to an
               independent numpy MS-SSIM of djpeg's luma (mean per level, all images);
               the recommendation follows the threshold; the seed fixes the sample
+  PerImage    mkpcrfs --quality: every JPEG's stored MS-SSIM at every level equals an
+              independent numpy MS-SSIM of Pillow's luma of `pcrinfo --cat --level K`
+              (within the stored step, 1/60000, plus 1e-6); for 0.90, 0.95, 0.99 the
+              lowest level the index names is the lowest the recomputation reaches;
+              pcrinfo's per-image table (JSON and text) agrees with both; verbatim
+              files and builds without --quality have no table; -j does not change it
   Dynamic     (see the class) the dynamic view switches level under a live reader
 """
 
 import errno
+import io
 import json
 import os
 import re
@@ -510,6 +517,177 @@ class Fidelity(unittest.TestCase):
                      ["--fidelity", "--level", "2"]):
             p = run([pcrinfo()] + args + [st])
             self.assertEqual(p.returncode, 2, args)
+
+
+# --------------------------------------------------------------------------------
+# Per-image fidelity (mkpcrfs --quality)
+
+QSCALE = 60000  # PCR_QUALITY_SCALE: stored = floor(MS-SSIM * 60000) (pcrfs(5))
+THRESHOLDS = (0.90, 0.95, 0.99)
+
+
+def pillow_luma(data):
+    """Luma decoded by Pillow: the Y plane of a YCbCr JPEG (decoded as YCbCr, so no
+    colour conversion: the samples libjpeg's gray output holds), a gray JPEG's plane.
+    RGB and CMYK JPEGs go through luma() (their luma is a formula of the pixels)."""
+    from PIL import Image
+    cls = image_class(data)
+    if cls not in ("ycc", "gray"):
+        return luma(data)
+    im = Image.open(io.BytesIO(data))
+    if cls == "ycc":
+        im.draft("YCbCr", im.size)
+    im.load()
+    if im.mode == "YCbCr":
+        return np.asarray(im.getchannel(0))
+    assert im.mode == "L", im.mode
+    return np.asarray(im)
+
+
+def stored_quality(store):
+    """{path: [MS-SSIM of levels 1..L-1] or []} from index.db's files.quality."""
+    db = sqlite3.connect("file:%s?immutable=1" % os.path.join(store, "index.db"), uri=True)
+    try:
+        dirs = {i: (p, bytes(n)) for i, p, n in db.execute("SELECT id, parent, name FROM dirs")}
+        out = {}
+        for d, name, q in db.execute("SELECT dir, name, quality FROM files"):
+            parts = [bytes(name)]
+            while d != 1:
+                parts.insert(0, dirs[d][1])
+                d = dirs[d][0]
+            out[b"/".join(parts)] = [int.from_bytes(q[i:i + 2], "little") / QSCALE
+                                     for i in range(0, len(q), 2)]
+        return out
+    finally:
+        db.close()
+
+
+def lowest(values, t, top):
+    """The lowest level (1-based) whose value reaches @t, else @top."""
+    return next((k + 1 for k, v in enumerate(values) if v >= t), top)
+
+
+class PerImage(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        src = Env.src()
+        cls.path = os.path.join(Env.dir(), "quality.pcr")
+        run([mkpcrfs(), "-q", "-j2", "-n", "16", "--quality", src, cls.path], check=0)
+        cls.json = json.loads(run([pcrinfo(), "--json", cls.path], check=0).stdout)
+        cls.L = cls.json["levels"]
+        cls.list = parse_list(cls.path)
+        cls.q = stored_quality(cls.path)
+        # the independent measure: every level of every JPEG through pcrinfo --cat,
+        # decoded by Pillow, MS-SSIM in numpy
+        cls.ref = {}
+        for rel, (kind, _, _) in cls.list.items():
+            if kind != "jpeg":
+                continue
+            lv = [pillow_luma(run([pcrinfo(), "--cat", os.fsdecode(rel), "--level", str(k),
+                                   cls.path], check=0).stdout) for k in range(1, cls.L + 1)]
+            cls.ref[rel] = [msssim(lv[k], lv[-1]) for k in range(cls.L - 1)]
+
+    def test_1_stored_values_match_numpy(self):
+        """Tolerance: the store keeps floor(v * 60000) / 60000, so stored <= v < stored +
+        1/60000; the library and numpy agree to 1e-6 (summation order)."""
+        self.assertGreater(len(self.ref), 30)
+        bad = []
+        for rel, want in self.ref.items():
+            got = self.q[rel]
+            self.assertEqual(len(got), self.L - 1, common.fmt_path(rel))
+            for k, (g, w) in enumerate(zip(got, want), 1):
+                if not (g - 1e-6 <= w < g + 1.0 / QSCALE + 1e-6):
+                    bad.append("%s level %d: stored %.6f, numpy %.6f" %
+                               (common.fmt_path(rel), k, g, w))
+        report(bad, "stored MS-SSIM values that differ from numpy's")
+        spread = [v for vals in self.ref.values() for v in vals]
+        self.assertLess(min(spread), 0.9, "level 1 of photo-like images is far from full")
+        for rel, (kind, _, _) in self.list.items():
+            if kind != "jpeg":
+                self.assertEqual(self.q[rel], [], "%s has a quality table" % common.fmt_path(rel))
+
+    def test_2_lowest_level_per_threshold(self):
+        """For every JPEG and threshold the level the index names (the lowest whose
+        stored value reaches it) is the lowest the numpy values reach; a value within
+        the tolerance of the threshold may fall on either side."""
+        tol = 1.0 / QSCALE + 1e-6
+        bad = []
+        for t in THRESHOLDS:
+            for rel, want in self.ref.items():
+                k = lowest(self.q[rel], t, self.L)
+                if k < self.L and not want[k - 1] >= t - tol:
+                    bad.append("%s at %.2f: level %d has numpy %.6f" %
+                               (common.fmt_path(rel), t, k, want[k - 1]))
+                for j in range(k - 1):
+                    if not want[j] < t + tol:
+                        bad.append("%s at %.2f: level %d (numpy %.6f) is lower than %d" %
+                                   (common.fmt_path(rel), t, j + 1, want[j], k))
+        report(bad, "per-image levels that are not the lowest reaching the threshold")
+
+    def test_3_summary_per_threshold(self):
+        """pcrinfo's table, from pcr_file_level_for(): mean level, mean bytes and the
+        lowest MS-SSIM when each JPEG is served at its own level, beside one level for
+        all (the lowest whose mean reaches t, and the lowest whose minimum does)."""
+        q = self.json["quality"]
+        self.assertIsNotNone(q)
+        jpegs = [r for r, (kind, _, _) in self.list.items() if kind == "jpeg"]
+        self.assertEqual(q["measured"], len(jpegs))
+        for k in range(1, self.L + 1):
+            vals = [self.q[r][k - 1] if k < self.L else 1.0 for r in jpegs]
+            row = q["table"][k - 1]
+            self.assertAlmostEqual(row["msssim_mean"], sum(vals) / len(vals), delta=1e-6)
+            self.assertAlmostEqual(row["msssim_min"], min(vals), delta=1e-6)
+        self.assertEqual([r["threshold"] for r in q["thresholds"]], [0.9, 0.95, 0.99])
+        for row in q["thresholds"]:
+            t = row["threshold"]
+            lv = {r: lowest(self.q[r], t, self.L) for r in jpegs}
+            size = {r: self.list[r][2][lv[r] - 1] for r in jpegs}
+            got = row["per_image"]
+            self.assertAlmostEqual(got["mean_level"], sum(lv.values()) / len(jpegs), delta=1e-4)
+            self.assertAlmostEqual(got["mean_bytes"], sum(size.values()) / len(jpegs), delta=1e-3)
+            self.assertAlmostEqual(got["msssim_min"], min(
+                (self.q[r] + [1.0])[lv[r] - 1] for r in jpegs), delta=1e-6)
+            self.assertGreaterEqual(got["msssim_min"], t)
+            means = [r["msssim_mean"] for r in q["table"]]
+            g = lowest(means[:-1], t, self.L)
+            self.assertEqual(row["global_mean"]["level"], g)
+            self.assertAlmostEqual(row["global_mean"]["mean_bytes"],
+                                   self.json["table"][g - 1]["mean_bytes"], delta=1e-3)
+            self.assertEqual(row["global_min"]["level"],
+                             lowest([r["msssim_min"] for r in q["table"]][:-1], t, self.L))
+            # per image never costs more bytes than the one level every image reaches
+            self.assertLessEqual(got["mean_bytes"], row["global_min"]["mean_bytes"] + 1e-6)
+
+    def test_4_text_and_extra_threshold(self):
+        out = run([pcrinfo(), "--threshold", "0.975", self.path], check=0).stdout.decode()
+        self.assertRegex(out, r"level\s+mean bytes/JPEG\s+ratio to full\s+MS-SSIM\s+min\n")
+        self.assertIn("measured at build time for %d of %d JPEGs" %
+                      (self.json["quality"]["measured"], self.json["jpeg"]), out)
+        for t in ("0.90", "0.95", "0.975", "0.99"):
+            self.assertRegex(out, r"\n\s+%s\s+\d+\.\d\d\s+\d+\s+" % re.escape(t))
+        j = json.loads(run([pcrinfo(), "--json", "--threshold", "0.975", "--threshold", "0.9",
+                            self.path], check=0).stdout)
+        self.assertEqual([r["threshold"] for r in j["quality"]["thresholds"]],
+                         [0.9, 0.95, 0.975, 0.99])
+        for args in (["--verify", "--threshold", "0.9"], ["--threshold", "0"],
+                     ["--threshold", "1.01"]):
+            self.assertEqual(run([pcrinfo()] + args + [self.path]).returncode, 2, args)
+
+    def test_5_off_by_default_and_deterministic(self):
+        src = Env.src()
+        off = os.path.join(Env.dir(), "quality-off.pcr")
+        one = os.path.join(Env.dir(), "quality-j1.pcr")
+        run([mkpcrfs(), "-q", "-j2", "-n", "16", src, off], check=0)
+        run([mkpcrfs(), "-q", "-j1", "-n", "16", "--quality", src, one], check=0)
+        self.assertTrue(all(v == [] for v in stored_quality(off).values()))
+        j = json.loads(run([pcrinfo(), "--json", off], check=0).stdout)
+        self.assertIsNone(j["quality"])
+        self.assertNotIn("per-image levels", run([pcrinfo(), off], check=0).stdout.decode())
+        self.assertEqual(stored_quality(one), self.q, "-j1 and -j2 store the same values")
+        db = sqlite3.connect("file:%s?immutable=1" % os.path.join(off, "index.db"), uri=True)
+        self.assertEqual(db.execute("SELECT value FROM meta WHERE key = 'quality'").fetchone(),
+                         ("off",))
+        db.close()
 
 
 # --------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import mount_util as mu  # noqa: E402
 
 RECURSIVE = "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n)"
 FILES_COLS = ("id, dir, name, kind, record, slot, nchunks, chunks, size, width, height,"
-              " components, src_size, checksum, note, trailer, sums")
+              " components, src_size, checksum, note, trailer, sums, quality")
 
 # (name, SQL run on a copy of the store's index.db, phrase of the refusal)
 HOSTILE = [
@@ -42,7 +42,7 @@ HOSTILE = [
      " SELECT k AS id, 1 AS dir, CAST('x' AS BLOB) AS name, 2 AS kind, 1 AS record,"
      " 0 AS slot, 1 AS nchunks, X'0000' AS chunks, 0 AS size, 0 AS width, 0 AS height,"
      " 0 AS components, 0 AS src_size, 0 AS checksum, NULL AS note, 0 AS trailer,"
-     " X'' AS sums FROM n",
+     " X'' AS sums, X'' AS quality FROM n",
      "index.db: files is a view, not a table"),
     ("dirs-view-recursive",
      "DROP TABLE dirs; CREATE VIEW dirs AS " + RECURSIVE +
@@ -52,25 +52,25 @@ HOSTILE = [
     ("files-view-column",
      "ALTER TABLE files RENAME TO files_t; CREATE VIEW files AS SELECT id, dir, name,"
      " kind, record, slot, nchunks, chunks, size, width, height, components, src_size,"
-     " checksum, (" + RECURSIVE + " SELECT max(k) FROM n) AS note, trailer, sums"
+     " checksum, (" + RECURSIVE + " SELECT max(k) FROM n) AS note, trailer, sums, quality"
      " FROM files_t",
      "index.db: has a table files_t that pcrfs(5) does not define"),
     ("files-generated-column",
      "ALTER TABLE files ADD COLUMN g TEXT GENERATED ALWAYS AS (printf('%.99999c', 'x'))"
      " VIRTUAL",
-     "index.db: table files: column 18 is g TEXT, want only 17 columns"),
+     "index.db: table files: column 19 is g TEXT, want only 18 columns"),
     ("files-id-text",
      "CREATE TABLE f2(id TEXT, dir INTEGER NOT NULL, name BLOB NOT NULL,"
      " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
      " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
      " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
      " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-     " trailer INTEGER NOT NULL, sums BLOB NOT NULL);"
+     " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
      " INSERT INTO f2 SELECT * FROM files;"
      # text that sorts inside the last directory's id range but is another number
      " INSERT INTO f2 SELECT CAST(max(id) AS TEXT) || '0', dir, CAST('zz.JPEG' AS BLOB),"
      " kind, record, slot, nchunks, chunks, size, width, height, components, src_size,"
-     " checksum, note, trailer, sums FROM files WHERE id = (SELECT max(id) FROM files);"
+     " checksum, note, trailer, sums, quality FROM files WHERE id = (SELECT max(id) FROM files);"
      " DROP TABLE files; ALTER TABLE f2 RENAME TO files",
      "index.db: table files: column 1 is id TEXT, want id INTEGER"),
     ("trigger",

@@ -8,6 +8,7 @@
  * also that no case reads out of bounds. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -57,6 +58,13 @@ static struct tfile files[] = {
 #define NDIRS      4
 #define PER_REC    3
 #define REC_OF(id) (((id)-1) / PER_REC + 1)
+
+/* Per-level MS-SSIM of files 1 (r1.JPEG) and 7 (c1.JPEG), levels 1..LEVELS-1; the
+ * other JPEGs have none. Not increasing on purpose: pcr_file_level_for() must take
+ * the lowest level reaching a threshold, not assume an order. 0.95 is stored as
+ * exactly 57000/60000, 0.94999 rounds down below 0.95. */
+static const double quality1[LEVELS - 1] = {0.5, 0.94999, 0.95, 0.9, 0.97, 0.99, 0.985, 0.999, 1.0};
+static const double quality7[LEVELS - 1] = {0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95};
 
 static const struct pcr_dir_row base_dirs[NDIRS] = {
     {1, 1, "", 2, 2, 1, 2},
@@ -153,6 +161,7 @@ static int build(const char *path, char *err, size_t errlen)
                 .info = {.width = 10, .height = 20, .components = 3},
                 .src_size = t->len,
                 .note = t->kind == PCR_KIND_VERBATIM ? "not a JPEG" : NULL,
+                .quality = k == 0 ? quality1 : k == 6 ? quality7 : NULL,
             };
         }
         if ((ret = pcr_writer_add_record(w, items, n)))
@@ -1117,6 +1126,20 @@ static const struct rowcase rowcases[] = {
     {"size-huge", 7, "size = 9223372036854775807", "size disagrees with its chunks"},
     {"size-jpeg-no-eoi", 7, "size = size - 2", "size disagrees with its chunks"},
     {"size-verbatim-kind", 7, "kind = 2", "chunk count out of range"},
+    /* the quality table: none, or one u16 per level below the top (pcrfs(5)) */
+    {"quality-short", 1, "quality = substr(quality, 1, 16)",
+     "quality table does not match the store's levels"},
+    {"quality-long", 1, "quality = CAST(quality || X'0000' AS BLOB)",
+     "quality table does not match the store's levels"},
+    {"quality-odd", 7, "quality = X'00'", "quality table does not match the store's levels"},
+    {"quality-added-short", 3, "quality = X'1027'",
+     "quality table does not match the store's levels"},
+    {"quality-huge", 3, "quality = zeroblob(70000)",
+     "quality table does not match the store's levels"},
+    {"quality-verbatim", 2, "quality = zeroblob(18)",
+     "quality table does not match the store's levels"},
+    {"quality-above-1", 7, "quality = CAST(substr(quality, 1, 16) || X'61EA' AS BLOB)", "quality value above 1"},
+    {"quality-max-u16", 1, "quality = CAST(X'FFFF' || substr(quality, 3) AS BLOB)", "quality value above 1"},
     {"dir-other", 5, "dir = 1", "belongs to another directory"},
     {"dir-neg", 5, "dir = -2", "belongs to another directory"},
 };
@@ -1413,8 +1436,8 @@ static void test_loose_files(void)
     const char *p = clone("loose-files");
     sql(p, "CREATE TABLE f2 AS SELECT * FROM files;"
            "INSERT INTO f2 SELECT id, dir, CAST('a1x.JPEG' AS BLOB), kind, record, slot, nchunks,"
-           " chunks, size, width, height, components, src_size, checksum, note, trailer, sums"
-           " FROM files WHERE id = 3;"
+           " chunks, size, width, height, components, src_size, checksum, note, trailer, sums,"
+           " quality FROM files WHERE id = 3;"
            "DROP TABLE files; ALTER TABLE f2 RENAME TO files;");
     refused(p, -EINVAL, "index.db: table files: column 1 is id INT, want id INTEGER",
             "loose-files");
@@ -1490,12 +1513,12 @@ static void recreate(const char *store, const char *table, const char *from, con
 
 #define FILES_NO_NOTE                                                                              \
     "id, dir, name, kind, record, slot, nchunks, chunks, size, width, height, components,"          \
-    " src_size, checksum, trailer, sums"
+    " src_size, checksum, trailer, sums, quality"
 #define RECURSIVE "WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n)"
 #define FILES_ROW                                                                                  \
     " 1 AS dir, CAST('x' AS BLOB) AS name, 2 AS kind, 1 AS record, 0 AS slot, 1 AS nchunks,"      \
     " X'0000' AS chunks, 0 AS size, 0 AS width, 0 AS height, 0 AS components, 0 AS src_size,"     \
-    " 0 AS checksum, NULL AS note, 0 AS trailer, X'' AS sums"
+    " 0 AS checksum, NULL AS note, 0 AS trailer, X'' AS sums, X'' AS quality"
 
 struct schemacase {
     const char *label;
@@ -1517,14 +1540,14 @@ static const struct schemacase schemacases[] = {
     {"files-view-column",
      "ALTER TABLE files RENAME TO files_t; CREATE VIEW files AS SELECT id, dir, name, kind,"
      " record, slot, nchunks, chunks, size, width, height, components, src_size, checksum,"
-     " (" RECURSIVE " SELECT max(k) FROM n) AS note, trailer, sums FROM files_t;",
+     " (" RECURSIVE " SELECT max(k) FROM n) AS note, trailer, sums, quality FROM files_t;",
      NULL, NULL, NULL, NULL, "index.db: has a table files_t that pcrfs(5) does not define"},
     {"files-generated-note", NULL, "files", "note TEXT,",
      "note TEXT GENERATED ALWAYS AS (printf('%.9999c', 'n')) VIRTUAL,", FILES_NO_NOTE,
      "index.db: table files: column 15 (note) is generated or hidden"},
     {"files-generated-extra",
      "ALTER TABLE files ADD COLUMN g INTEGER GENERATED ALWAYS AS (id + 1) VIRTUAL", NULL, NULL,
-     NULL, NULL, "index.db: table files: column 18 is g INTEGER, want only 17 columns"},
+     NULL, NULL, "index.db: table files: column 19 is g INTEGER, want only 18 columns"},
     {"trigger", "CREATE TRIGGER t AFTER INSERT ON files BEGIN SELECT 1; END", NULL, NULL, NULL,
      NULL, "index.db: has a trigger t on files"},
     {"extra-index", "CREATE INDEX files_by_name ON files(name)", NULL, NULL, NULL, NULL,
@@ -1560,7 +1583,14 @@ static const struct schemacase schemacases[] = {
     {"files-no-note", "ALTER TABLE files DROP COLUMN note", NULL, NULL, NULL, NULL,
      "index.db: table files: column 15 is trailer INTEGER, want note TEXT"},
     {"files-no-sums", "ALTER TABLE files DROP COLUMN sums", NULL, NULL, NULL, NULL,
-     "index.db: table files: has 16 columns, want 17 (no sums)"},
+     "index.db: table files: column 17 is quality BLOB, want sums BLOB"},
+    /* an index of format 2 written before the quality column existed */
+    {"files-no-quality", "ALTER TABLE files DROP COLUMN quality", NULL, NULL, NULL, NULL,
+     "index.db: table files: has 17 columns, want 18 (no quality)"},
+    {"files-quality-text", NULL, "files", "quality BLOB", "quality TEXT", NULL,
+     "index.db: table files: column 18 is quality TEXT, want quality BLOB"},
+    {"tok-files-no-quality", "ALTER TABLE tok_files DROP COLUMN quality", NULL, NULL, NULL, NULL,
+     "index.db: table tok_files: has 17 columns, want 18 (no quality)"},
     {"tok-partial", "DROP TABLE tok_files", NULL, NULL, NULL, NULL,
      "index.db: has only 2 of the token tables"},
     {"tok-one", "DROP TABLE tok_files; DROP TABLE tok_records", NULL, NULL, NULL, NULL,
@@ -1592,7 +1622,7 @@ static void test_schemas(void)
     recreate(p, "files", "id INTEGER PRIMARY KEY", "id TEXT", NULL);
     sql(p, "INSERT INTO files SELECT '70', dir, CAST('c3.bin' AS BLOB), kind, record, slot,"
            " nchunks, chunks, size, width, height, components, src_size, checksum, note, trailer,"
-           " sums FROM files WHERE id = '8'");
+           " sums, quality FROM files WHERE id = '8'");
     refused_soon(p, -EINVAL, "index.db: table files: column 1 is id TEXT, want id INTEGER",
                  "files-id-text");
     discard(p);
@@ -1835,6 +1865,84 @@ static void test_api_bounds(void)
     pcr_store_close(s);
 }
 
+/* The per-level MS-SSIM the writer was given comes back through the public API,
+ * rounded down to 1/PCR_QUALITY_SCALE, and pcr_file_level_for() picks the lowest
+ * level reaching a threshold. */
+static void test_quality(void)
+{
+    struct pcr_store *s = open_ok(base, "quality");
+    const struct pcr_file *f1, *f2, *f3, *f7;
+    double q;
+    char err[512];
+
+    if (!s)
+        return;
+    CHECK(pcr_store_file(s, 1, &f1) == 0 && pcr_store_file(s, 2, &f2) == 0 &&
+              pcr_store_file(s, 3, &f3) == 0 && pcr_store_file(s, 7, &f7) == 0,
+          "quality: files");
+    for (unsigned k = 1; k < LEVELS; k++) {
+        double want = floor(quality1[k - 1] * PCR_QUALITY_SCALE) / PCR_QUALITY_SCALE;
+        CHECK(pcr_file_quality(f1, k, &q) == 0 && q == want, "file 1 level %u: %.9f want %.9f",
+              k, q, want);
+        CHECK(fabs(q - quality1[k - 1]) < 1.0 / PCR_QUALITY_SCALE, "file 1 level %u: step", k);
+        want = floor(quality7[k - 1] * PCR_QUALITY_SCALE) / PCR_QUALITY_SCALE;
+        CHECK(pcr_file_quality(f7, k, &q) == 0 && q == want, "file 7 level %u: %.9f", k, q);
+    }
+    CHECK(pcr_file_quality(f1, 3, &q) == 0 && q == 0.95, "0.95 is stored exactly: %.17g", q);
+    CHECK(pcr_file_quality(f1, 2, &q) == 0 && q < 0.95, "0.94999 stays below 0.95: %.17g", q);
+    CHECK(pcr_file_quality(f1, LEVELS, &q) == 0 && q == 1.0, "top level is 1");
+    CHECK(pcr_file_quality(f1, LEVELS + 5, &q) == 0 && q == 1.0, "past the top is 1");
+    CHECK(pcr_file_quality(f1, 0, &q) == -EINVAL, "level 0");
+    CHECK(pcr_file_quality(f2, 1, &q) == -ENOENT, "verbatim: no table");
+    CHECK(pcr_file_quality(f3, 1, &q) == -ENOENT && pcr_file_quality(f3, LEVELS, &q) == -ENOENT,
+          "JPEG built without a table");
+
+    static const struct {
+        double t;
+        unsigned f1, f7;
+    } cases[] = {
+        {0.0, 1, 1},     {0.5, 1, 4},      {0.9, 2, 8},   {0.94998, 2, 9}, {0.94999, 3, 9}, {0.95, 3, 9},
+        {0.96, 5, LEVELS}, {0.985, 6, LEVELS}, {0.99, 6, LEVELS}, {0.995, 8, LEVELS},
+        {0.9999, 9, LEVELS}, {1.0, 9, LEVELS},
+    };
+    for (size_t c = 0; c < PCR_ARRAY_SIZE(cases); c++) {
+        CHECK(pcr_file_level_for(f1, cases[c].t) == cases[c].f1, "file 1, %g: level %u want %u",
+              cases[c].t, pcr_file_level_for(f1, cases[c].t), cases[c].f1);
+        CHECK(pcr_file_level_for(f7, cases[c].t) == cases[c].f7, "file 7, %g: level %u want %u",
+              cases[c].t, pcr_file_level_for(f7, cases[c].t), cases[c].f7);
+        CHECK(pcr_file_level_for(f2, cases[c].t) == LEVELS &&
+                  pcr_file_level_for(f3, cases[c].t) == LEVELS,
+              "no table, %g: the top level", cases[c].t);
+    }
+    pcr_store_close(s);
+
+    /* the writer takes values in [0, 1] only, for JPEGs only */
+    static const double bad[][LEVELS - 1] = {
+        {0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0001},
+        {-0.01, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0},
+        {0.5, NAN, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0, 1.0},
+    };
+    for (size_t b = 0; b <= PCR_ARRAY_SIZE(bad); b++) {
+        char path[400];
+        struct pcr_writer *w = NULL;
+        struct pcr_writer_opts o = {.levels = LEVELS, .script = "test"};
+        struct tfile *t = &files[b < PCR_ARRAY_SIZE(bad) ? 0 : 1];
+        struct pcr_item it = {
+            .id = 1, .dir = 1, .name = t->name, .kind = t->kind, .data = t->data,
+            .len = t->len, .split = t->kind == PCR_KIND_JPEG ? &t->split : NULL,
+            .src_size = t->len, .quality = b < PCR_ARRAY_SIZE(bad) ? bad[b] : quality1,
+        };
+        snprintf(path, sizeof(path), "%s/quality-bad-%zu", tmpdir, b);
+        CHECK(pcr_writer_create(path, &o, &w, err, sizeof(err)) == 0 &&
+                  pcr_writer_add_dir(w, &(struct pcr_dir_row){1, 1, "", 0, 0, 1, 1}) == 0,
+              "writer for quality case %zu: %s", b, err);
+        if (w) {
+            CHECK(pcr_writer_add_record(w, &it, 1) == -EINVAL, "quality case %zu accepted", b);
+            pcr_writer_abort(w);
+        }
+    }
+}
+
 int main(void)
 {
     char tmpl[] = "/tmp/pcrfs-test-crafted-XXXXXX", err[512];
@@ -1876,6 +1984,7 @@ int main(void)
     test_sparse_files();
     test_deep();
     test_api_bounds();
+    test_quality();
 
     CHECK(log_unsafe == 0, "%d log lines carried control characters from the index", log_unsafe);
     run("rm -rf '%s'", tmpdir);

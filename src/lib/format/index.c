@@ -28,7 +28,7 @@ const char pcr_index_schema[] =
     " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
     " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
     " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-    " trailer INTEGER NOT NULL, sums BLOB NOT NULL);"
+    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
     /* The token tree has the same shape: a token file is a one-chunk file whose
      * record is a token shard (see pcrfs(5)). */
     "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
@@ -41,7 +41,7 @@ const char pcr_index_schema[] =
     " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
     " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
     " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-    " trailer INTEGER NOT NULL, sums BLOB NOT NULL);"
+    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
     "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
 
 #define DIRS_SQL(t)                                                                        \
@@ -50,14 +50,14 @@ const char pcr_index_schema[] =
 #define RECORDS_SQL(t) "SELECT id, name, size, nimages, groups FROM " t "records ORDER BY id"
 #define FILES_SQL(t)                                                                       \
     "SELECT id, dir, name, kind, record, slot, nchunks, chunks, size, width, height,"       \
-    " components, src_size, checksum, note, trailer, sums FROM " t "files"                 \
+    " components, src_size, checksum, note, trailer, sums, quality FROM " t "files"                 \
     " WHERE id >= ?1 AND id < ?2"      \
     " ORDER BY id"
 #define PUT_DIR_SQL(t) "INSERT INTO " t "dirs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
 #define PUT_RECORD_SQL(t) "INSERT INTO " t "records VALUES (?1, ?2, ?3, ?4, ?5)"
 #define PUT_FILE_SQL(t)                                                                    \
     "INSERT INTO " t "files VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"\
-    " ?14, ?15, ?16, ?17)"
+    " ?14, ?15, ?16, ?17, ?18)"
 
 static const char *const reader_sql[] = {
     [ST_META] = "SELECT value FROM meta WHERE key = ?1",
@@ -561,6 +561,8 @@ int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_
             .trailer = sqlite3_column_int64(st, 15),
             .sums = sqlite3_column_blob(st, 16),
             .sums_len = (size_t)sqlite3_column_bytes(st, 16),
+            .quality = sqlite3_column_blob(st, 17),
+            .quality_len = (size_t)sqlite3_column_bytes(st, 17),
         };
         if ((cbret = cb(ctx, &f)) != 0)
             break;
@@ -638,6 +640,8 @@ int pcr_index_put_file(struct pcr_index *idx, enum pcr_index_tree tree,
         sqlite3_bind_null(st, 15);
     sqlite3_bind_int64(st, 16, f->trailer);
     sqlite3_bind_blob(st, 17, f->sums_len ? (const void *)f->sums : "", (int)f->sums_len,
+                      SQLITE_STATIC);
+    sqlite3_bind_blob(st, 18, f->quality_len ? (const void *)f->quality : "", (int)f->quality_len,
                       SQLITE_STATIC);
     return put_step(st);
 }

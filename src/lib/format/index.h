@@ -13,7 +13,7 @@
 #include <sys/types.h>
 
 #define PCR_INDEX_APP_ID  0x50435246 /* "PCRF" in PRAGMA application_id */
-#define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums) */
+#define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums, quality) */
 /* The work bound of every reader statement: SQLite virtual-machine instructions
  * between two rows (or before the first). Legitimate statements use tens per row;
  * see the comment on progress() in index.c and pcrfs(5). */
@@ -53,6 +53,8 @@ struct pcr_index_file {
     int64_t trailer;  /* 1: the last chunk is the bytes after the image's EOI */
     const uint8_t *sums; /* u32 LE per PCR_SUM_BLOCK block of each chunk (pcrfs(5)) */
     size_t sums_len;
+    const uint8_t *quality; /* u16 LE per level 1..L-1: floor(MS-SSIM * 60000), or empty */
+    size_t quality_len;
 };
 
 typedef int (*pcr_index_dir_cb)(void *ctx, const struct pcr_index_dir *row);

@@ -17,7 +17,7 @@
  *     first lookup/readdir/stat that needs them, validated row by row (a bad row is
  *     dropped and logged, the rest of the directory is served), then published with a
  *     release store so readers never take a lock once a directory is loaded.
- * Names, chunk tables, checksums and notes of loaded files live in one arena;
+ * Names, chunk tables, checksums, notes and quality tables of loaded files live in one arena;
  * handles are the only per-open allocation and belong to whoever opened them.
  */
 #ifndef PCRFS_STORE_INTERNAL_H
@@ -63,6 +63,7 @@ struct pcr_file {
     const uint8_t *chunks; /* validated varint pairs (offset in group, length) */
     const uint8_t *sums;   /* u32 LE per PCR_SUM_BLOCK block of each chunk, in order */
     const char *note;      /* NULL unless verbatim with a reason */
+    const uint8_t *quality; /* u16 LE MS-SSIM per level 1..levels-1 (pcrfs(5)), or NULL */
     uint64_t size_full;    /* bytes served at level L, EOI and trailer included */
     uint64_t src_size, checksum;
     uint32_t record;       /* index into recs[] + 1 */

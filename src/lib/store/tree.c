@@ -311,6 +311,17 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
         why = "checksum table does not match its chunks";
         goto reject;
     }
+    /* a JPEG's table has one entry per level below the top, or none at all */
+    if (row->quality_len != 0 && (row->kind != PCR_KIND_JPEG || !row->quality ||
+                                  row->quality_len != 2 * ((size_t)s->levels - 1))) {
+        why = "quality table does not match the store's levels";
+        goto reject;
+    }
+    for (size_t i = 0; i < row->quality_len; i += 2)
+        if ((row->quality[i] | (unsigned)row->quality[i + 1] << 8) > PCR_QUALITY_SCALE) {
+            why = "quality value above 1";
+            goto reject;
+        }
     if (row->kind == PCR_KIND_JPEG)
         total += 2;
     if (row->kind == PCR_KIND_TOKENS) {
@@ -365,6 +376,12 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
     if (row->note && row->note[0]) {
         size_t nl = strnlen(row->note, MAX_NOTE);
         f->note = arena_str(s, row->note, nl);
+    }
+    f->quality = NULL;
+    if (row->quality_len) {
+        f->quality = (const uint8_t *)arena_str(s, row->quality, row->quality_len);
+        if (!f->quality)
+            return -ENOMEM;
     }
     if (!f->chunks || !f->sums)
         return -ENOMEM;
@@ -430,6 +447,36 @@ static const struct dirfiles *dir_files(struct pcr_store *s, uint64_t id, int *e
     }
     pthread_mutex_unlock(&s->lock);
     return df;
+}
+
+/* ---- per-level fidelity (pcrfs(5): files.quality) ---- */
+
+int pcr_file_quality(const struct pcr_file *f, unsigned level, double *ssim)
+{
+    const uint8_t *q;
+
+    if (level < 1)
+        return -EINVAL;
+    if (!f->quality)
+        return -ENOENT;
+    if (level >= f->levels) {
+        *ssim = 1.0; /* the top level is the image itself */
+        return 0;
+    }
+    q = f->quality + 2 * (level - 1);
+    *ssim = (double)(q[0] | (unsigned)q[1] << 8) / PCR_QUALITY_SCALE;
+    return 0;
+}
+
+unsigned pcr_file_level_for(const struct pcr_file *f, double threshold)
+{
+    double v;
+
+    /* the same comparison a caller of pcr_file_quality() makes, so the two agree */
+    for (unsigned k = 1; f->quality && k < f->levels; k++)
+        if (pcr_file_quality(f, k, &v) == 0 && v >= threshold)
+            return k;
+    return f->levels;
 }
 
 /* ---- tree queries ---- */

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -430,7 +431,10 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
         !writer_name_ok(it->name))
         return -EINVAL;
     if (it->kind == PCR_KIND_VERBATIM)
-        return (it->len == 0 || it->data) && !it->trailer ? 0 : -EINVAL;
+        return (it->len == 0 || it->data) && !it->trailer && !it->quality ? 0 : -EINVAL;
+    for (unsigned k = 0; it->quality && k + 1 < w->levels; k++)
+        if (!(it->quality[k] >= 0.0 && it->quality[k] <= 1.0)) /* NaN fails too */
+            return -EINVAL;
     /* img: the progressive file's length; the trailer follows it */
     size_t img = it->len - it->trailer;
     if (it->kind != PCR_KIND_JPEG || !sp || sp->nchunks < 1 || sp->nchunks > PCR_MAX_CHUNKS ||
@@ -528,8 +532,9 @@ static int write_record(struct pcr_writer *w, const char *name, const struct pcr
 static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint64_t rec,
                           unsigned slot, uint64_t *gpos)
 {
-    uint8_t cblob[PCR_MAX_CHUNKS * 20];
+    uint8_t cblob[PCR_MAX_CHUNKS * 20], qblob[2 * PCR_MAX_LEVELS];
     unsigned nc = item_nchunks(it);
+    size_t qlen = 0;
     size_t clen = 0, slen = 0;
     uint8_t *sums = malloc(4 * (pcr_sum_blocks(it->len) + nc));
     int ret;
@@ -546,6 +551,13 @@ static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint6
         clen += pcr_varint_put(cblob + clen, l);
         slen += pcr_sums_put(p, l, sums + slen);
         gpos[g] += l;
+    }
+    /* MS-SSIM rounded down to a multiple of 1/60000, a u16 (pcrfs(5)): a threshold
+     * of four decimals is a multiple too, so rounding never moves a value across it */
+    for (unsigned k = 0; it->quality && k + 1 < w->levels; k++) {
+        unsigned q = (unsigned)floor(it->quality[k] * PCR_QUALITY_SCALE);
+        qblob[qlen++] = (uint8_t)q;
+        qblob[qlen++] = (uint8_t)(q >> 8);
     }
     ret = pcr_index_put_file(w->idx, PCR_TREE_IMAGES,
                              &(struct pcr_index_file){
@@ -569,6 +581,8 @@ static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint6
                                  .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
                                  .sums = sums,
                                  .sums_len = slen,
+                                 .quality = qblob,
+                                 .quality_len = qlen,
                              });
     free(sums);
     return ret ? writer_index_error(w, ret) : 0;
