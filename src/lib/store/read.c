@@ -92,6 +92,16 @@ static bool trailer_at(const struct pcr_file *f, unsigned level)
     return f->trailer && level >= f->levels;
 }
 
+/* The record prefix a reader of the record at @level reads: groups 0..m-1 (all of
+ * them at the top level: trailers and the scans of images with more scans than L
+ * lie beyond group L). */
+static uint64_t prefix_of(const struct pcr_file *f, const struct rec *r, unsigned level)
+{
+    unsigned m = chunks_at(f, level);
+
+    return r->goff[level >= f->levels || m >= r->ngroups ? r->ngroups : m];
+}
+
 static unsigned clamp_level(const struct pcr_store *s, unsigned level)
 {
     return level < 1 ? 1 : level > s->levels ? s->levels : level;
@@ -110,9 +120,7 @@ static void plan_make(const struct pcr_store *s, const struct pcr_file *f, const
     p->n = 0;
     p->size = 0;
     p->level = clamp_level(s, level);
-    /* groups 0..m-1 of the record (all of them at the top level: trailers and the
-     * scans of images with more scans than L lie beyond group L) */
-    p->prefix = r->goff[level >= f->levels || m >= r->ngroups ? r->ngroups : m];
+    p->prefix = prefix_of(f, r, level);
     for (unsigned i = 0; i < f->nchunks; i++) {
         chunk_next(&it, &off, &len);
         if (i == m && f->kind == PCR_KIND_JPEG) {
@@ -218,11 +226,13 @@ static const char *check_record_hdr(struct pcr_store *s, struct rec *r, int *err
     return NULL;
 }
 
-struct rec *store_record(struct pcr_store *s, const struct pcr_file *f)
+static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix);
+
+struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned level)
 {
     struct rec *r = &s->recs[f->record - 1];
     int state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE), err = 0;
-    const char *why = NULL;
+    const char *why;
 
     if (state == REC_OK)
         return r;
@@ -230,19 +240,23 @@ struct rec *store_record(struct pcr_store *s, const struct pcr_file *f)
         return NULL;
     if (!__atomic_load_n(&r->obj, __ATOMIC_ACQUIRE) && store_open_record(s, r) != 0)
         return NULL;
+    /* Advise first: from object storage the header then comes out of the prefix
+     * fetch this starts, one request per record instead of two. The header is read
+     * without the lock (a network read must not hold up other records); two
+     * threads may both check it, and only the one that settles the state logs. */
+    if (r->valid)
+        advise(s, r, prefix_of(f, r, level));
+    why = check_record_hdr(s, r, &err);
     pthread_mutex_lock(&s->rec_lock);
-    if (r->state == REC_UNCHECKED) {
-        why = check_record_hdr(s, r, &err);
-        if (why && why[0]) {
-            pcr_log(PCR_LOG_ERR, "record %s: %s; its files fail with EIO", r->name, why);
-            __atomic_store_n(&r->state, REC_BAD, __ATOMIC_RELEASE);
-        } else if (!why) {
-            __atomic_store_n(&r->state, REC_OK, __ATOMIC_RELEASE);
-        }
+    if (r->state == REC_UNCHECKED && why && why[0]) {
+        pcr_log(PCR_LOG_ERR, "record %s: %s; its files fail with EIO", r->name, why);
+        __atomic_store_n(&r->state, REC_BAD, __ATOMIC_RELEASE);
+    } else if (r->state == REC_UNCHECKED && !why) {
+        __atomic_store_n(&r->state, REC_OK, __ATOMIC_RELEASE);
     }
     state = r->state;
     pthread_mutex_unlock(&s->rec_lock);
-    if (why && !why[0] && !__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
+    if (state == REC_UNCHECKED && !__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
         pcr_log(PCR_LOG_ERR, "record %s: reading its header: %s (tried again on next use)",
                 r->name, strerror(-err));
     return state == REC_OK ? r : NULL;
@@ -262,6 +276,7 @@ struct tls {
      * block boundary, and the next request starts in that same block */
     uint64_t carry_gen;        /* the store's gen, 0: none */
     const struct rec *carry_rec;
+    const struct pcr_file *carry_file; /* whose checksums verified it */
     uint64_t carry_off;        /* its absolute offset in the record */
     size_t carry_len;
     uint8_t *carry;            /* PCR_SUM_BLOCK bytes */
@@ -356,14 +371,17 @@ static int verify(const struct pcr_file *f, const struct piece *pc)
 /* If @p starts in the block the previous read of this thread ended in, serve its
  * first bytes from there (already verified) and move @p past that block; p->take
  * may then be 0: nothing left to read. */
-static void from_carry(struct tls *t, const struct pcr_store *s, const struct rec *r,
-                       struct piece *p, uint8_t *out)
+static void from_carry(struct tls *t, const struct pcr_store *s, const struct pcr_file *f,
+                       const struct rec *r, struct piece *p, uint8_t *out)
 {
-    uint64_t upto;
+    uint64_t upto, blk = p->seg->len - p->a < PCR_SUM_BLOCK ? p->seg->len - p->a : PCR_SUM_BLOCK;
     size_t n;
 
+    /* the same block of the same file (it was verified against this file's sums),
+     * whole, and holding the first byte asked for */
     if (!t || !t->carry_gen || t->carry_gen != s->gen || t->carry_rec != r ||
-        t->carry_off != p->seg->off + p->a)
+        t->carry_file != f || t->carry_off != p->seg->off + p->a || t->carry_len != blk ||
+        p->in >= p->a + blk)
         return;
     upto = p->a + t->carry_len;
     n = (size_t)((p->in + p->take < upto ? p->in + p->take : upto) - p->in);
@@ -377,8 +395,8 @@ static void from_carry(struct tls *t, const struct pcr_store *s, const struct re
 
 /* After a read whose last piece ended inside a block: keep that block (verified)
  * for the next request, which the kernel starts right there. */
-static void keep_carry(struct tls *t, const struct pcr_store *s, const struct rec *r,
-                       const struct piece *p)
+static void keep_carry(struct tls *t, const struct pcr_store *s, const struct pcr_file *f,
+                       const struct rec *r, const struct piece *p)
 {
     uint64_t end = p->a + p->span, lb;
 
@@ -391,6 +409,7 @@ static void keep_carry(struct tls *t, const struct pcr_store *s, const struct re
     memcpy(t->carry, p->data + (lb - p->a), t->carry_len);
     t->carry_off = p->seg->off + lb;
     t->carry_rec = r;
+    t->carry_file = f;
     t->carry_gen = s->gen;
 }
 
@@ -439,7 +458,7 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
                 *p = (struct piece){.seg = &seg[i], .a = a, .span = (z < seg[i].len ? z
                                                                      : seg[i].len) - a,
                                     .in = in, .take = take, .done = done};
-                from_carry(t, s, r, p, out);
+                from_carry(t, s, f, r, p, out);
                 if (p->take)
                     np++;
                 if (p->take && (p->a != p->in || p->span != p->take))
@@ -487,7 +506,7 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
             memcpy(out + p->done, p->data + (p->in - p->a), p->take);
     }
     if (np)
-        keep_carry(t, s, r, &pc[np - 1]);
+        keep_carry(t, s, f, r, &pc[np - 1]);
     return (ssize_t)len;
 }
 
@@ -572,7 +591,7 @@ static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t 
 int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
                     struct pcr_handle **out)
 {
-    struct rec *r = store_record(s, f);
+    struct rec *r = store_record(s, f, level);
     struct pcr_handle *h;
     struct plan p;
     int ret;
@@ -681,7 +700,7 @@ static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct
 ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
                         size_t len, uint64_t off)
 {
-    struct rec *r = store_record(s, f);
+    struct rec *r = store_record(s, f, level);
     struct plan p;
 
     if (!r) {

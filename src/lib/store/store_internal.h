@@ -147,9 +147,10 @@ int store_load_dirs(struct pcr_store *s, uint64_t max, char *err, size_t errlen)
 void store_free_tree(struct pcr_store *s);
 
 /* read.c */
-/* The record of @f, opened and its header checked on first use.
+/* The record of @f, opened and its header checked on first use (after advising the
+ * backend of the prefix @level needs).
  * @return the record, or NULL (EIO: missing or damaged; logged once). */
-struct rec *store_record(struct pcr_store *s, const struct pcr_file *f);
+struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned level);
 /* Open (through the backend) the object of record @r, once; see store.c. */
 int store_open_record(struct pcr_store *s, struct rec *r);
 /* Free the calling thread's read scratch and token cache (thread exit). */
