@@ -11,8 +11,12 @@ read whole, file by file, in the same shuffled order (tests/bench/read_tree.py):
 cold    a fresh mount, then `sync; echo 3 > /proc/sys/vm/drop_caches`, then one pass;
         the order alternates A B, B A, A B, ... from round to round, so that a drift in
         the machine's load does not always favour the same side;
-warm    both mounted once, every view read once to fill the page cache, then passes
-        interleaved the same way.
+warm    both mounted once; each figure is `drop_caches`, one pass to fill the page
+        cache, then --warm-passes timed passes, interleaved the same way. Every warm
+        figure thus has the same history: on this kernel, of two trees whose pages
+        were filled one after the other after a drop, the first filled read back
+        1.3-1.4x slower warm (measured with the same build on both sides), so filling
+        both and then timing both would favour whichever was filled second.
 
 Besides files/s it records the daemon's CPU time (utime + stime from /proc/PID/stat)
 during each pass, so that a difference can be told apart as the daemon's own work or
@@ -133,11 +137,12 @@ def main():
                     side.down()
         for side in sides:
             side.up()
-            for view in views:  # fill the page cache
-                side.read(view, False, a.threads, 1)
         for rnd in range(a.warm_reps):
             for view in views:
                 for side in (sides if rnd % 2 == 0 else sides[::-1]):
+                    # the same history for every warm figure: caches dropped, the view
+                    # read once (the page cache filled), then timed; see the docstring
+                    side.read(view, True, a.threads, 1)
                     one("warm", rnd + 1, view, side, a.warm_passes)
     finally:
         for side in sides:
