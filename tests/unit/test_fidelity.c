@@ -363,6 +363,13 @@ static void test_parse_bad(void)
     }
 }
 
+/* mkpcrfs(1), SCAN SCRIPTS: the 5-scan example, as the man page prints it. */
+static const char five_scan_example[] = "0,1,2: 0-0,  0, 0;   # DC\n"
+                                        "0:     1-9,  0, 0;   # Y, low\n"
+                                        "1:     1-63, 0, 0;   # Cb\n"
+                                        "2:     1-63, 0, 0;   # Cr\n"
+                                        "0:     10-63, 0, 0;  # Y, the rest\n";
+
 static void test_presets(void)
 {
     struct pcr_scripts s;
@@ -387,6 +394,27 @@ static void test_presets(void)
             CHECK(sc->scan[i].ah == 0 && sc->scan[i].al == 0,
                   "fast class %u scan %u: spectral selection only", c, i + 1);
     }
+    /* The 5-scan example of mkpcrfs(1) (the fastest script found with a useful ladder,
+     * BENCHMARKS.md section 9): spectral selection only, every coefficient of every
+     * component coded once, and its luma bands are what grayscale images get. */
+    CHECK(parse(five_scan_example, &s, why, sizeof(why)) == 0 && s.levels == 5,
+          "5-scan example parses: %s", why);
+    for (unsigned c = 0; c < PCR_CLASS_COUNT; c++) {
+        const struct pcr_script *sc = &s.by_class[c];
+
+        if (c == PCR_CLASS_CMYK) {
+            CHECK(sc->nscans == 0, "5-scan example: CMYK gets libjpeg's default");
+            continue;
+        }
+        CHECK(pcr_script_validate(sc, nc[c], why, sizeof(why)) == 0,
+              "5-scan example class %u valid and complete: %s", c, why);
+        for (unsigned i = 0; i < sc->nscans; i++)
+            CHECK(sc->scan[i].ah == 0 && sc->scan[i].al == 0,
+                  "5-scan example class %u scan %u: spectral selection only", c, i + 1);
+    }
+    CHECK(s.by_class[PCR_CLASS_GRAY].nscans == 3 && s.by_class[PCR_CLASS_GRAY].scan[1].se == 9 &&
+              s.by_class[PCR_CLASS_GRAY].scan[2].ss == 10,
+          "5-scan example: gray gets DC, 1-9, 10-63");
     CHECK(pcr_script_class_of(1, false) == PCR_CLASS_GRAY &&
               pcr_script_class_of(3, true) == PCR_CLASS_YCC &&
               pcr_script_class_of(3, false) == PCR_CLASS_RGB &&
@@ -476,7 +504,7 @@ static void check_transcode(const struct kind *k, const struct buf *src,
 
 static void test_transcode(void)
 {
-    struct pcr_scripts def, fast, user, seq;
+    struct pcr_scripts def, fast, user, seq, five;
     char why[256];
 
     pcr_scripts_preset("default", &def);
@@ -486,6 +514,7 @@ static void test_transcode(void)
                 &user, why, sizeof(why)) == 0,
           "user script: %s", why);
     CHECK(parse("0; 1; 2;", &seq, why, sizeof(why)) == 0, "sequential: %s", why);
+    CHECK(parse(five_scan_example, &five, why, sizeof(why)) == 0, "5-scan: %s", why);
 
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         const struct kind *k = &kinds[i];
@@ -500,6 +529,7 @@ static void test_transcode(void)
         check_transcode(k, &src, &fast, "fast");
         check_transcode(k, &src, &user, "user");
         check_transcode(k, &src, &seq, "sequential");
+        check_transcode(k, &src, &five, "5-scan example");
         /* The default preset is byte-identical to no script at all (which is what
          * jpegtran -progressive writes; tests/integration compares with jpegtran). */
         CHECK(pcr_jpeg_transcode(src.p, src.len, &o0, &a, &alen, NULL, NULL, 0) == 0 &&

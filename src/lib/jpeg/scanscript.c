@@ -13,7 +13,8 @@
  * BENCHMARKS.md). Pillow 9.4's full-fidelity decode rate relative to the baseline
  * source (CPU time, 974 colour images of /work/data/ds1k: mostly 4:4:4 at quality
  * 96, 745 images/s), the full size against the default script's, and MS-SSIM@bytes
- * of the levels (pcrinfo --fidelity, luma, fraction of the full size):
+ * of the levels (pcrinfo --fidelity, luma, fraction of the full size; best of a
+ * few rounds, where the later search below took medians of interleaved rounds):
  *     libjpeg default, 10 scans      0.40x (299/s)   bytes  0
  *         levels 0.78@5%, 0.94@12%, 0.94@18%, 0.94@24%, 0.99@42%, 0.996@56% ...
  *     DC + one AC scan per component, 4 scans         0.74x (548/s)   +5.9%
@@ -22,10 +23,17 @@
  *         levels 0.78@6%, 0.90@11%, 0.90@14%, 0.90@17%, 0.97@30%, 0.994@53% ...
  *     sequential Y; Cb; Cr (3 scans, not progressive)           0.92x
  * Four scans is the least a progressive colour file can have (a DC scan, then one
- * AC scan per component), so no progressive script reaches 0.8x with this decoder:
- * what remains is libjpeg-turbo's progressive Huffman decoder (a sequential
- * multi-scan file through the same coefficient buffer decodes at 0.92x), not the
- * number of scans; each extra band costs about 1% of decode rate, but narrower bands
+ * AC scan per component). A later search (bench/scans.py, BENCHMARKS.md section 9:
+ * 500 images, 7 interleaved rounds, 4- to 9-scan spectral-selection scripts) put
+ * every such script between 0.68x and 0.72x, the 4-scan one fastest (0.715x), the
+ * best 5-scan one with a useful level 0.706x; a sequential 3-scan file 0.99x. perf
+ * says why: the progressive AC decoder (jdphuff.c decode_mcu_AC_first, the original
+ * IJG loop: one block per call, a jpeg_fill_bit_buffer call whenever fewer than 8
+ * bits are left) spends 1.56x the CPU time of jdhuff.c's decode_mcu_fast on the same
+ * coefficients with the fewest scans, and Huffman decoding is ~60% of a baseline
+ * decode; a script can only add band ends and passes to it. So no script reaches
+ * 0.85x with this decoder, and none is enough faster than this preset to be worth
+ * another one. Each extra band costs about 1% of decode rate, but narrower bands
  * code smaller (longer end-of-band runs), so 9 scans cost fewer bytes than 4.
  * The preset spends its scans where a level is worth having: luma AC in zigzag
  * bands 1-2, 3-9, 10-27, 28-63 (level 5 = DC + luma 1-9 reaches MS-SSIM 0.97 at 29%
