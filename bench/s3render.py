@@ -22,6 +22,19 @@ def med(xs):
 def cmds_block(cmds):
     if not cmds:
         return ""
+    # ports are picked at random each run: one line per command
+    out = []
+    for c in cmds:
+        c = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", c)
+        c = re.sub(r"--(listen|upstream|control|p) \d+", r"--\1 PORT", c)
+        c = re.sub(r"-p \d+", "-p S3PORT", c)
+        c = re.sub(r"\S*/node_modules/\.bin/s3rver", "s3rver", c)
+        if c.startswith("pcrfs s3://"):
+            c = ("AWS_ENDPOINT_URL=http://127.0.0.1:PORT AWS_ACCESS_KEY_ID=S3RVER "
+                 "AWS_SECRET_ACCESS_KEY=S3RVER " + c)
+        if c not in out:
+            out.append(c)
+    cmds = out
     return ("\n\n<details><summary>Commands (as run; $WORK = bench/s3.py's work directory, "
             "$STORE and $DATASET = the store and the original JPEGs it was built from)"
             "</summary>\n\n```\n" + "\n".join(cmds) + "\n```\n</details>")
