@@ -19,7 +19,7 @@ args=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
                exec /usr/bin/python3 "$repo/bench/s3.py" --help ;;
     *) args+=("$1"); shift ;;
     esac
