@@ -43,6 +43,7 @@ struct cli {
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
     char *logfile; /* -o logfile=PATH */
+    bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -52,6 +53,7 @@ enum {
     KEY_DEFPERM,
     KEY_FSNAME,
     KEY_SUBTYPE,
+    KEY_READDIRPLUS,
 };
 
 static const struct fuse_opt cli_spec[] = {
@@ -71,6 +73,7 @@ static const struct fuse_opt cli_spec[] = {
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
     FUSE_OPT_KEY("fsname=", KEY_FSNAME),
     FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
+    FUSE_OPT_KEY("readdirplus=", KEY_READDIRPLUS),
     FUSE_OPT_END,
 };
 
@@ -102,6 +105,9 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
         return 1;
     case KEY_SUBTYPE:
         c->has_subtype = true;
+        return 1;
+    case KEY_READDIRPLUS: /* kept for fuse_parse_conn_info_opts() */
+        c->has_readdirplus = true;
         return 1;
     default:
         return 1;
@@ -159,8 +165,12 @@ static void help(void)
            "                           default 1G or 10%% of the cache's file system)\n"
            "    -o http_timeout=SECS   deadline of one request (default 10)\n"
            "    -o http_retries=N      retries of a failed request (default 3)\n"
-           "    -o readdirplus=yes|no|auto, max_readahead=N, max_background=N,\n"
-           "       congestion_threshold=N, [no_]splice_read, async_read, sync_read\n"
+           "    -o readdirplus=yes|auto|no  list directories with attributes: yes makes\n"
+           "                           `ls -l` and the first stat/open of each file\n"
+           "                           cheaper, no (the default) makes names-only walks\n"
+           "                           (find, os.walk, ImageFolder) 2-4x faster\n"
+           "    -o max_readahead=N, max_background=N, congestion_threshold=N,\n"
+           "       [no_]splice_read, async_read, sync_read\n"
            "                           kernel connection options (libfuse's)\n"
            "\n"
            "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
@@ -538,6 +548,7 @@ int main(int argc, char *argv[])
     fs.want_no_open = !cli.open && !cli.nokeep_cache &&
                       (cli.has_ro || (!cli.level && !cli.has_rw));
     fs.debug = opts.debug;
+    fs.readdirplus_opt = cli.has_readdirplus;
     fs.uid = getuid();
     fs.gid = getgid();
     fs.mtime = pcr_store_mtime(fs.store);

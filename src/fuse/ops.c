@@ -15,12 +15,20 @@
  *     survives close/open, so a second epoch over a dataset that fits in RAM does no
  *     FUSE reads at all
  *     (measured, full/, 4 readers: 21-28 k files/s warm with it, 5-7 k without);
- *   - readdirplus, always (not "auto"): one READDIRPLUS answers for the names and the
- *     attributes of a whole directory, so ImageFolder's scandir + open of every file,
- *     `ls -l` and `find` cost no LOOKUP per file. Measured (BENCHMARKS.md, 5000
- *     files): cold `ls -lR` 0.08-0.12 s with it, 0.31-0.49 s without (native disk
- *     0.11-0.15 s); listing + reading scan1/ costs the daemon 22-27 ticks of CPU with
- *     "yes", 27-33 with "auto", 30-47 with "no";
+ *   - readdirplus off (plain READDIR: names, types and inode numbers) unless asked
+ *     for with -o readdirplus=yes|auto. What ImageFolder, os.walk and find do is a
+ *     names-only walk (d_type, no stat), and READDIRPLUS makes the kernel build an
+ *     inode and a dentry for every entry whether or not anyone looks at it. Measured
+ *     on the 1.28 M-file store, cold, load 7.5-9 (BENCHMARKS.md, "Listing at
+ *     ImageNet scale"): `find scan5` 452-480 k entries/s without it, 198-235 k/s with
+ *     "yes", 198-226 k/s with "auto" (local ext4, same names: 368-438 k/s);
+ *     ImageFolder(scan5) 4.9-5.6 s without, 7.2-10.2 s "yes", 8.2-12.8 s "auto"
+ *     (local 5.0-6.6 s); daemon CPU 1.25-1.35 s without, 1.5-2.7 s with. The price:
+ *     the first stat or open of each file is a LOOKUP round trip (stat 50 k/s
+ *     against 376 k/s after a READDIRPLUS, §3), and `ls -l` of a cold directory
+ *     costs one LOOKUP per entry (5000 files: `ls -lR` 0.31-0.49 s against
+ *     0.08-0.12 s). A training epoch pays that LOOKUP once per file per mount,
+ *     inside its workers, next to a decode that costs milliseconds;
  *   - FOPEN_CACHE_DIR on directories (a row's cache.listings): a second listing is
  *     served by the kernel;
  *   - FOPEN_NOFLUSH: nothing is ever written (but /.pcrfs/level), so close() costs no
@@ -598,10 +606,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* Data never changes, so there is nothing for the kernel to invalidate when it
      * sees attributes: auto_inval_data would only add attribute checks to reads. */
     conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-    if (conn->capable & FUSE_CAP_READDIRPLUS) {
-        conn->want |= FUSE_CAP_READDIRPLUS;
-        conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
-    }
+    /* Listings: plain READDIR unless -o readdirplus= says otherwise (see "readdirplus
+     * off" above). libfuse's readdirplus=yes|auto only ever clear bits, so when the
+     * option is given both bits are offered here and the option then takes away what
+     * it does not want. */
+    conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+    if (fs->readdirplus_opt && (conn->capable & FUSE_CAP_READDIRPLUS))
+        conn->want |= FUSE_CAP_READDIRPLUS |
+                      (conn->capable & FUSE_CAP_READDIRPLUS_AUTO);
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */
