@@ -32,9 +32,10 @@ def s_pyloader(b):
         xs1 = b.extract("scan1")
     _, pid = b.mount("pcrfs", b.store, b.mnt)
     b.log("pyloader: %d rounds of %s" % (a.py_rounds, PY_MODES))
-    r = b.pyjson("pyloader.py", ["--a", os.path.join(b.mnt, "scan1"), "--b", xs1,
-                                 "--mode", PY_MODES, "--rounds", str(a.py_rounds),
-                                 "--limit", str(a.py_files), "--daemon-pid", str(pid)])
+    args = ["--a", os.path.join(b.mnt, "scan1"), "--b", xs1, "--mode", PY_MODES,
+            "--rounds", str(a.py_rounds), "--limit", str(a.py_files), "--daemon-pid"]
+    r = b.pyjson("pyloader.py", args + [str(pid)],
+                 show=["python3", os.path.join(HERE, "pyloader.py")] + args + ["DAEMON_PID"])
     b.umount(b.mnt)
     return r
 
@@ -60,19 +61,31 @@ def r_pyloader(res, table, n0, n1, n2, status, commands):
         note = ("%s (≥ %.2f×)" % (status(v["ratio"] >= tgt), tgt)) if tgt else ""
         rows.append((PY_LABELS.get(mode, mode), n1(v["median_us_a"]), n1(v["median_us_b"]),
                      "%s× (%s)" % (n2(v["ratio"]), " ".join(n2(x) for x in v["ratios"])),
-                     n2(v.get("wakeups_per_file", float("nan"))), note))
+                     "%s + %s" % (n1(v["cpu_us_a"]), n1(v["daemon_cpu_us"])),
+                     n1(v["cpu_us_b"]), "%s×" % n2(v["cpu_ratio"]),
+                     n2(v["wakeups_per_file"]), note))
     m = p["modes"]
     txt = table(["per file, warm, one thread", "pcrfs scan1 µs", "plain µs",
-                 "plain/pcrfs time (each round)", "daemon wake-ups / file", "target"], rows)
+                 "plain/pcrfs time (each round)", "CPU µs pcrfs: reader + daemon",
+                 "CPU µs plain", "CPU ratio", "daemon wake-ups / file", "target (time)"],
+                rows)
     if "pil" in m and "pil_pcrfs" in m:
+        x, y = m["pil_pcrfs"], m["pil"]
         txt += ("\n\n`pcrfs.pil_loader` against torchvision's default loader on the mount: "
-                "%s µs against %s µs per image (median of %d interleaved rounds)." % (
-                    n1(m["pil_pcrfs"]["median_us_a"]), n1(m["pil"]["median_us_a"]),
-                    p["rounds"]))
+                "%s µs against %s µs per image (median of %d interleaved rounds); CPU "
+                "%s + %s µs (reader + daemon) against %s + %s µs, %s daemon wake-ups per "
+                "image against %s." % (
+                    n1(x["median_us_a"]), n1(y["median_us_a"]), p["rounds"],
+                    n1(x["cpu_us_a"]), n1(x["daemon_cpu_us"]), n1(y["cpu_us_a"]),
+                    n1(y["daemon_cpu_us"]), n2(x["wakeups_per_file"]),
+                    n2(y["wakeups_per_file"])))
     txt += ("\n\n%s files of scan1 (the same shuffled list in both trees), %d rounds; each round "
             "runs every mode on both trees back to back. Times are medians; the ratio is the "
-            "median of the per-round ratios. Wake-ups = the daemon's voluntary context "
-            "switches per file (one per FUSE round trip; a count the load does not change). "
+            "median of the per-round ratios. CPU = the reader's own CPU time per file and the "
+            "daemon's (all threads, from schedstat); CPU ratio = plain / (reader + daemon): "
+            "what a file costs in CPU, which the load inflates far less than the wall time. "
+            "Wake-ups = the daemon's voluntary context switches per file (one per FUSE round "
+            "trip; a count the load does not change). "
             "Load average %s at the start, %s at the end." % (
                 n0(p["files"]), p["rounds"], " ".join(n2(x) for x in p["loadavg_start"]),
                 " ".join(n2(x) for x in p["loadavg"])))

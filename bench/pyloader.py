@@ -18,8 +18,11 @@ Every tree is read once before the rounds (warm); then each round runs every mod
 both trees, so that all comparisons are interleaved in time. Prints one JSON object:
 per mode and tree the per-file microseconds of every round and their median, per round
 the ratio A/B of files per second (B's time over A's: 1.0 = as fast as B) with its
-median, and with --daemon-pid the daemon's wake-ups per file of A (a count, which the
-machine's load does not change: one per FUSE round trip).
+median, this process's CPU time per file (time.process_time), and with --daemon-pid
+the daemon's wake-ups per file of A (a count, which the machine's load does not
+change: one per FUSE round trip), its CPU time per file (schedstat) and the CPU ratio
+B / (A + daemon): what a file costs both processes, which other jobs' load inflates
+far less than wall time.
 """
 import argparse
 import io
@@ -54,7 +57,8 @@ def pil_pcrfs(path):
 
 
 def one_pass(mode, root, rels):
-    t0 = time.perf_counter()
+    """One pass; @return (wall seconds, CPU seconds of this process, files)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     n = 0
     if mode == "walk":
         for d, _, fs in os.walk(root):
@@ -62,9 +66,9 @@ def one_pass(mode, root, rels):
                 with open(os.path.join(d, f), "rb", buffering=0) as fh:
                     fh.read()
                 n += 1
-        return time.perf_counter() - t0, n
+        return time.perf_counter() - t0, time.process_time() - c0, n
     paths = [os.path.join(root, r) for r in rels]
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     if mode == "buffered":
         for p in paths:
             with open(p, "rb") as f:
@@ -86,22 +90,26 @@ def one_pass(mode, root, rels):
             pil_pcrfs(p)
     else:
         raise SystemExit("pyloader: unknown mode %r" % mode)
-    return time.perf_counter() - t0, len(paths)
+    return time.perf_counter() - t0, time.process_time() - c0, len(paths)
 
 
 def wakeups(pid):
-    """The daemon's voluntary context switches, all threads: one per request that
-    found its worker asleep, i.e. one per round trip of a one-thread reader."""
-    n = 0
+    """The daemon's voluntary context switches and CPU nanoseconds, all threads: a
+    switch per request that found its worker asleep, i.e. one per round trip of a
+    one-thread reader (threads that libfuse retires take their counts with them,
+    which only happens when more than max_idle_threads are idle)."""
+    n = cpu = 0
     for t in os.listdir("/proc/%d/task" % pid):
         try:
             with open("/proc/%d/task/%s/status" % (pid, t)) as f:
                 for line in f:
                     if line.startswith("voluntary_ctxt_switches:"):
                         n += int(line.split()[1])
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                cpu += int(f.read().split()[0])
         except FileNotFoundError:  # a worker that libfuse retired meanwhile
             pass
-    return n
+    return n, cpu
 
 
 def main():
@@ -126,25 +134,37 @@ def main():
         for root in (a.a, a.b):  # warm: page cache, dentries, attributes, imports
             one_pass(mode, root, rels)
     us = {m: {"a": [], "b": []} for m in modes}
+    cpu = {m: {"a": [], "b": []} for m in modes}
     wk = {m: [] for m in modes}
+    dcpu = {m: [] for m in modes}
     # rounds outside, modes and trees inside: every comparison is interleaved in time
     for _ in range(a.rounds):
         for mode in modes:
             for key, root in (("a", a.a), ("b", a.b)):
-                w0 = wakeups(a.daemon_pid) if a.daemon_pid and key == "a" else 0
-                t, n = one_pass(mode, root, rels)
+                count = a.daemon_pid and key == "a"
+                w0 = wakeups(a.daemon_pid) if count else (0, 0)
+                t, c, n = one_pass(mode, root, rels)
                 us[mode][key].append(1e6 * t / n)
-                if a.daemon_pid and key == "a":
-                    wk[mode].append((wakeups(a.daemon_pid) - w0) / n)
+                cpu[mode][key].append(1e6 * c / n)
+                if count:
+                    w1 = wakeups(a.daemon_pid)
+                    wk[mode].append((w1[0] - w0[0]) / n)
+                    dcpu[mode].append((w1[1] - w0[1]) / 1e3 / n)
     for mode in modes:
         ua, ub = us[mode]["a"], us[mode]["b"]
+        ca, cb = cpu[mode]["a"], cpu[mode]["b"]
         ratios = [b / x for x, b in zip(ua, ub)]
-        out["modes"][mode] = {
+        r = out["modes"][mode] = {
             "us_a": ua, "us_b": ub, "median_us_a": statistics.median(ua),
             "median_us_b": statistics.median(ub), "ratios": ratios,
-            "ratio": statistics.median(ratios)}
+            "ratio": statistics.median(ratios),
+            "cpu_us_a": statistics.median(ca), "cpu_us_b": statistics.median(cb)}
         if wk[mode]:
-            out["modes"][mode]["wakeups_per_file"] = statistics.median(wk[mode])
+            r["wakeups_per_file"] = statistics.median(wk[mode])
+            r["daemon_cpu_us"] = statistics.median(dcpu[mode])
+            # the CPU both processes spend per file against what plain files cost
+            r["cpu_ratio"] = statistics.median(
+                [b / (x + d) for x, b, d in zip(ca, cb, dcpu[mode])])
     out["loadavg"] = os.getloadavg()
     json.dump(out, sys.stdout)
     print()
