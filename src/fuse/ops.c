@@ -19,21 +19,27 @@
  *     for with -o readdirplus=yes|auto. What ImageFolder, os.walk and find do is a
  *     names-only walk (d_type, no stat), and READDIRPLUS makes the kernel build an
  *     inode and a dentry for every entry whether or not anyone looks at it. Measured
- *     on the 1.28 M-file store, cold, load 7.5-9 (BENCHMARKS.md, "Listing at
- *     ImageNet scale"): `find scan5` 452-480 k entries/s without it, 198-235 k/s with
- *     "yes", 198-226 k/s with "auto" (local ext4, same names: 368-438 k/s);
- *     ImageFolder(scan5) 4.9-5.6 s without, 7.2-10.2 s "yes", 8.2-12.8 s "auto"
- *     (local 5.0-6.6 s); daemon CPU 1.25-1.35 s without, 1.5-2.7 s with. The price:
- *     the first stat or open of each file is a LOOKUP round trip (stat 50 k/s
- *     against 376 k/s after a READDIRPLUS, §3), and `ls -l` of a cold directory
- *     costs one LOOKUP per entry (5000 files: `ls -lR` 0.31-0.49 s against
+ *     on the 1.28 M-file store, cold, load 8-11, two runs (BENCHMARKS.md, "Listing at
+ *     ImageNet scale"): `find scan5` 429-480 k entries/s without it, 179-235 k/s with
+ *     "yes", 195-226 k/s with "auto" (local ext4, same names: 370-438 k/s);
+ *     ImageFolder(scan5) 4.9-6.9 s without, 7.2-18.6 s "yes", 8.2-16.1 s "auto"
+ *     (local 5.0-6.6 s); daemon CPU 1.25-1.53 s without, 1.5-2.7 s with. The price:
+ *     the first stat or open of each file is a LOOKUP round trip (os.stat of random
+ *     files after ImageFolder: 26 k/s without, 91 k/s with), and `ls -l` of a cold
+ *     directory costs one LOOKUP per entry (5000 files: `ls -lR` 0.31-0.49 s against
  *     0.08-0.12 s). A training epoch pays that LOOKUP once per file per mount,
  *     inside its workers, next to a decode that costs milliseconds;
  *   - FOPEN_CACHE_DIR on directories (a row's cache.listings): a second listing is
  *     served by the kernel;
  *   - FOPEN_NOFLUSH: nothing is ever written (but /.pcrfs/level), so close() costs no
  *     FLUSH round trip;
- *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it;
+ *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it.
+ *     Measured (strace -c, 400 warm opens of scan1): CPython makes the same system
+ *     calls at 64 KiB, 128 KiB and 1 MiB (its buffer is allocated, not touched, for
+ *     a whole-file read); at 4 KiB Pillow makes 0.5 more read(2) per image. cat and
+ *     cp read max(256 KiB, st_blksize) at a time, so only files over 256 KiB see a
+ *     difference: 1 MiB READs instead of 256 KiB ones (a cold `cat` of full/, 2000
+ *     files: 2082 READs at 128 KiB and at 1 MiB alike). So 1 MiB stays;
  *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
  *
  * The dynamic view (-o level=K). dynamic/ serves the level in fs->level_now, which a
@@ -777,7 +783,19 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_statfs(req, &sv);
 }
 
-/* getxattr/listxattr: only dynamic mounts have an attribute; elsewhere the first
+/* No ioctl handler. CPython's buffered open() calls isatty() on every file, a TCGETS
+ * that FUSE forwards to the daemon as a FUSE_IOCTL round trip; libfuse answers
+ * ENOSYS, which the kernel turns into ENOTTY on every call (fs/fuse/ioctl.c,
+ * fuse_send_ioctl(); unlike OPEN or FLUSH it remembers nothing), so no answer from
+ * here can spare the round trip, and ENOSYS is the cheapest one (an ENOTTY handler
+ * measured the same). The round trip is two wake-ups: 4-10 us when the daemon's
+ * thread runs on the caller's CPU, 50-130 us on the other (2-core VM, load 5-9),
+ * which the scheduler chooses (the kernel's wake-up of /dev/fuse readers is not a
+ * sync one). Warm, it is the only request a Python loader sends (bench/pyloader.py:
+ * 1.00 daemon wake-ups per file for open().read() and torchvision's Pillow loader,
+ * 0.00 for buffering=0 and pcrfs.pil_loader). See pcrfs(1), "Python loaders".
+ *
+ * getxattr/listxattr: only dynamic mounts have an attribute; elsewhere the first
  * ENOSYS makes the kernel answer EOPNOTSUPP itself from then on. access: only without
  * default_permissions (dynamic mounts). forget: only stats snapshots (inode.h). No
  * releasedir: a directory handle holds nothing. flush: only /.pcrfs/level open for
