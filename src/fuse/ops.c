@@ -788,10 +788,11 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
  * ENOSYS, which the kernel turns into ENOTTY on every call (fs/fuse/ioctl.c,
  * fuse_send_ioctl(); unlike OPEN or FLUSH it remembers nothing), so no answer from
  * here can spare the round trip, and ENOSYS is the cheapest one (an ENOTTY handler
- * measured the same). The round trip is two wake-ups: 4-10 us when the daemon's
- * thread runs on the caller's CPU, 50-130 us on the other (2-core VM, load 5-9),
- * which the scheduler chooses (the kernel's wake-up of /dev/fuse readers is not a
- * sync one). Warm, it is the only request a Python loader sends (bench/pyloader.py:
+ * measured the same). The round trip is two wake-ups: with reader and daemon pinned
+ * (taskset, os.isatty() x 500, 60 rounds, load 4-7) 4.3 us median on the same CPU,
+ * 125 us on the other (this VM halts idle vCPUs at once: haltpoll.guest_halt_poll_ns
+ * =0), 31 us unpinned. The scheduler chooses: the kernel's wake-up of a /dev/fuse
+ * reader is not a sync one, so an idle CPU is preferred to the caller's. Warm, it is the only request a Python loader sends (bench/pyloader.py:
  * 1.00 daemon wake-ups per file for open().read() and torchvision's Pillow loader,
  * 0.00 for buffering=0 and pcrfs.pil_loader). See pcrfs(1), "Python loaders".
  *
