@@ -599,8 +599,8 @@ int main(int argc, char *argv[])
      * (os.isatty() on a pcrfs file, 200 rounds of 500): median 7 us with the defaults
      * and 127 us with -s in one run, 57 us and 9.5 us in another, clone_fd and
      * max_threads=1|2 in between: the scheduler's placement of the woken thread (the
-     * caller's CPU, 4-10 us, or the other, 50-130 us) decides, not the thread model,
-     * so nothing here is changed for it. max_idle_threads=1 is the one setting that
+     * caller's CPU, 4.3 us, or the other, 125 us, both pinned with taskset) decides,
+     * not the thread model, so nothing here is changed for it. max_idle_threads=1 is the one setting that
      * loses every time (110 us): libfuse 3.14 then starts and ends a thread per
      * request. */
     if (opts.singlethread) {

@@ -19,13 +19,14 @@
  *     for with -o readdirplus=yes|auto. What ImageFolder, os.walk and find do is a
  *     names-only walk (d_type, no stat), and READDIRPLUS makes the kernel build an
  *     inode and a dentry for every entry whether or not anyone looks at it. Measured
- *     on the 1.28 M-file store, cold, load 8-11, two runs (BENCHMARKS.md, "Listing at
- *     ImageNet scale"): `find scan5` 429-480 k entries/s without it, 179-235 k/s with
- *     "yes", 195-226 k/s with "auto" (local ext4, same names: 370-438 k/s);
- *     ImageFolder(scan5) 4.9-6.9 s without, 7.2-18.6 s "yes", 8.2-16.1 s "auto"
- *     (local 5.0-6.6 s); daemon CPU 1.25-1.53 s without, 1.5-2.7 s with. The price:
- *     the first stat or open of each file is a LOOKUP round trip (os.stat of random
- *     files after ImageFolder: 26 k/s without, 91 k/s with), and `ls -l` of a cold
+ *     on the 1.28 M-file store, cold, two runs at load 3-4 and 9-11 (BENCHMARKS.md,
+ *     "Listing at ImageNet scale"): `find scan5` 555 and 429 k entries/s without it,
+ *     232 and 179 k/s with "yes", 252 and 195 k/s with "auto" (local ext4, same
+ *     names: 553 and 370 k/s); ImageFolder(scan5) 1.00x and 1.09x the time on local
+ *     disk without it, 2.2x and 2.9x with "yes", 2.1x and 2.5x with "auto"; daemon
+ *     CPU 1.55 s without, 1.65-1.8 s with. The price: the first stat or open of each
+ *     file is a LOOKUP round trip (os.stat of random files after ImageFolder: 65 and
+ *     26 k/s without, 173 and 91 k/s with), and `ls -l` of a cold
  *     directory costs one LOOKUP per entry (5000 files: `ls -lR` 0.31-0.49 s against
  *     0.08-0.12 s). A training epoch pays that LOOKUP once per file per mount,
  *     inside its workers, next to a decode that costs milliseconds;
@@ -37,9 +38,10 @@
  *     Measured (strace -c, 400 warm opens of scan1): CPython makes the same system
  *     calls at 64 KiB, 128 KiB and 1 MiB (its buffer is allocated, not touched, for
  *     a whole-file read); at 4 KiB Pillow makes 0.5 more read(2) per image. cat and
- *     cp read max(256 KiB, st_blksize) at a time, so only files over 256 KiB see a
- *     difference: 1 MiB READs instead of 256 KiB ones (a cold `cat` of full/, 2000
- *     files: 2082 READs at 128 KiB and at 1 MiB alike). So 1 MiB stays;
+ *     cp (coreutils 9.1) read max(128 KiB, st_blksize) at a time: 1 MiB read(2)s
+ *     here, and the kernel's READs follow its readahead either way (a cold `cat` of
+ *     full/, 2000 files: 2082 READs at st_blksize 128 KiB and at 1 MiB alike).
+ *     Nothing measured favours a smaller value, so 1 MiB stays;
  *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
  *
  * The dynamic view (-o level=K). dynamic/ serves the level in fs->level_now, which a
