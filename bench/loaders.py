@@ -6,9 +6,7 @@ files of the same bytes, warm, one thread (bench/pyloader.py, interleaved A/B).
 listing: a names-only walk and ImageFolder's constructor on the 1.28 M-file store,
 cold, against the same tree of empty files on local disk, per readdirplus policy.
 """
-import json
 import os
-import random
 import statistics
 import subprocess
 import time
