@@ -634,6 +634,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* the user's -o options (readdirplus=, max_readahead=, ...) have the last word */
     if (fs->conn_opts)
         fuse_apply_conn_info_opts(fs->conn_opts, conn);
+    if (!(conn->want & FUSE_CAP_READDIRPLUS)) /* readdirplus=no leaves "auto" offered */
+        conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
