@@ -4,7 +4,9 @@ generated sections. Started by bench/run.sh, which installs and builds first.
 
 Sections (in run order): dataset, build, pcr, bytes, reader, imagefolder, bwlimit,
 meta, fidelity (bench/fidelity.py's tables, run on the same dataset and build), tokens
-(SeiT-style token grids: size per coder, decode time, .tok reads through the mount). Results go to WORK/results.json (merged with an earlier run when --only is
+(SeiT-style token grids: size per coder, decode time, .tok reads through the mount),
+pyloader and listing (bench/loaders.py: Python's per-file costs on the mount, warm; a
+names-only walk and ImageFolder's constructor on the 1.28 M-file store, cold). Results go to WORK/results.json (merged with an earlier run when --only is
 used, so one section can be re-measured while developing); BENCHMARKS.md is then
 rendered from that file. Only text between the "BEGIN GENERATED" and "END GENERATED"
 markers is replaced.
@@ -26,7 +28,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECTIONS = ["dataset", "build", "pcr", "bytes", "reader", "imagefolder", "bwlimit", "meta",
-            "fidelity", "tokens"]
+            "fidelity", "tokens", "pyloader", "listing"]
 
 
 def now():
@@ -621,7 +623,8 @@ class Bench:
         find("scan1", "scan1 (index loaded, kernel cold)")
         out["rss_find2"] = self.rss(pid)["VmRSS"]
         # stat: a random sample of paths, in a view nothing has listed (every stat is a
-        # LOOKUP), then again (kernel cache), then in scan5 (attributes from readdirplus)
+        # LOOKUP), then again (kernel cache), then in scan5 (listed by find: attributes
+        # came with the listing only with -o readdirplus=yes, else a LOOKUP each)
         rng = random.Random(1)
         cl = rng.sample(classes, min(len(classes), 80))
         rels = []
@@ -645,7 +648,7 @@ class Bench:
         out["hwm_end"] = hwm["VmHWM"]
         self.umount(mnt)
         # a cold find again on a fresh mount (best of the two), then the same with
-        # readdirplus off, to show what it costs on 1.28 M entries
+        # readdirplus on (off by default), to show what it costs on 1.28 M entries
         self.drop_caches()
         self.mount("pcrfs", store, mnt)
         find("scan5", "scan5 cold")
@@ -654,14 +657,14 @@ class Bench:
         finds["scan5 cold"]["all"] = cold_runs
         self.umount(mnt)
         self.drop_caches()
-        _, pid = self.mount("pcrfs", store, mnt, ["-o", "readdirplus=no"])
-        find("scan5", "scan5 cold, -o readdirplus=no")
+        _, pid = self.mount("pcrfs", store, mnt, ["-o", "readdirplus=yes"])
+        find("scan5", "scan5 cold, -o readdirplus=yes")
         out["rss_find_nordp"] = self.rss(pid)["VmRSS"]
         self.umount(mnt)
         # order of the rows in BENCHMARKS.md
         out["find"] = {k: finds[k] for k in ("scan5 cold", "scan5 warm",
                                              "scan1 (index loaded, kernel cold)",
-                                             "scan5 cold, -o readdirplus=no")}
+                                             "scan5 cold, -o readdirplus=yes")}
         return out
 
     def s_fidelity(self):
@@ -819,6 +822,14 @@ class Bench:
         self.umount(mnt)
         return out
 
+    def s_pyloader(self):
+        import loaders
+        return loaders.s_pyloader(self)
+
+    def s_listing(self):
+        import loaders
+        return loaders.s_listing(self)
+
     # ---- driver ------------------------------------------------------------------------
 
     def run_all(self):
@@ -843,7 +854,7 @@ class Bench:
                 # the dataset is needed by the build; later sections need the store
                 if s not in only and not (s == "dataset" and "build" in only):
                     continue
-                if s in ("bytes", "reader", "imagefolder", "bwlimit") and \
+                if s in ("bytes", "reader", "imagefolder", "bwlimit", "pyloader") and \
                         not os.path.isdir(self.store):
                     raise RuntimeError("no store at %s: run the build section" % self.store)
                 self.section = s
@@ -913,6 +924,14 @@ def main():
     ap.add_argument("--tok-images", type=int, default=10000,
                     help="token grids (32x32, codebook 391) for the tokens section")
     ap.add_argument("--tok-classes", type=int, default=100)
+    ap.add_argument("--py-rounds", type=int, default=7,
+                    help="interleaved rounds of bench/pyloader.py (pyloader section)")
+    ap.add_argument("--py-files", type=int, default=500,
+                    help="files of scan1 per pyloader pass")
+    ap.add_argument("--listing-reps", type=int, default=3,
+                    help="cold rounds of the listing section")
+    ap.add_argument("--listing-stats", type=int, default=20000,
+                    help="random samples stat'ed after ImageFolder (listing section)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None,
                     help="comma-separated sections to re-measure (%s)" % ",".join(SECTIONS))
     ap.add_argument("--render-only", action="store_true",

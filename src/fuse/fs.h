@@ -78,6 +78,7 @@ struct pcrfs {
     int64_t mtime;                         /* every node's times: the store's build time */
     int64_t started;                       /* CLOCK_MONOTONIC seconds at mount, for stats */
     struct fuse_conn_info_opts *conn_opts; /* -o max_readahead=... etc. (libfuse's) */
+    bool readdirplus_opt;                  /* -o readdirplus= given: conn_opts decide */
     char *info;                            /* /.pcrfs/info, rendered once */
     size_t info_len;
     /* The dynamic view (-o level=K; see ops.c). dynamic is written once at mount;

@@ -15,17 +15,33 @@
  *     survives close/open, so a second epoch over a dataset that fits in RAM does no
  *     FUSE reads at all
  *     (measured, full/, 4 readers: 21-28 k files/s warm with it, 5-7 k without);
- *   - readdirplus, always (not "auto"): one READDIRPLUS answers for the names and the
- *     attributes of a whole directory, so ImageFolder's scandir + open of every file,
- *     `ls -l` and `find` cost no LOOKUP per file. Measured (BENCHMARKS.md, 5000
- *     files): cold `ls -lR` 0.08-0.12 s with it, 0.31-0.49 s without (native disk
- *     0.11-0.15 s); listing + reading scan1/ costs the daemon 22-27 ticks of CPU with
- *     "yes", 27-33 with "auto", 30-47 with "no";
+ *   - readdirplus off (plain READDIR: names, types and inode numbers) unless asked
+ *     for with -o readdirplus=yes|auto. What ImageFolder, os.walk and find do is a
+ *     names-only walk (d_type, no stat), and READDIRPLUS makes the kernel build an
+ *     inode and a dentry for every entry whether or not anyone looks at it. Measured
+ *     on the 1.28 M-file store, cold, two runs at load 3-4 and 9-11 (BENCHMARKS.md,
+ *     "Listing at ImageNet scale"): `find scan5` 555 and 429 k entries/s without it,
+ *     232 and 179 k/s with "yes", 252 and 195 k/s with "auto" (local ext4, same
+ *     names: 553 and 370 k/s); ImageFolder(scan5) 1.00x and 1.09x the time on local
+ *     disk without it, 2.2x and 2.9x with "yes", 2.1x and 2.5x with "auto"; daemon
+ *     CPU 1.55 s without, 1.65-1.8 s with. The price: the first stat or open of each
+ *     file is a LOOKUP round trip (os.stat of random files after ImageFolder: 65 and
+ *     26 k/s without, 173 and 91 k/s with), and `ls -l` of a cold
+ *     directory costs one LOOKUP per entry (5000 files: `ls -lR` 0.31-0.49 s against
+ *     0.08-0.12 s). A training epoch pays that LOOKUP once per file per mount,
+ *     inside its workers, next to a decode that costs milliseconds;
  *   - FOPEN_CACHE_DIR on directories (a row's cache.listings): a second listing is
  *     served by the kernel;
  *   - FOPEN_NOFLUSH: nothing is ever written (but /.pcrfs/level), so close() costs no
  *     FLUSH round trip;
- *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it;
+ *   - st_blksize of 1 MiB: cp, tar and Python's buffered I/O size their reads from it.
+ *     Measured (strace -c, 400 warm opens of scan1): CPython makes the same system
+ *     calls at 64 KiB, 128 KiB and 1 MiB (its buffer is allocated, not touched, for
+ *     a whole-file read); at 4 KiB Pillow makes 0.5 more read(2) per image. cat and
+ *     cp (coreutils 9.1) read max(128 KiB, st_blksize) at a time: 1 MiB read(2)s
+ *     here, and the kernel's READs follow its readahead either way (a cold `cat` of
+ *     full/, 2000 files: 2082 READs at st_blksize 128 KiB and at 1 MiB alike).
+ *     Nothing measured favours a smaller value, so 1 MiB stays;
  *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
  *
  * The dynamic view (-o level=K). dynamic/ serves the level in fs->level_now, which a
@@ -598,10 +614,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* Data never changes, so there is nothing for the kernel to invalidate when it
      * sees attributes: auto_inval_data would only add attribute checks to reads. */
     conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-    if (conn->capable & FUSE_CAP_READDIRPLUS) {
-        conn->want |= FUSE_CAP_READDIRPLUS;
-        conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
-    }
+    /* Listings: plain READDIR unless -o readdirplus= says otherwise (see "readdirplus
+     * off" above). libfuse's readdirplus=yes|auto only ever clear bits, so when the
+     * option is given both bits are offered here and the option then takes away what
+     * it does not want. */
+    conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+    if (fs->readdirplus_opt && (conn->capable & FUSE_CAP_READDIRPLUS))
+        conn->want |= FUSE_CAP_READDIRPLUS |
+                      (conn->capable & FUSE_CAP_READDIRPLUS_AUTO);
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */
@@ -614,6 +634,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* the user's -o options (readdirplus=, max_readahead=, ...) have the last word */
     if (fs->conn_opts)
         fuse_apply_conn_info_opts(fs->conn_opts, conn);
+    if (!(conn->want & FUSE_CAP_READDIRPLUS)) /* readdirplus=no leaves "auto" offered */
+        conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -765,7 +787,23 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_statfs(req, &sv);
 }
 
-/* getxattr/listxattr: only dynamic mounts have an attribute; elsewhere the first
+/* No ioctl handler. CPython's buffered open() calls isatty() on every file, a TCGETS
+ * that FUSE forwards to the daemon as a FUSE_IOCTL round trip; libfuse answers
+ * ENOSYS, which the kernel turns into ENOTTY on every call (fs/fuse/ioctl.c,
+ * fuse_send_ioctl(); unlike OPEN or FLUSH it remembers nothing), so no answer from
+ * here can spare the round trip, and ENOSYS is the cheapest one (an ENOTTY handler
+ * measured the same). The round trip is two wake-ups: with reader and daemon pinned
+ * (taskset, os.isatty() x 500, 60 rounds, load 4-7) 4.3 us median on the same CPU,
+ * 125 us on the other (this VM halts idle vCPUs at once: haltpoll.guest_halt_poll_ns
+ * =0), 31 us unpinned. The scheduler chooses: the kernel's wake-up of a /dev/fuse
+ * reader is not a sync one, so an idle CPU is preferred to the caller's, and a quiet
+ * machine pays most: 74 us and 28 + 21 us of CPU (caller + daemon) per isatty() at
+ * load 3-4, 14.5 us and 2.2 + 2.6 us at load 7-8. Warm, it is the only request a
+ * Python loader sends (bench/pyloader.py:
+ * 1.00 daemon wake-ups per file for open().read() and torchvision's Pillow loader,
+ * 0.00 for buffering=0 and pcrfs.pil_loader). See pcrfs(1), "Python loaders".
+ *
+ * getxattr/listxattr: only dynamic mounts have an attribute; elsewhere the first
  * ENOSYS makes the kernel answer EOPNOTSUPP itself from then on. access: only without
  * default_permissions (dynamic mounts). forget: only stats snapshots (inode.h). No
  * releasedir: a directory handle holds nothing. flush: only /.pcrfs/level open for

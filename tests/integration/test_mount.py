@@ -641,6 +641,23 @@ class Lifecycle(StoreFixture, unittest.TestCase):
         with open("/proc/self/mounts", "rb") as f:
             self.assertNotIn(os.fsencode(self.mnt), f.read())
 
+    def test_readdirplus_policy(self):
+        """Listings are plain READDIR by default (names-only walks: pcrfs(1),
+        "Listings"); -o readdirplus=yes and auto bring READDIRPLUS back."""
+        for opts, plus in (((), False), (("-o", "readdirplus=no"), False),
+                           (("-o", "readdirplus=yes"), True),
+                           (("-o", "readdirplus=auto"), True)):
+            m = self.start("-d", *opts)
+            self.assertEqual(walk_rel(os.path.join(self.mnt, "scan1"))[0], set(self.files))
+            with os.scandir(os.path.join(self.mnt, "scan2")) as it:
+                inos = {e.name: e.inode() for e in it}
+            for name, ino in inos.items():  # d_ino is the node's inode number either way
+                self.assertEqual(ino, os.lstat(os.path.join(self.mnt, "scan2", name)).st_ino)
+            self.assertEqual(m.unmount(), 0, m.stderr())
+            log = m.stderr()
+            self.assertIn("opcode: READDIR", log, opts)
+            self.assertEqual("opcode: READDIRPLUS" in log, plus, opts)
+
     def test_bwlimit(self):
         """-o bwlimit=RATE caps the bytes read from records per second."""
         rate = 25000

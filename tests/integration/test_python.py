@@ -7,7 +7,8 @@ What each test asserts, and would be false if the feature broke:
   one window of at most W records, the order fixed by (seed, epoch) and changing with
   the epoch; ranks get disjoint records and equal lengths;
 - a DataLoader with 2 workers over ImageFolder + RecordSampler yields every sample;
-- pil_loader gives the pixels of torchvision's default loader;
+- pil_loader gives the pixels of torchvision's default loader, and sends the daemon no
+  FUSE_IOCTL (isatty) where the default loader sends one per image;
 - info/levels/level/set_level drive the dynamic view as /.pcrfs does;
 - the module installs where /usr/bin/python3 imports it (meson's install plan).
 """
@@ -165,6 +166,31 @@ class Module(unittest.TestCase):
             a, b = pcrfs.pil_loader(path), pil_loader(path)
             self.assertEqual((a.mode, a.size), (b.mode, b.size))
             self.assertEqual(a.tobytes(), b.tobytes())
+
+    def test_pil_loader_sends_no_ioctl(self):
+        """torchvision's loader opens with CPython's buffered open(), whose isatty() is
+        a FUSE_IOCTL round trip per image; pcrfs.pil_loader sends none (pcrfs(1),
+        "Python loaders"). Counted in the daemon's -d log, warm, on a read-only mount."""
+        from torchvision.datasets import ImageFolder
+        from torchvision.datasets.folder import pil_loader
+        mnt = os.path.join(self.tmp, "mnt-d")
+        m = mu.Mount(self.store, mnt, "-d")
+        m.start()
+        try:
+            paths = [p for p, _ in ImageFolder(os.path.join(mnt, "scan2")).samples[:5]]
+            for p in paths:  # warm: pages, names and attributes in the kernel
+                pcrfs.pil_loader(p)
+            n0 = m.stderr().count("opcode: IOCTL")
+            for p in paths:
+                pcrfs.pil_loader(p)
+            n1 = m.stderr().count("opcode: IOCTL")
+            for p in paths:
+                pil_loader(p)
+            n2 = m.stderr().count("opcode: IOCTL")
+        finally:
+            m.cleanup()
+        self.assertEqual(n1 - n0, 0)
+        self.assertEqual(n2 - n1, len(paths))  # the control: the count does see them
 
     def test_levels_and_dynamic(self):
         L = mu.store_levels(self.store)
