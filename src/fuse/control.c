@@ -100,6 +100,8 @@ int pcrfs_info_render(struct pcrfs *fs)
     }
     if (fs->dynamic)
         sb_puts(&b, ", \"dynamic\"");
+    for (v = 0; v < fs->nq; v++)
+        sb_printf(&b, ", \"%s\"", fs->vtab[VIEW_Q + v].name);
     if (fs->tokstore)
         sb_puts(&b, ", \"tokens\"");
     sb_printf(&b, "],\n  \"pcrfs_version\": \"%s\"\n}\n", PCR_VERSION);
@@ -128,7 +130,18 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
     sb_printf(&b, "{\n  \"uptime_s\": %lld,\n  \"no_open\": %s,\n  \"views\": {\n",
               (long long)(now.tv_sec - fs->started),
               atomic_load_explicit(&fs->no_open, memory_order_relaxed) ? "true" : "false");
-    /* tokens/ first: scan1 always follows, so the comma is always right */
+    /* qNN/ and tokens/ first: scan1 always follows, so the comma is always right */
+    for (v = 0; v < fs->nq; v++) {
+        const struct view_counters *c = &fs->qviews[v];
+        sb_printf(&b,
+                  "    \"%s\": {\"threshold\": %g, \"opens\": %llu, \"reads\": %llu, "
+                  "\"bytes\": %llu, \"errors\": %llu},\n",
+                  fs->vtab[VIEW_Q + v].name, fs->qthresh[v],
+                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
+                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed));
+    }
     if (fs->tokstore) {
         const struct view_counters *c = &fs->tok_view;
         struct pcr_stats ts;

@@ -24,6 +24,7 @@
 
 /* Counter slots: [1..L] scanK, [L+1] full, [L+2] dynamic (views.c's rows say which
  * view counts where; control.c prints them). */
+#define PCRFS_MAX_QVIEWS 8 /* qNN/ views (VIEW_Q .. VIEW_Q + 7) */
 #define PCRFS_MAX_VIEWS (PCR_MAX_LEVELS + 3)
 
 /* A snapshot of /.pcrfs/stats, taken when the name was looked up and kept while the
@@ -89,6 +90,12 @@ struct pcrfs {
     atomic_uint_fast64_t switches;
     struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1], [L+2] dynamic; [0] unused */
     struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
+    /* The per-image quality views q90/ q95/ q99/ (-o quality=LIST; by default when
+     * the store has a quality table): each serves every image at the lowest level
+     * whose MS-SSIM reaches its threshold (views.c). */
+    double qthresh[PCRFS_MAX_QVIEWS];
+    unsigned nq;
+    struct view_counters qviews[PCRFS_MAX_QVIEWS];
     struct view vtab[PCRFS_VIEW_NUMBERS];        /* by inode view number (views.c) */
     const struct view *root[VIEWS_ROOT_MAX];     /* the root's view directories, in order */
     unsigned nroot;

@@ -18,6 +18,10 @@
  *                 for a hard link of its twin in scanL/;
  *   view 0x80     dynamic/ (only with -o level=K): its directories;
  *   view 0x80+K   dynamic/'s files *as served at level K* (1 <= K <= L);
+ *   view 0x70..77 q90/ q95/ q99/ ... (-o quality=LIST, or a store with a quality
+ *                 table): the image tree, each file at the lowest level whose
+ *                 MS-SSIM reaches the view's threshold (a level fixed per file, so
+ *                 a file's bytes never change: no state, as for scanK/);
  *   view 0x7F     tokens/, when the store holds token grids: its ids are those of
  *                 the store's token tree (pcr_store_open_tokens()), a namespace of its
  *                 own, hence a view of its own; a fixed number (below dynamic/'s
@@ -118,6 +122,9 @@
 
 /* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */
 #define VIEW_DYN 0x80
+
+/* q90/ q95/ ...: per-image quality views, VIEW_Q + i - 1 for the i-th threshold. */
+#define VIEW_Q 0x70
 
 /* tokens/: the store's token tree (when it has one). */
 #define VIEW_TOKENS 0x7F

@@ -36,6 +36,7 @@ struct cli {
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
     char *bwlimit; /* -o bwlimit=RATE, as given */
     char *readahead; /* -o readahead=record|kernel */
+    char *quality;   /* -o quality=T1:T2:...|none: the qNN/ views */
     char *level;   /* -o level=K: the dynamic view's first level, as given */
     /* stores in object storage (STORE is an s3:// or http(s):// URL) */
     char *cache;        /* -o cache=DIR */
@@ -62,6 +63,7 @@ static const struct fuse_opt cli_spec[] = {
     {"open", offsetof(struct cli, open), 1},
     {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
     {"readahead=%s", offsetof(struct cli, readahead), 0},
+    {"quality=%s", offsetof(struct cli, quality), 0},
     {"level=%s", offsetof(struct cli, level), 0},
     {"cache=%s", offsetof(struct cli, cache), 0},
     {"cache_size=%s", offsetof(struct cli, cache_size), 0},
@@ -142,6 +144,10 @@ static void help(void)
            "    -o bwlimit=RATE        read at most RATE bytes/s from the records, all\n"
            "                           threads together (suffix k, M, G: powers of 1000);\n"
            "                           emulates slow storage for benchmarks\n"
+           "    -o quality=T1:T2:..    add qNN/ views (e.g. q95/): every image at the\n"
+           "                           lowest level whose MS-SSIM reaches the threshold\n"
+           "                           (stores built with mkpcrfs --quality; default\n"
+           "                           0.9:0.95:0.99 for those; none: no such views)\n"
            "    -o readahead=record    on the first read of a record at a level, ask the\n"
            "                           kernel to read the record's scan groups up to it\n"
            "                           (for record-ordered readers, pcrfs.RecordSampler);\n"
@@ -309,6 +315,52 @@ static int add_opt_value(struct fuse_args *args, const char *name, const char *v
  * closed while mounted), so a store with more records than the soft RLIMIT_NOFILE
  * (often 1024: ImageNet at 1,024 images per record has 1,252) would start failing
  * with EIO. Raise the soft limit to the hard one, as daemons that cache files do. */
+/* The qNN/ views: -o quality=0.9:0.95:0.99 (thresholds in (0, 1]; ':' because -o
+ * splits at commas) or none; by
+ * default 0.90, 0.95 and 0.99 when the store has a quality table (mkpcrfs
+ * --quality). @return 0, or -1 (message printed). */
+static int set_quality_views(struct pcrfs *fs, const char *opt)
+{
+    static const double dflt[] = {0.90, 0.95, 0.99};
+    char meta[32], *copy, *tok, *save = NULL;
+    bool has = pcr_store_meta(fs->store, "quality", meta, sizeof(meta)) > 0 &&
+               strcmp(meta, "off") != 0;
+
+    fs->nq = 0;
+    if (!opt) {
+        for (size_t i = 0; has && i < sizeof(dflt) / sizeof(dflt[0]); i++)
+            fs->qthresh[fs->nq++] = dflt[i];
+        return 0;
+    }
+    if (!strcmp(opt, "none"))
+        return 0;
+    if (!has)
+        fprintf(stderr, "pcrfs: warning: quality=%s: the store has no quality table (build "
+                        "it with mkpcrfs --quality): every qNN/ serves the top level\n", opt);
+    copy = strdup(opt);
+    if (!copy)
+        return -1;
+    for (tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+        char *end;
+        double t = strtod(tok, &end);
+        if (end == tok || *end || !(t > 0.0 && t <= 1.0) || fs->nq >= PCRFS_MAX_QVIEWS) {
+            fprintf(stderr, "pcrfs: quality=%s: want up to %d thresholds in (0, 1], e.g. "
+                            "0.9:0.95:0.99\n", opt, PCRFS_MAX_QVIEWS);
+            free(copy);
+            return -1;
+        }
+        for (unsigned i = 0; i < fs->nq; i++)
+            if (fs->qthresh[i] == t) {
+                fprintf(stderr, "pcrfs: quality=%s: %g given twice\n", opt, t);
+                free(copy);
+                return -1;
+            }
+        fs->qthresh[fs->nq++] = t;
+    }
+    free(copy);
+    return 0;
+}
+
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
@@ -526,6 +578,10 @@ int main(int argc, char *argv[])
         fprintf(stderr, "pcrfs: %s: the store has %u levels\n", cli.store, fs.levels);
         goto out_store;
     }
+    if (set_quality_views(&fs, cli.quality) != 0) {
+        ret = EXIT_USAGE;
+        goto out_store;
+    }
     if (cli.level) {
         unsigned k = pcrfs_parse_level(&fs, cli.level, strlen(cli.level));
 
@@ -649,6 +705,7 @@ out_args:
     free(cli.store);
     free(cli.bwlimit);
     free(cli.readahead);
+    free(cli.quality);
     free(cli.level);
     free(cli.cache);
     free(cli.cache_size);

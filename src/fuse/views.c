@@ -153,6 +153,78 @@ static struct view_counters *tok_counters(struct pcrfs *fs, unsigned i)
     return &fs->tok_view;
 }
 
+/* q90/ q95/ q99/: each file at the lowest level whose stored MS-SSIM reaches the
+ * view's threshold (pcr_file_level_for()); a per-file level that never changes, so
+ * names, listings and pages are cached as for scanK/. */
+static unsigned q_level(const struct view *v, const struct pcr_file *f)
+{
+    return pcr_file_level_for(f, v->threshold);
+}
+
+static uint64_t q_size(const struct view *v, const struct pcr_file *f)
+{
+    return pcr_file_size(f, q_level(v, f));
+}
+
+static int q_open(const struct view *v, const struct pcr_file *f, void **state)
+{
+    struct pcr_handle *h = NULL;
+    int rc = pcr_handle_open(v->store, f, q_level(v, f), &h);
+
+    *state = h;
+    return rc;
+}
+
+static ssize_t q_read(const struct view *v, const struct pcr_file *f, void *state, char *buf,
+                      size_t size, uint64_t off)
+{
+    if (state)
+        return pcr_handle_read(state, buf, size, off);
+    return pcr_store_pread(v->store, f, q_level(v, f), buf, size, off);
+}
+
+static const struct view_file_ops q_ops = {
+    .lookup = store_lookup,
+    .readdir = store_readdir,
+    .size = q_size,
+    .open = q_open,
+    .read = q_read,
+    .close = store_close,
+};
+
+static unsigned q_count(const struct pcrfs *fs)
+{
+    return fs->nq;
+}
+
+static unsigned q_view(const struct pcrfs *fs, unsigned i)
+{
+    (void)fs;
+    return VIEW_Q + i - 1;
+}
+
+static unsigned q_top(const struct pcrfs *fs, unsigned i)
+{
+    (void)i;
+    return fs->levels;
+}
+
+static struct view_counters *q_counters(struct pcrfs *fs, unsigned i)
+{
+    return &fs->qviews[i - 1];
+}
+
+/* "q95" for 0.95, "q99.5" for 0.995 */
+static void q_name(const struct pcrfs *fs, unsigned i, char *buf, size_t len)
+{
+    snprintf(buf, len, "q%g", fs->qthresh[i - 1] * 100.0);
+}
+
+static double q_threshold(const struct pcrfs *fs, unsigned i)
+{
+    return fs->qthresh[i - 1];
+}
+
 /* In the order of the root listing. The store is immutable, so everything but
  * dynamic/'s names and listings (which change with the level) is cached by the
  * kernel: see ops.c for what each policy is worth. */
@@ -187,6 +259,19 @@ static const struct view_row rows[] = {
          * pages stay right: they belong to a level's inode */
         .cache = {.names = false, .listings = false, .pages = true},
         .counters = dyn_counters,
+    },
+    {
+        .name = "q",
+        .count = q_count,
+        .ino_view = q_view,
+        .level = q_top, /* files choose their own level (q_ops) */
+        .level_rule = LEVEL_FIXED,
+        .tree = TREE_IMAGES,
+        .cache = {.names = true, .listings = true, .pages = true},
+        .counters = q_counters,
+        .ops = &q_ops,
+        .name_of = q_name,
+        .threshold = q_threshold,
     },
     {
         .name = "tokens",
@@ -259,7 +344,11 @@ int pcrfs_views_init(struct pcrfs *fs)
             }
             if (rc)
                 return rc;
-            snprintf(v->name, sizeof(v->name), row->name, i);
+            if (row->name_of)
+                row->name_of(fs, i, v->name, sizeof(v->name));
+            else
+                snprintf(v->name, sizeof(v->name), row->name, i);
+            v->threshold = row->threshold ? row->threshold(fs, i) : 0.0;
             fs->root[fs->nroot++] = v;
         }
     }

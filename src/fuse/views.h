@@ -98,6 +98,10 @@ struct view_row {
     struct view_cache cache;
     struct view_counters *(*counters)(struct pcrfs *fs, unsigned i);
     const struct view_file_ops *ops;
+    /* Optional: instance i's directory name (else name is a pattern of i), and the
+     * MS-SSIM threshold its files are served at (per-image quality views). */
+    void (*name_of)(const struct pcrfs *fs, unsigned i, char *buf, size_t len);
+    double (*threshold)(const struct pcrfs *fs, unsigned i);
 };
 
 /* One inode view number in use: a view directory (or, for LEVEL_CURRENT, the files
@@ -111,6 +115,7 @@ struct view {
     bool dirs, files;  /* which nodes carry this number */
     struct view_counters *ctr;
     char name[32]; /* its directory in the root ("scan5"); "" for file-only numbers */
+    double threshold; /* qNN/: the MS-SSIM its files reach (row->threshold) */
 };
 
 /* Inode view numbers (8 bits, inode.h), and the most view directories in the root
