@@ -21,6 +21,7 @@
 
 #include "pcrfs/store.h"
 #include "views.h"
+#include "refurbview.h"
 
 /* Counter slots: [1..L] scanK, [L+1] full, [L+2] dynamic (views.c's rows say which
  * view counts where; control.c prints them). */
@@ -88,6 +89,8 @@ struct pcrfs {
     atomic_uint_fast64_t switches;
     struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1], [L+2] dynamic; [0] unused */
     struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
+    struct refurb *refurb;                       /* refurb/ (-o refurb=R), or NULL */
+    struct view_counters refurb_view;            /* its counters (VIEW_REFURB) */
     struct view vtab[PCRFS_VIEW_NUMBERS];        /* by inode view number (views.c) */
     const struct view *root[VIEWS_ROOT_MAX];     /* the root's view directories, in order */
     unsigned nroot;

@@ -42,6 +42,9 @@ struct cli {
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
     char *logfile; /* -o logfile=PATH */
+    /* refurb/ (-o refurb=R and its refurb_* options), as given */
+    char *refurb, *refurb_size, *refurb_scale, *refurb_ratio, *refurb_flip, *refurb_level,
+        *refurb_seed, *refurb_threads, *refurb_cache, *refurb_cache_size;
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -64,6 +67,16 @@ static const struct fuse_opt cli_spec[] = {
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
     {"logfile=%s", offsetof(struct cli, logfile), 0},
+    {"refurb=%s", offsetof(struct cli, refurb), 0},
+    {"refurb_size=%s", offsetof(struct cli, refurb_size), 0},
+    {"refurb_scale=%s", offsetof(struct cli, refurb_scale), 0},
+    {"refurb_ratio=%s", offsetof(struct cli, refurb_ratio), 0},
+    {"refurb_flip=%s", offsetof(struct cli, refurb_flip), 0},
+    {"refurb_level=%s", offsetof(struct cli, refurb_level), 0},
+    {"refurb_seed=%s", offsetof(struct cli, refurb_seed), 0},
+    {"refurb_threads=%s", offsetof(struct cli, refurb_threads), 0},
+    {"refurb_cache=%s", offsetof(struct cli, refurb_cache), 0},
+    {"refurb_cache_size=%s", offsetof(struct cli, refurb_cache_size), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -143,6 +156,24 @@ static void help(void)
            "                           each with a UTC timestamp, instead of syslog\n"
            "                           (detached) or standard error (-f)\n"
            "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
+           "\n"
+           "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
+           "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
+           "stays the same for R consecutive opens of the file, then changes:\n"
+           "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
+           "    -o refurb_size=S       output side in pixels (default 224)\n"
+           "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
+           "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
+           "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
+           "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
+           "    -o refurb_seed=N       the run's seed (default 0)\n"
+           "    -o refurb_threads=N    workers preparing the next pass (default: the\n"
+           "                           number of CPUs; 0: only on demand)\n"
+           "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
+           "                           DIR (default: in RAM)\n"
+           "    -o refurb_cache_size=SIZE  bound on prepared bytes (suffix k, M, G; default:\n"
+           "                           enough for every file plus the next pass, at most\n"
+           "                           1/4 of RAM or 1/2 of DIR's free space)\n"
            "\n"
            "STORE may be s3://BUCKET/PREFIX or http[s]://HOST/PATH (a store copied into\n"
            "object storage; credentials and endpoint from AWS_* variables, see pcrfs(1)):\n"
@@ -258,6 +289,130 @@ static int parse_rate(const char *s, uint64_t *out)
     return 0;
 }
 
+/* A number as refurb_scale= and refurb_ratio= take it: "0.08", "1", "3/4".
+ * @return 0 or -1. */
+static int parse_frac(const char *s, const char *end, double *out)
+{
+    char buf[64], *e, *slash;
+    double num, den = 1.0;
+    size_t n = (size_t)(end - s);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    slash = strchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    errno = 0;
+    num = strtod(buf, &e);
+    if (e == buf || *e || errno)
+        return -1;
+    if (slash) {
+        den = strtod(slash + 1, &e);
+        if (e == slash + 1 || *e || errno || !(den > 0))
+            return -1;
+    }
+    *out = num / den;
+    return 0;
+}
+
+/* "LO:HI" (or "LO,HI", which -o needs written LO\\,HI). @return 0 or -1. */
+static int parse_range(const char *s, double out[2])
+{
+    const char *sep = strpbrk(s, ":,");
+
+    if (!sep || parse_frac(s, sep, &out[0]) || parse_frac(sep + 1, sep + strlen(sep), &out[1]))
+        return -1;
+    return 0;
+}
+
+/* A decimal unsigned integer no larger than @max. @return 0 or -1. */
+static int parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+    char *e;
+    unsigned long long v;
+
+    if (!s[0] || s[0] == '-' || s[0] == '+')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &e, 10);
+    if (*e || errno || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The refurb_* options into @set (the store is open: levels are known). Prints what
+ * is wrong. @return 0 or -1 (a usage error). */
+static int parse_refurb(const struct cli *c, const struct pcrfs *fs, struct refurb_setup *set)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t v;
+
+    memset(set, 0, sizeof(*set));
+    pcr_refurb_conf_default(&set->conf);
+    set->level = fs->levels;
+    set->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
+    if (!c->refurb) {
+        if (c->refurb_size || c->refurb_scale || c->refurb_ratio || c->refurb_flip ||
+            c->refurb_level || c->refurb_seed || c->refurb_threads || c->refurb_cache ||
+            c->refurb_cache_size) {
+            fprintf(stderr, "pcrfs: refurb_* options need -o refurb=R\n");
+            return -1;
+        }
+        return 0;
+    }
+#define BAD(what, val, hint)                                                                    \
+    do {                                                                                       \
+        fprintf(stderr, "pcrfs: %s=%s: %s\n", what, val, hint);                                \
+        return -1;                                                                             \
+    } while (0)
+    if (parse_uint(c->refurb, 1000, &v) || v < 1)
+        BAD("refurb", c->refurb, "not a reuse count (1..1000)");
+    set->r = (unsigned)v;
+    if (c->refurb_size) {
+        if (parse_uint(c->refurb_size, PCR_REFURB_MAX_SIZE, &v) || v < 1)
+            BAD("refurb_size", c->refurb_size, "not a side in pixels (1..4096)");
+        set->conf.size = (unsigned)v;
+    }
+    if (c->refurb_scale && parse_range(c->refurb_scale, set->conf.scale))
+        BAD("refurb_scale", c->refurb_scale, "not a range LO:HI");
+    if (c->refurb_ratio && parse_range(c->refurb_ratio, set->conf.ratio))
+        BAD("refurb_ratio", c->refurb_ratio, "not a range LO:HI");
+    if (c->refurb_flip) {
+        if (strcmp(c->refurb_flip, "yes") == 0)
+            set->conf.flip = true;
+        else if (strcmp(c->refurb_flip, "no") == 0)
+            set->conf.flip = false;
+        else
+            BAD("refurb_flip", c->refurb_flip, "yes or no");
+    }
+    if (c->refurb_level) {
+        set->level = pcrfs_parse_level(fs, c->refurb_level, strlen(c->refurb_level));
+        if (!set->level)
+            BAD("refurb_level", c->refurb_level, "not a level of this store (1..L or full)");
+    }
+    if (c->refurb_seed && parse_uint(c->refurb_seed, UINT64_MAX, &set->conf.seed))
+        BAD("refurb_seed", c->refurb_seed, "not an unsigned 64-bit integer");
+    if (c->refurb_threads) {
+        if (parse_uint(c->refurb_threads, 256, &v))
+            BAD("refurb_threads", c->refurb_threads, "not a number of threads (0..256)");
+        set->threads = (unsigned)v;
+    }
+    if (c->refurb_cache_size &&
+        (parse_rate(c->refurb_cache_size, &set->cache_bytes) != 0 || !set->cache_bytes))
+        BAD("refurb_cache_size", c->refurb_cache_size, "not a size (bytes, e.g. 2G)");
+    if (c->refurb_cache && !c->refurb_cache[0])
+        BAD("refurb_cache", c->refurb_cache, "no directory");
+    set->cache_dir = c->refurb_cache;
+    if (pcr_refurb_conf_check(&set->conf) != 0)
+        BAD("refurb_scale/refurb_ratio", c->refurb_scale ? c->refurb_scale : "",
+            "a range must have LO <= HI, scale within (0, 1], ratio > 0");
+#undef BAD
+    return 0;
+}
+
 /* "pcrfs: STORE: message". The library's messages mostly start with the path
  * already ("STORE/index.db: not a pcrfs index"); it is not repeated then. */
 static void store_error(const char *store, const char *msg)
@@ -356,6 +511,7 @@ int main(int argc, char *argv[])
     struct fuse_session *se = NULL;
     struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1};
     static struct pcrfs fs; /* big (per-view counters); lives as long as the process */
+    struct refurb_setup refurb_set;
     struct timespec now;
     char err[512] = "";
     char *store_abs = NULL;
@@ -503,6 +659,17 @@ int main(int argc, char *argv[])
         fs.dynamic = true;
         atomic_store(&fs.level_now, k);
     }
+    if (parse_refurb(&cli, &fs, &refurb_set) != 0) {
+        ret = EXIT_USAGE;
+        goto out_store;
+    }
+    if (refurb_set.r) {
+        rc = pcrfs_refurb_init(&fs, &refurb_set, err, sizeof(err));
+        if (rc) {
+            store_error(cli.store, err[0] ? err : strerror(-rc));
+            goto out_store;
+        }
+    }
     fs.timeout = cli.timeout;
     fs.keep_cache = !cli.nokeep_cache;
     /* No OPEN (ops.c, "No OPEN"): warm whole-file reads 60-104 k files/s instead of
@@ -512,6 +679,10 @@ int main(int argc, char *argv[])
      * it opens without OPEN. */
     fs.want_no_open = !cli.open && !cli.nokeep_cache &&
                       (cli.has_ro || (!cli.level && !cli.has_rw));
+    /* refurb/: an open picks the version its handle serves, and its files are read
+     * with direct I/O, which only an OPEN reply can ask for */
+    if (fs.refurb)
+        fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.uid = getuid();
     fs.gid = getgid();
@@ -559,6 +730,14 @@ int main(int argc, char *argv[])
         fuse_set_log_func(fuse_log_hook);
         log_syslog = true;
     }
+    /* after the fork of fuse_daemonize(), which would leave the workers behind */
+    if (fs.refurb && (rc = pcrfs_refurb_start(&fs)) != 0) {
+        char msg[128];
+
+        snprintf(msg, sizeof(msg), "refurb: cannot start: %s", strerror(-rc));
+        log_hook(PCR_LOG_ERR, msg, NULL);
+        goto out_unmount;
+    }
 
     /* Threads, measured on the 2-core machine (BENCHMARKS.md: 5000 images, full/,
      * cold, 4 reader threads): libfuse's defaults (up to 10 workers, one /dev/fuse
@@ -598,6 +777,7 @@ out_session:
 out_store:
     if (fs.open_files.next)
         pcrfs_ops_close_all(&fs);
+    pcrfs_refurb_free(&fs); /* no file open any more; before the store it reads */
     pcrfs_ops_thread_done();
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
@@ -616,6 +796,16 @@ out_args:
     free(cli.cache);
     free(cli.cache_size);
     free(cli.logfile);
+    free(cli.refurb);
+    free(cli.refurb_size);
+    free(cli.refurb_scale);
+    free(cli.refurb_ratio);
+    free(cli.refurb_flip);
+    free(cli.refurb_level);
+    free(cli.refurb_seed);
+    free(cli.refurb_threads);
+    free(cli.refurb_cache);
+    free(cli.refurb_cache_size);
     fuse_opt_free_args(&args);
     if (log_syslog)
         closelog();

@@ -1,5 +1,6 @@
 /* pcrfs — the daemon's own nodes (view 0, inode.h): the mount root, /.pcrfs and its
- * files info, stats, level (-o level=K) and codebook.npy.
+ * files info, stats, level (-o level=K), codebook.npy and refurb_skipped (-o
+ * refurb=R: the files refurb/ leaves out, "PATH<TAB>REASON" lines, refurbview.c).
  *
  * Their bytes: info and codebook.npy are fixed at mount (control.c renders info);
  * stats is a snapshot per lookup (inode.h; the ring below); level is the dynamic
@@ -145,7 +146,7 @@ void pcrfs_self_free(struct pcrfs *fs)
 /* ---- names and attributes ------------------------------------------------------------ */
 
 /* /.pcrfs in listing order; "level" only with -o level=K, "codebook.npy" only when
- * the store has one. */
+ * the store has one, "refurb_skipped" only with -o refurb=R. */
 static const struct {
     const char *name;
     uint64_t id;
@@ -154,11 +155,13 @@ static const struct {
     {"stats", SELF_FILE_STAT},
     {"level", SELF_FILE_LEVEL},
     {"codebook.npy", SELF_FILE_CODEBOOK},
+    {"refurb_skipped", SELF_FILE_REFURB_SKIPPED},
 };
 
 static bool ctl_present(const struct pcrfs *fs, uint64_t id)
 {
-    return (id != SELF_FILE_LEVEL || fs->dynamic) && (id != SELF_FILE_CODEBOOK || fs->codebook);
+    return (id != SELF_FILE_LEVEL || fs->dynamic) && (id != SELF_FILE_CODEBOOK || fs->codebook) &&
+           (id != SELF_FILE_REFURB_SKIPPED || fs->refurb);
 }
 
 int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t *ino)
@@ -227,6 +230,8 @@ int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
         pcrfs_stat_file(fs, st, ino, fs->info_len);
     } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {
         pcrfs_stat_file(fs, st, ino, fs->codebook_len);
+    } else if (p.is_file && p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb) {
+        pcrfs_stat_file(fs, st, ino, fs->refurb->skipped_len);
     } else if (ino_is_stats(ino)) {
         rc = snap_read(fs, ino, NULL, 0, 0, NULL, &len);
         if (rc)
@@ -248,7 +253,7 @@ bool pcrfs_self_immutable(const struct pcrfs *fs, uint64_t ino)
 
     return p.view == VIEW_SELF && p.is_file &&
            (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
-            ino_is_stats(ino));
+            (p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb) || ino_is_stats(ino));
 }
 
 static void slice(const char *data, size_t len, char *buf, size_t size, off_t off, size_t *outlen)
@@ -272,6 +277,8 @@ int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_
         slice(fs->info, fs->info_len, buf, size, off, outlen);
     else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook)
         slice(fs->codebook, fs->codebook_len, buf, size, off, outlen);
+    else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb)
+        slice(fs->refurb->skipped, fs->refurb->skipped_len, buf, size, off, outlen);
     else if (pcrfs_is_level_file(fs, ino))
         slice(now, level_render(fs, now, sizeof(now)), buf, size, off, outlen);
     else if (ino_is_stats(ino))
