@@ -101,6 +101,9 @@ struct pcrfs {
     uint64_t snap_gen;                           /* the last generation handed out */
 };
 
+/* main.c: "12500000", "12.5M", "100k" (powers of 1000). @return 0 or -1. */
+int pcrfs_parse_rate(const char *s, uint64_t *out);
+
 /* control.c */
 
 /* Render /.pcrfs/info into fs->info. @return 0 or -ENOMEM. */

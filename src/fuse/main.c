@@ -42,9 +42,7 @@ struct cli {
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
     char *logfile; /* -o logfile=PATH */
-    /* refurb/ (-o refurb=R and its refurb_* options), as given */
-    char *refurb, *refurb_size, *refurb_scale, *refurb_ratio, *refurb_flip, *refurb_level,
-        *refurb_seed, *refurb_threads, *refurb_cache, *refurb_cache_size;
+    struct refurb_args refurb; /* -o refurb=R and its refurb_* options, as given */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -67,16 +65,16 @@ static const struct fuse_opt cli_spec[] = {
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
     {"logfile=%s", offsetof(struct cli, logfile), 0},
-    {"refurb=%s", offsetof(struct cli, refurb), 0},
-    {"refurb_size=%s", offsetof(struct cli, refurb_size), 0},
-    {"refurb_scale=%s", offsetof(struct cli, refurb_scale), 0},
-    {"refurb_ratio=%s", offsetof(struct cli, refurb_ratio), 0},
-    {"refurb_flip=%s", offsetof(struct cli, refurb_flip), 0},
-    {"refurb_level=%s", offsetof(struct cli, refurb_level), 0},
-    {"refurb_seed=%s", offsetof(struct cli, refurb_seed), 0},
-    {"refurb_threads=%s", offsetof(struct cli, refurb_threads), 0},
-    {"refurb_cache=%s", offsetof(struct cli, refurb_cache), 0},
-    {"refurb_cache_size=%s", offsetof(struct cli, refurb_cache_size), 0},
+    {"refurb=%s", offsetof(struct cli, refurb.r), 0},
+    {"refurb_size=%s", offsetof(struct cli, refurb.size), 0},
+    {"refurb_scale=%s", offsetof(struct cli, refurb.scale), 0},
+    {"refurb_ratio=%s", offsetof(struct cli, refurb.ratio), 0},
+    {"refurb_flip=%s", offsetof(struct cli, refurb.flip), 0},
+    {"refurb_level=%s", offsetof(struct cli, refurb.level), 0},
+    {"refurb_seed=%s", offsetof(struct cli, refurb.seed), 0},
+    {"refurb_threads=%s", offsetof(struct cli, refurb.threads), 0},
+    {"refurb_cache=%s", offsetof(struct cli, refurb.cache), 0},
+    {"refurb_cache_size=%s", offsetof(struct cli, refurb.cache_size), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -262,8 +260,8 @@ static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap
     log_line(level <= FUSE_LOG_ERR ? "error: " : level == FUSE_LOG_WARNING ? "warning: " : "", msg);
 }
 
-/* "12500000", "12.5M", "100k": bytes per second. @return 0 or -1. */
-static int parse_rate(const char *s, uint64_t *out)
+/* "12500000", "12.5M", "100k": bytes per second (or bytes). @return 0 or -1. */
+int pcrfs_parse_rate(const char *s, uint64_t *out)
 {
     char *end;
     double v;
@@ -287,130 +285,6 @@ static int parse_rate(const char *s, uint64_t *out)
     if (*end || v >= 1.8e19)
         return -1;
     *out = (uint64_t)v;
-    return 0;
-}
-
-/* A number as refurb_scale= and refurb_ratio= take it: "0.08", "1", "3/4".
- * @return 0 or -1. */
-static int parse_frac(const char *s, const char *end, double *out)
-{
-    char buf[64], *e, *slash;
-    double num, den = 1.0;
-    size_t n = (size_t)(end - s);
-
-    if (n == 0 || n >= sizeof(buf))
-        return -1;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    slash = strchr(buf, '/');
-    if (slash)
-        *slash = '\0';
-    errno = 0;
-    num = strtod(buf, &e);
-    if (e == buf || *e || errno)
-        return -1;
-    if (slash) {
-        den = strtod(slash + 1, &e);
-        if (e == slash + 1 || *e || errno || !(den > 0))
-            return -1;
-    }
-    *out = num / den;
-    return 0;
-}
-
-/* "LO:HI" (or "LO,HI", which -o needs written LO\\,HI). @return 0 or -1. */
-static int parse_range(const char *s, double out[2])
-{
-    const char *sep = strpbrk(s, ":,");
-
-    if (!sep || parse_frac(s, sep, &out[0]) || parse_frac(sep + 1, sep + strlen(sep), &out[1]))
-        return -1;
-    return 0;
-}
-
-/* A decimal unsigned integer no larger than @max. @return 0 or -1. */
-static int parse_uint(const char *s, uint64_t max, uint64_t *out)
-{
-    char *e;
-    unsigned long long v;
-
-    if (!s[0] || s[0] == '-' || s[0] == '+')
-        return -1;
-    errno = 0;
-    v = strtoull(s, &e, 10);
-    if (*e || errno || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* The refurb_* options into @set (the store is open: levels are known). Prints what
- * is wrong. @return 0 or -1 (a usage error). */
-static int parse_refurb(const struct cli *c, const struct pcrfs *fs, struct refurb_setup *set)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t v;
-
-    memset(set, 0, sizeof(*set));
-    pcr_refurb_conf_default(&set->conf);
-    set->level = fs->levels;
-    set->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
-    if (!c->refurb) {
-        if (c->refurb_size || c->refurb_scale || c->refurb_ratio || c->refurb_flip ||
-            c->refurb_level || c->refurb_seed || c->refurb_threads || c->refurb_cache ||
-            c->refurb_cache_size) {
-            fprintf(stderr, "pcrfs: refurb_* options need -o refurb=R\n");
-            return -1;
-        }
-        return 0;
-    }
-#define BAD(what, val, hint)                                                                    \
-    do {                                                                                       \
-        fprintf(stderr, "pcrfs: %s=%s: %s\n", what, val, hint);                                \
-        return -1;                                                                             \
-    } while (0)
-    if (parse_uint(c->refurb, 1000, &v) || v < 1)
-        BAD("refurb", c->refurb, "not a reuse count (1..1000)");
-    set->r = (unsigned)v;
-    if (c->refurb_size) {
-        if (parse_uint(c->refurb_size, PCR_REFURB_MAX_SIZE, &v) || v < 1)
-            BAD("refurb_size", c->refurb_size, "not a side in pixels (1..4096)");
-        set->conf.size = (unsigned)v;
-    }
-    if (c->refurb_scale && parse_range(c->refurb_scale, set->conf.scale))
-        BAD("refurb_scale", c->refurb_scale, "not a range LO:HI");
-    if (c->refurb_ratio && parse_range(c->refurb_ratio, set->conf.ratio))
-        BAD("refurb_ratio", c->refurb_ratio, "not a range LO:HI");
-    if (c->refurb_flip) {
-        if (strcmp(c->refurb_flip, "yes") == 0)
-            set->conf.flip = true;
-        else if (strcmp(c->refurb_flip, "no") == 0)
-            set->conf.flip = false;
-        else
-            BAD("refurb_flip", c->refurb_flip, "yes or no");
-    }
-    if (c->refurb_level) {
-        set->level = pcrfs_parse_level(fs, c->refurb_level, strlen(c->refurb_level));
-        if (!set->level)
-            BAD("refurb_level", c->refurb_level, "not a level of this store (1..L or full)");
-    }
-    if (c->refurb_seed && parse_uint(c->refurb_seed, UINT64_MAX, &set->conf.seed))
-        BAD("refurb_seed", c->refurb_seed, "not an unsigned 64-bit integer");
-    if (c->refurb_threads) {
-        if (parse_uint(c->refurb_threads, 256, &v))
-            BAD("refurb_threads", c->refurb_threads, "not a number of threads (0..256)");
-        set->threads = (unsigned)v;
-    }
-    if (c->refurb_cache_size &&
-        (parse_rate(c->refurb_cache_size, &set->cache_bytes) != 0 || !set->cache_bytes))
-        BAD("refurb_cache_size", c->refurb_cache_size, "not a size (bytes, e.g. 2G)");
-    if (c->refurb_cache && !c->refurb_cache[0])
-        BAD("refurb_cache", c->refurb_cache, "no directory");
-    set->cache_dir = c->refurb_cache;
-    if (pcr_refurb_conf_check(&set->conf) != 0)
-        BAD("refurb_scale/refurb_ratio", c->refurb_scale ? c->refurb_scale : "",
-            "a range must have LO <= HI, scale within (0, 1], ratio > 0");
-#undef BAD
     return 0;
 }
 
@@ -561,7 +435,7 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_opts;
     }
-    if (cli.bwlimit && parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
+    if (cli.bwlimit && pcrfs_parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
         fprintf(stderr, "pcrfs: bwlimit=%s: not a rate (bytes/s, e.g. 50M)\n", cli.bwlimit);
         ret = EXIT_USAGE;
         goto out_opts;
@@ -612,7 +486,7 @@ int main(int argc, char *argv[])
     if (pcr_url_is_remote(cli.store)) {
         struct pcr_http_opts ho = {.cache_dir = cli.cache, .retries = cli.http_retries,
                                    .timeout_ms = (unsigned)(cli.http_timeout * 1000.0)};
-        if (cli.cache_size && (parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
+        if (cli.cache_size && (pcrfs_parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
                                !ho.cache_size)) {
             fprintf(stderr, "pcrfs: cache_size=%s: not a size (bytes, e.g. 500M)\n",
                     cli.cache_size);
@@ -660,7 +534,7 @@ int main(int argc, char *argv[])
         fs.dynamic = true;
         atomic_store(&fs.level_now, k);
     }
-    if (parse_refurb(&cli, &fs, &refurb_set) != 0) {
+    if (pcrfs_refurb_parse(&cli.refurb, &fs, &refurb_set) != 0) {
         ret = EXIT_USAGE;
         goto out_store;
     }
@@ -797,16 +671,7 @@ out_args:
     free(cli.cache);
     free(cli.cache_size);
     free(cli.logfile);
-    free(cli.refurb);
-    free(cli.refurb_size);
-    free(cli.refurb_scale);
-    free(cli.refurb_ratio);
-    free(cli.refurb_flip);
-    free(cli.refurb_level);
-    free(cli.refurb_seed);
-    free(cli.refurb_threads);
-    free(cli.refurb_cache);
-    free(cli.refurb_cache_size);
+    pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);
     if (log_syslog)
         closelog();

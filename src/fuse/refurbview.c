@@ -286,6 +286,141 @@ void pcrfs_refurb_free(struct pcrfs *fs)
     fs->refurb = NULL;
 }
 
+/* ---- the command line (main.c) --------------------------------------------------------- */
+
+/* A number as refurb_scale= and refurb_ratio= take it: "0.08", "1", "3/4".
+ * @return 0 or -1. */
+static int parse_frac(const char *s, const char *end, double *out)
+{
+    char buf[64], *e, *slash;
+    double num, den = 1.0;
+    size_t n = (size_t)(end - s);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    slash = strchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    errno = 0;
+    num = strtod(buf, &e);
+    if (e == buf || *e || errno)
+        return -1;
+    if (slash) {
+        den = strtod(slash + 1, &e);
+        if (e == slash + 1 || *e || errno || !(den > 0))
+            return -1;
+    }
+    *out = num / den;
+    return 0;
+}
+
+/* "LO:HI" (or "LO,HI", which -o needs written LO\\,HI). @return 0 or -1. */
+static int parse_range(const char *s, double out[2])
+{
+    const char *sep = strpbrk(s, ":,");
+
+    if (!sep || parse_frac(s, sep, &out[0]) || parse_frac(sep + 1, sep + strlen(sep), &out[1]))
+        return -1;
+    return 0;
+}
+
+/* A decimal unsigned integer no larger than @max. @return 0 or -1. */
+static int parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+    char *e;
+    unsigned long long v;
+
+    if (!s[0] || s[0] == '-' || s[0] == '+')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &e, 10);
+    if (*e || errno || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int pcrfs_refurb_parse(const struct refurb_args *c, const struct pcrfs *fs,
+                       struct refurb_setup *set)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t v;
+
+    memset(set, 0, sizeof(*set));
+    pcr_refurb_conf_default(&set->conf);
+    set->level = fs->levels;
+    set->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
+    if (!c->r) {
+        if (c->size || c->scale || c->ratio || c->flip || c->level || c->seed || c->threads ||
+            c->cache || c->cache_size) {
+            fprintf(stderr, "pcrfs: refurb_* options need -o refurb=R\n");
+            return -1;
+        }
+        return 0;
+    }
+#define BAD(what, val, hint)                                                                       \
+    do {                                                                                           \
+        fprintf(stderr, "pcrfs: %s=%s: %s\n", what, val, hint);                                    \
+        return -1;                                                                                 \
+    } while (0)
+    if (parse_uint(c->r, 1000, &v) || v < 1)
+        BAD("refurb", c->r, "not a reuse count (1..1000)");
+    set->r = (unsigned)v;
+    if (c->size) {
+        if (parse_uint(c->size, PCR_REFURB_MAX_SIZE, &v) || v < 1)
+            BAD("refurb_size", c->size, "not a side in pixels (1..4096)");
+        set->conf.size = (unsigned)v;
+    }
+    if (c->scale && parse_range(c->scale, set->conf.scale))
+        BAD("refurb_scale", c->scale, "not a range LO:HI");
+    if (c->ratio && parse_range(c->ratio, set->conf.ratio))
+        BAD("refurb_ratio", c->ratio, "not a range LO:HI");
+    if (c->flip) {
+        if (strcmp(c->flip, "yes") == 0)
+            set->conf.flip = true;
+        else if (strcmp(c->flip, "no") == 0)
+            set->conf.flip = false;
+        else
+            BAD("refurb_flip", c->flip, "yes or no");
+    }
+    if (c->level) {
+        set->level = pcrfs_parse_level(fs, c->level, strlen(c->level));
+        if (!set->level)
+            BAD("refurb_level", c->level, "not a level of this store (1..L or full)");
+    }
+    if (c->seed && parse_uint(c->seed, UINT64_MAX, &set->conf.seed))
+        BAD("refurb_seed", c->seed, "not an unsigned 64-bit integer");
+    if (c->threads) {
+        if (parse_uint(c->threads, 256, &v))
+            BAD("refurb_threads", c->threads, "not a number of threads (0..256)");
+        set->threads = (unsigned)v;
+    }
+    if (c->cache_size &&
+        (pcrfs_parse_rate(c->cache_size, &set->cache_bytes) != 0 || !set->cache_bytes))
+        BAD("refurb_cache_size", c->cache_size, "not a size (bytes, e.g. 2G)");
+    if (c->cache && !c->cache[0])
+        BAD("refurb_cache", c->cache, "no directory");
+    set->cache_dir = c->cache;
+    if (pcr_refurb_conf_check(&set->conf) != 0)
+        BAD("refurb_scale/refurb_ratio", c->scale ? c->scale : "",
+            "a range must have LO <= HI, scale within (0, 1], ratio > 0");
+#undef BAD
+    return 0;
+}
+
+void pcrfs_refurb_args_free(struct refurb_args *a)
+{
+    char **f[] = {&a->r,     &a->size, &a->scale,   &a->ratio, &a->flip,
+                  &a->level, &a->seed, &a->threads, &a->cache, &a->cache_size};
+
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        free(*f[i]);
+        *f[i] = NULL;
+    }
+}
+
 /* ---- the view's handlers (views.h) ----------------------------------------------------- */
 
 static bool served(const struct refurb *rf, uint64_t id, uint64_t *sample)
@@ -442,8 +577,8 @@ static int params_text(const struct refurb *rf, uint64_t id, uint64_t sample, ui
     rc = pcr_refurb_params(fi.width, fi.height, &rf->set.conf, sample, version, &p);
     if (rc)
         return -EIO;
-    n = snprintf(buf, len, "%" PRIu64 " %u %u %u %u %d", version, p.top, p.left, p.height,
-                 p.width, p.flip ? 1 : 0);
+    n = snprintf(buf, len, "%" PRIu64 " %u %u %u %u %d", version, p.top, p.left, p.height, p.width,
+                 p.flip ? 1 : 0);
     if (n <= 0 || (size_t)n >= len)
         return -ERANGE;
     *outlen = (size_t)n;
@@ -462,8 +597,8 @@ static bool refurb_file(const struct pcrfs *fs, uint64_t ino, uint64_t *id, uint
  * asking does not count as an open. It names the file, not a handle (the kernel
  * sends getxattr with the inode only, also for fgetxattr on a descriptor), so with
  * several readers of one file "the last open" is whichever came last. */
-int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf,
-                          size_t len, size_t *outlen)
+int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf, size_t len,
+                          size_t *outlen)
 {
     struct refurb *rf = fs->refurb;
     uint64_t id, sample, nopen, phase;
@@ -478,8 +613,9 @@ int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char
     if (!next && nopen == 0)
         return -ENODATA;
     phase = pcr_refurb_phase(rf->n, rf->set.conf.seed, rf->set.r, sample);
-    return params_text(rf, id, sample, pcr_refurb_version(next ? nopen : nopen - 1, phase, rf->set.r),
-                       buf, len, outlen);
+    return params_text(rf, id, sample,
+                       pcr_refurb_version(next ? nopen : nopen - 1, phase, rf->set.r), buf, len,
+                       outlen);
 }
 
 int pcrfs_refurb_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len)
@@ -543,16 +679,15 @@ void pcrfs_refurb_stats_json(struct pcrfs *fs, struct pcr_json *b)
         pcr_refurb_get_stats(rf->ctx, &st);
     opens = ld(&rf->opens);
     /* passes: whole passes' worth of opens (a pass opens each of the N files once) */
-    pcr_json_printf(b,
-                    "{\"r\": %u, \"files\": %" PRIu64 ", \"opens\": %" PRIu64
-                    ", \"passes\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"bytes\": %" PRIu64
-                    ", \"errors\": %" PRIu64 ", \"prepared\": %" PRIu64 ", \"hits\": %" PRIu64
-                    ", \"waits\": %" PRIu64 ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64
-                    ", \"evicted\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64
-                    ", \"cached\": %" PRIu64 ", \"scheduled\": %" PRIu64
-                    ", \"schedule_refused\": %" PRIu64 "}",
-                    rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ld(&c->reads),
-                    ld(&c->bytes), ld(&rf->failed_opens), st.prepared, st.hits, st.waits,
-                    st.ondemand, st.failed, st.evicted, st.dropped, st.queued, st.cached,
-                    ld(&rf->scheduled), ld(&rf->refused));
+    pcr_json_printf(
+        b,
+        "{\"r\": %u, \"files\": %" PRIu64 ", \"opens\": %" PRIu64 ", \"passes\": %" PRIu64
+        ", \"reads\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
+        ", \"prepared\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"waits\": %" PRIu64
+        ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"evicted\": %" PRIu64
+        ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64 ", \"cached\": %" PRIu64
+        ", \"scheduled\": %" PRIu64 ", \"schedule_refused\": %" PRIu64 "}",
+        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ld(&c->reads), ld(&c->bytes),
+        ld(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
+        st.dropped, st.queued, st.cached, ld(&rf->scheduled), ld(&rf->refused));
 }

@@ -22,6 +22,11 @@ struct pcrfs;
 struct pcr_json;
 struct view_file_ops;
 
+/* The -o refurb=R and refurb_* options as given (fuse_opt's strings, or NULL). */
+struct refurb_args {
+    char *r, *size, *scale, *ratio, *flip, *level, *seed, *threads, *cache, *cache_size;
+};
+
 /* What the command line asked for (main.c). */
 struct refurb_setup {
     unsigned r;                  /* 0: no refurb/ */
@@ -35,20 +40,27 @@ struct refurb_setup {
 struct refurb {
     struct pcr_refurb *ctx; /* NULL until pcrfs_refurb_start() */
     struct pcr_store *store;
-    struct refurb_setup set;  /* as used: cache_bytes resolved */
-    bool cache_default;       /* cache_bytes was chosen, not given */
-    uint64_t cache_needed;    /* bytes for every sample's version + the next pass's */
-    uint64_t nfiles;          /* the store's */
-    uint64_t n;               /* samples: the files refurb/ serves */
-    uint32_t *sample_of;      /* [file id] -> sample + 1; 0: not served */
-    uint32_t *file_of;        /* [sample] -> file id */
-    _Atomic uint32_t *nopen;  /* [sample] -> opens so far */
+    struct refurb_setup set; /* as used: cache_bytes resolved */
+    bool cache_default;      /* cache_bytes was chosen, not given */
+    uint64_t cache_needed;   /* bytes for every sample's version + the next pass's */
+    uint64_t nfiles;         /* the store's */
+    uint64_t n;              /* samples: the files refurb/ serves */
+    uint32_t *sample_of;     /* [file id] -> sample + 1; 0: not served */
+    uint32_t *file_of;       /* [sample] -> file id */
+    _Atomic uint32_t *nopen; /* [sample] -> opens so far */
     atomic_uint_fast64_t opens, scheduled, refused, failed_opens;
     char *skipped; /* /.pcrfs/refurb_skipped: "PATH\tREASON\n" lines */
     size_t skipped_len;
     uint64_t nskipped;
     double scan_s; /* the mount-time scan of the file table */
 };
+
+/* Check @a and turn it into @set (defaults for what is not given; r 0 without
+ * refurb=), once the store is open (levels are known). Prints what is wrong.
+ * @return 0 or -1 (a usage error). */
+int pcrfs_refurb_parse(const struct refurb_args *a, const struct pcrfs *fs,
+                       struct refurb_setup *set);
+void pcrfs_refurb_args_free(struct refurb_args *a);
 
 /* Scan the store's files (which refurb/ serves, which it leaves out and why), lay out
  * the per-sample counters and check that a context opens with these options (the
@@ -66,8 +78,8 @@ extern const struct view_file_ops refurb_ops;
 /* user.pcrfs.refurb ("VERSION TOP LEFT HEIGHT WIDTH FLIP" of the last open of the
  * file, -ENODATA before the first) and user.pcrfs.refurb_next (the same for the
  * version the next open will serve) on refurb/ files. -ENOSYS: @ino is not one. */
-int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf,
-                          size_t len, size_t *outlen);
+int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf, size_t len,
+                          size_t *outlen);
 int pcrfs_refurb_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len);
 
 /* The "refurb" members of /.pcrfs/info and /.pcrfs/stats (control.c): a JSON object
