@@ -187,8 +187,9 @@ static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
 
 /* ---- set-up ---------------------------------------------------------------------------- */
 
-/* Enough for every sample's current version plus the ones prepared for the next
- * pass (N + ceil(N/R) samples) and what the workers have in hand. In RAM at most a
+/* Enough for one version of every sample (the one being served, or after its last
+ * open the next one, prepared ahead: rf_open releases the old one) and what the
+ * workers and concurrent opens have in hand. In RAM at most a
  * quarter of the machine's memory; in a directory at most half of the free space
  * of its file system. Smaller only costs renders on demand. */
 static uint64_t refurb_default_cache(struct refurb *rf, uint64_t need)
@@ -234,7 +235,7 @@ int pcrfs_refurb_init(struct pcrfs *fs, const struct refurb_setup *set, char *er
     if (rc)
         return rc;
     ppm = pcr_refurb_ppm_size(set->conf.size);
-    rf->cache_needed = ppm * (rf->n + (rf->n + set->r - 1) / set->r + 2ull * set->threads + 2);
+    rf->cache_needed = ppm * (rf->n + 2ull * set->threads + 16);
     if (!rf->set.cache_bytes) {
         rf->cache_default = true;
         rf->set.cache_bytes = refurb_default_cache(rf, rf->cache_needed);
@@ -508,11 +509,16 @@ static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
     version = pcr_refurb_version(nopen, phase, r);
     pcrfs_count(&rf->opens, 1);
     rc = pcr_refurb_get(rf->ctx, sample, version, &h->data, &h->len);
-    /* After the get, so that preparing the next version never delays this one. */
-    if (rf->set.threads && pcr_refurb_is_fresh(nopen + 1, phase, r)) {
-        int s = pcr_refurb_schedule(rf->ctx, sample, pcr_refurb_version(nopen + 1, phase, r));
+    /* After the get, so that preparing the next version never delays this one. This
+     * was the last open of @version: drop it from the cache (the handle has its
+     * copy), so that each sample holds one version there, this one or the next. */
+    if (pcr_refurb_is_fresh(nopen + 1, phase, r)) {
+        pcr_refurb_release(rf->ctx, sample, version);
+        if (rf->set.threads) {
+            int s = pcr_refurb_schedule(rf->ctx, sample, pcr_refurb_version(nopen + 1, phase, r));
 
-        pcrfs_count(s == 0 ? &rf->scheduled : &rf->refused, 1);
+            pcrfs_count(s == 0 ? &rf->scheduled : &rf->refused, 1);
+        }
     }
     if (rc) {
         pcrfs_count(&rf->failed_opens, 1);

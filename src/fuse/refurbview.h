@@ -42,7 +42,7 @@ struct refurb {
     struct pcr_store *store;
     struct refurb_setup set; /* as used: cache_bytes resolved */
     bool cache_default;      /* cache_bytes was chosen, not given */
-    uint64_t cache_needed;   /* bytes for every sample's version + the next pass's */
+    uint64_t cache_needed;   /* bytes for one version of every sample, and some */
     uint64_t nfiles;         /* the store's */
     uint64_t n;              /* samples: the files refurb/ serves */
     uint32_t *sample_of;     /* [file id] -> sample + 1; 0: not served */
