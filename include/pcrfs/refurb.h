@@ -202,6 +202,13 @@ void pcr_refurb_close(struct pcr_refurb *r);
 int pcr_refurb_get(struct pcr_refurb *r, uint64_t sample, uint64_t version, uint8_t **buf,
                    size_t *len);
 
+/* Versions of @sample up to and including @version will not be asked for again
+ * (the caller's schedule says so: the last open of @version was served): drop
+ * them now rather than at the next get, so that the cache holds about one version
+ * per sample instead of two for the samples about to change. A version still being
+ * rendered or copied out is dropped when that ends. */
+void pcr_refurb_release(struct pcr_refurb *r, uint64_t sample, uint64_t version);
+
 /* Queue (@sample, @version) for a worker, unless it is prepared, queued or running.
  * @return 0 (queued, or already there); -ENOBUFS when the jobs outstanding already
  * fill the cache bound (scheduling more would evict the earlier ones); -EPIPE when

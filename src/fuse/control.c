@@ -104,7 +104,13 @@ int pcrfs_info_render(struct pcrfs *fs)
         sb_printf(&b, ", \"%s\"", fs->vtab[VIEW_Q + v].name);
     if (fs->tokstore)
         sb_puts(&b, ", \"tokens\"");
-    sb_printf(&b, "],\n  \"pcrfs_version\": \"%s\"\n}\n", PCR_VERSION);
+    if (fs->refurb)
+        sb_puts(&b, ", \"refurb\"");
+    /* refurb/ (-o refurb=R): its options as used and how many files it serves and
+     * leaves out (/.pcrfs/refurb_skipped lists those), or null */
+    sb_puts(&b, "],\n  \"refurb\": ");
+    pcrfs_refurb_info_json(fs, &b);
+    sb_printf(&b, ",\n  \"pcrfs_version\": \"%s\"\n}\n", PCR_VERSION);
     if (b.oom) {
         free(b.p);
         return -ENOMEM;
@@ -188,6 +194,10 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
                   k, (unsigned long long)st->level[k].opens, (unsigned long long)st->level[k].reads,
                   (unsigned long long)st->level[k].bytes, k < fs->levels ? "," : "");
     sb_puts(&b, "  ],\n");
+    /* refurb/: opens and passes, and the library's counters (prepared, hits, waits...) */
+    sb_puts(&b, "  \"refurb\": ");
+    pcrfs_refurb_stats_json(fs, &b);
+    sb_puts(&b, ",\n");
     /* a store in object storage: its requests and cache (pcrfs/backend.h) */
     struct pcr_http_stats hs;
     if (pcr_http_stats(&hs) == 0)

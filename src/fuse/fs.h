@@ -21,6 +21,7 @@
 
 #include "pcrfs/store.h"
 #include "views.h"
+#include "refurbview.h"
 
 /* Counter slots: [1..L] scanK, [L+1] full, [L+2] dynamic (views.c's rows say which
  * view counts where; control.c prints them). */
@@ -96,6 +97,8 @@ struct pcrfs {
     double qthresh[PCRFS_MAX_QVIEWS];
     unsigned nq;
     struct view_counters qviews[PCRFS_MAX_QVIEWS];
+    struct refurb *refurb;                       /* refurb/ (-o refurb=R), or NULL */
+    struct view_counters refurb_view;            /* its counters (VIEW_REFURB) */
     struct view vtab[PCRFS_VIEW_NUMBERS];        /* by inode view number (views.c) */
     const struct view *root[VIEWS_ROOT_MAX];     /* the root's view directories, in order */
     unsigned nroot;
@@ -110,6 +113,9 @@ struct pcrfs {
     struct stat_snap *snaps[PCRFS_MAX_SNAPS];    /* generation g lives in [g % MAX] */
     uint64_t snap_gen;                           /* the last generation handed out */
 };
+
+/* main.c: "12500000", "12.5M", "100k" (powers of 1000). @return 0 or -1. */
+int pcrfs_parse_rate(const char *s, uint64_t *out);
 
 /* control.c */
 

@@ -10,7 +10,8 @@
  *
  *   view 0        the daemon's own namespace (pcrfsdir.c): directory 1 is the mount
  *                 root (so the root is exactly FUSE_ROOT_ID = 1), directory 2 is
- *                 /.pcrfs; files 1 to 4 are its info, stats, level and codebook.npy;
+ *                 /.pcrfs; files 1 to 6 are its info, stats, level, codebook.npy,
+ *                 records and refurb_skipped;
  *   view 1..L     scan1/ .. scanL/ (L = pcr_store_levels() <= PCR_MAX_LEVELS = 64),
  *                 serving level K = view;
  *   view L+1      full/, serving level L: the same bytes as scanL/ but its own
@@ -25,7 +26,9 @@
  *   view 0x7F     tokens/, when the store holds token grids: its ids are those of
  *                 the store's token tree (pcr_store_open_tokens()), a namespace of its
  *                 own, hence a view of its own; a fixed number (below dynamic/'s
- *                 range, above any L+1) keeps its inodes the same whatever L is.
+ *                 range, above any L+1) keeps its inodes the same whatever L is;
+ *   view 0x7E     refurb/ (-o refurb=R): the image tree's ids, its own number for
+ *                 the same reason (refurbview.c).
  *
  * Which view owns which numbers is said once, by the rows of the table of views
  * (views.c: each row's ino_view, and LEVEL_CURRENT for dynamic/'s V + K). At mount,
@@ -34,7 +37,7 @@
  * directories, files or both are valid), and refuses a table in which two rows
  * claim one number. Decoding an inode is then ino_split() and one index, view_of():
  * still no table of inodes, only a table of at most 256 views. A new view takes a
- * number no row can use whatever L is (66..0x7E: above the largest L+1, below
+ * number no row can use whatever L is (66..0x7D: above the largest L+1, below
  * tokens/; or 0xC1..0xFF: past dynamic/'s files) and keeps it for good, so its
  * inodes stay stable across versions as those of the views above do.
  *
@@ -86,6 +89,7 @@
 #define SELF_FILE_LEVEL    3 /* /.pcrfs/level (with -o level=K) */
 #define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
 #define SELF_FILE_RECORDS  5 /* /.pcrfs/records: the files grouped by record */
+#define SELF_FILE_REFURB_SKIPPED 6 /* /.pcrfs/refurb_skipped (with -o refurb=R) */
 
 /* /.pcrfs/stats changes all the time, yet with no OPEN (ops.c) the kernel caches a
  * file's pages for as long as it keeps the node. So every lookup of "stats" renders
@@ -128,6 +132,9 @@
 
 /* tokens/: the store's token tree (when it has one). */
 #define VIEW_TOKENS 0x7F
+
+/* refurb/ (-o refurb=R): the image tree, its JPEGs served as refurbished PPMs. */
+#define VIEW_REFURB 0x7E
 
 struct ino_parts {
     unsigned view;

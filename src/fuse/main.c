@@ -45,6 +45,7 @@ struct cli {
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
     char *logfile; /* -o logfile=PATH */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
+    struct refurb_args refurb; /* -o refurb=R and its refurb_* options, as given */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -70,6 +71,16 @@ static const struct fuse_opt cli_spec[] = {
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
     {"logfile=%s", offsetof(struct cli, logfile), 0},
+    {"refurb=%s", offsetof(struct cli, refurb.r), 0},
+    {"refurb_size=%s", offsetof(struct cli, refurb.size), 0},
+    {"refurb_scale=%s", offsetof(struct cli, refurb.scale), 0},
+    {"refurb_ratio=%s", offsetof(struct cli, refurb.ratio), 0},
+    {"refurb_flip=%s", offsetof(struct cli, refurb.flip), 0},
+    {"refurb_level=%s", offsetof(struct cli, refurb.level), 0},
+    {"refurb_seed=%s", offsetof(struct cli, refurb.seed), 0},
+    {"refurb_threads=%s", offsetof(struct cli, refurb.threads), 0},
+    {"refurb_cache=%s", offsetof(struct cli, refurb.cache), 0},
+    {"refurb_cache_size=%s", offsetof(struct cli, refurb.cache_size), 0},
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -129,7 +140,8 @@ static void help(void)
            "Mount the pcrfs store STORE (built by mkpcrfs) read-only at MOUNTPOINT.\n"
            "Views: scan1/ .. scanL/ (the first K scans of every JPEG), full/ (every\n"
            "scan: the original pixels), tokens/ (token grids as NumPy .tok files, if\n"
-           "the store has them), .pcrfs/info and .pcrfs/stats (JSON).\n"
+           "the store has them), refurb/ (with -o refurb=R), .pcrfs/info and\n"
+           ".pcrfs/stats (JSON).\n"
            "Unmount with: fusermount3 -u MOUNTPOINT\n"
            "\n"
            "pcrfs options:\n"
@@ -161,6 +173,24 @@ static void help(void)
            "                           each with a UTC timestamp, instead of syslog\n"
            "                           (detached) or standard error (-f)\n"
            "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
+           "\n"
+           "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
+           "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
+           "stays the same for R consecutive opens of the file, then changes:\n"
+           "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
+           "    -o refurb_size=S       output side in pixels (default 224)\n"
+           "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
+           "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
+           "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
+           "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
+           "    -o refurb_seed=N       the run's seed (default 0)\n"
+           "    -o refurb_threads=N    workers preparing the next pass (default: the\n"
+           "                           number of CPUs; 0: only on demand)\n"
+           "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
+           "                           DIR (default: in RAM)\n"
+           "    -o refurb_cache_size=SIZE  bound on prepared bytes (suffix k, M, G; default:\n"
+           "                           one crop of every file, at most 1/4 of RAM or\n"
+           "                           1/2 of DIR's free space)\n"
            "\n"
            "STORE may be s3://BUCKET/PREFIX or http[s]://HOST/PATH (a store copied into\n"
            "object storage; credentials and endpoint from AWS_* variables, see pcrfs(1)):\n"
@@ -252,8 +282,8 @@ static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap
     log_line(level <= FUSE_LOG_ERR ? "error: " : level == FUSE_LOG_WARNING ? "warning: " : "", msg);
 }
 
-/* "12500000", "12.5M", "100k": bytes per second. @return 0 or -1. */
-static int parse_rate(const char *s, uint64_t *out)
+/* "12500000", "12.5M", "100k": bytes per second (or bytes). @return 0 or -1. */
+int pcrfs_parse_rate(const char *s, uint64_t *out)
 {
     char *end;
     double v;
@@ -424,6 +454,7 @@ int main(int argc, char *argv[])
     struct fuse_session *se = NULL;
     struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1};
     static struct pcrfs fs; /* big (per-view counters); lives as long as the process */
+    struct refurb_setup refurb_set;
     struct timespec now;
     char err[512] = "";
     char *store_abs = NULL;
@@ -478,7 +509,7 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_opts;
     }
-    if (cli.bwlimit && parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
+    if (cli.bwlimit && pcrfs_parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
         fprintf(stderr, "pcrfs: bwlimit=%s: not a rate (bytes/s, e.g. 50M)\n", cli.bwlimit);
         ret = EXIT_USAGE;
         goto out_opts;
@@ -542,7 +573,7 @@ int main(int argc, char *argv[])
     if (pcr_url_is_remote(cli.store)) {
         struct pcr_http_opts ho = {.cache_dir = cli.cache, .retries = cli.http_retries,
                                    .timeout_ms = (unsigned)(cli.http_timeout * 1000.0)};
-        if (cli.cache_size && (parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
+        if (cli.cache_size && (pcrfs_parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
                                !ho.cache_size)) {
             fprintf(stderr, "pcrfs: cache_size=%s: not a size (bytes, e.g. 500M)\n",
                     cli.cache_size);
@@ -594,6 +625,17 @@ int main(int argc, char *argv[])
         fs.dynamic = true;
         atomic_store(&fs.level_now, k);
     }
+    if (pcrfs_refurb_parse(&cli.refurb, &fs, &refurb_set) != 0) {
+        ret = EXIT_USAGE;
+        goto out_store;
+    }
+    if (refurb_set.r) {
+        rc = pcrfs_refurb_init(&fs, &refurb_set, err, sizeof(err));
+        if (rc) {
+            store_error(cli.store, err[0] ? err : strerror(-rc));
+            goto out_store;
+        }
+    }
     fs.timeout = cli.timeout;
     fs.keep_cache = !cli.nokeep_cache;
     /* No OPEN (ops.c, "No OPEN"): warm whole-file reads 60-104 k files/s instead of
@@ -603,6 +645,10 @@ int main(int argc, char *argv[])
      * it opens without OPEN. */
     fs.want_no_open = !cli.open && !cli.nokeep_cache &&
                       (cli.has_ro || (!cli.level && !cli.has_rw));
+    /* refurb/: an open picks the version its handle serves, and its files are read
+     * with direct I/O, which only an OPEN reply can ask for */
+    if (fs.refurb)
+        fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.readdirplus_opt = cli.has_readdirplus;
     fs.uid = getuid();
@@ -641,6 +687,14 @@ int main(int argc, char *argv[])
         openlog("pcrfs", LOG_PID, LOG_DAEMON);
         fuse_set_log_func(fuse_log_hook);
         log_syslog = true;
+    }
+    /* after the fork of fuse_daemonize(), which would leave the workers behind */
+    if (fs.refurb && (rc = pcrfs_refurb_start(&fs)) != 0) {
+        char msg[128];
+
+        snprintf(msg, sizeof(msg), "refurb: cannot start: %s", strerror(-rc));
+        log_hook(PCR_LOG_ERR, msg, NULL);
+        goto out_unmount;
     }
 
     /* Threads, measured on the 2-core machine (BENCHMARKS.md: 5000 images, full/,
@@ -690,6 +744,7 @@ out_session:
 out_store:
     if (fs.open_files.next)
         pcrfs_ops_close_all(&fs);
+    pcrfs_refurb_free(&fs); /* no file open any more; before the store it reads */
     pcrfs_ops_thread_done();
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
@@ -710,6 +765,7 @@ out_args:
     free(cli.cache);
     free(cli.cache_size);
     free(cli.logfile);
+    pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);
     if (log_syslog)
         closelog();

@@ -275,12 +275,15 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
     return 0;
 }
 
-/* Entry @idx of directory @dir: 0 is ".", 1 is "..", then the children. @namebuf
- * (NAMEBUF bytes) holds made-up names.
+/* Entry *@pidx of directory @dir: 0 is ".", 1 is "..", then the children; a view
+ * that leaves entries out returns the next one it lists and moves *@pidx to it (so
+ * the offsets the kernel resumes at stay those of the store). @namebuf (NAMEBUF
+ * bytes) holds made-up names.
  * @return 0; -ENOENT past the end; -EIO and friends from the store. */
-static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char **name,
+static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t *pidx, const char **name,
                      uint64_t *child, char *namebuf)
 {
+    uint64_t idx = *pidx, pos;
     struct ino_parts p = ino_split(dir);
     const struct view *v = view_of(fs, p);
     struct pcr_dirinfo di;
@@ -306,9 +309,11 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t idx, const char 
     }
     if (!v)
         return pcrfs_self_dirent(fs, p.id, idx - 2, name, child);
-    rc = v->ops->readdir(v, p.id, idx - 2, &de, namebuf, NAMEBUF);
+    pos = idx - 2;
+    rc = v->ops->readdir(v, p.id, &pos, &de, namebuf, NAMEBUF);
     if (rc)
         return rc;
+    *pidx = pos + 2; /* a view that leaves entries out skipped ahead */
     *name = de.name;
     *child = view_child_ino(fs, v, !de.node.is_dir, de.node.id);
     return *child ? 0 : -EOVERFLOW;
@@ -354,7 +359,7 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
     if (!buf)
         return -ENOMEM;
     for (idx = (uint64_t)off;; idx++) {
-        rc = dir_entry(fs, dir, idx, &name, &child, namebuf);
+        rc = dir_entry(fs, dir, &idx, &name, &child, namebuf);
         if (rc == -ENOENT)
             break;
         if (rc) {
@@ -525,6 +530,7 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
     else if (rc == 0)
         pcrfs_count(&v->ctr->opens, 1);
     fi->keep_cache = fs->keep_cache && v->row->cache.pages;
+    fi->direct_io = v->row->cache.direct; /* refurb/: every open its own bytes */
     if (rc) {
         free(of);
         return rc;

@@ -1,5 +1,6 @@
 /* pcrfs — the daemon's own nodes (view 0, inode.h): the mount root, /.pcrfs and its
- * files info, stats, level (-o level=K), codebook.npy and records.
+ * files info, stats, level (-o level=K), codebook.npy, records and refurb_skipped
+ * (-o refurb=R: the files refurb/ leaves out, "PATH<TAB>REASON" lines, refurbview.c).
  *
  * Their bytes: info and codebook.npy are fixed at mount (control.c renders info);
  * stats is a snapshot per lookup (inode.h; the ring below); level is the dynamic
@@ -205,7 +206,7 @@ static int records_get(struct pcrfs *fs, const char **data, size_t *len)
 /* ---- names and attributes ------------------------------------------------------------ */
 
 /* /.pcrfs in listing order; "level" only with -o level=K, "codebook.npy" only when
- * the store has one. */
+ * the store has one, "refurb_skipped" only with -o refurb=R. */
 static const struct {
     const char *name;
     uint64_t id;
@@ -215,11 +216,13 @@ static const struct {
     {"level", SELF_FILE_LEVEL},
     {"codebook.npy", SELF_FILE_CODEBOOK},
     {"records", SELF_FILE_RECORDS},
+    {"refurb_skipped", SELF_FILE_REFURB_SKIPPED},
 };
 
 static bool ctl_present(const struct pcrfs *fs, uint64_t id)
 {
-    return (id != SELF_FILE_LEVEL || fs->dynamic) && (id != SELF_FILE_CODEBOOK || fs->codebook);
+    return (id != SELF_FILE_LEVEL || fs->dynamic) && (id != SELF_FILE_CODEBOOK || fs->codebook) &&
+           (id != SELF_FILE_REFURB_SKIPPED || fs->refurb);
 }
 
 int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t *ino)
@@ -294,6 +297,8 @@ int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
         if (rc)
             return rc;
         pcrfs_stat_file(fs, st, ino, len);
+    } else if (p.is_file && p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb) {
+        pcrfs_stat_file(fs, st, ino, fs->refurb->skipped_len);
     } else if (ino_is_stats(ino)) {
         rc = snap_read(fs, ino, NULL, 0, 0, NULL, &len);
         if (rc)
@@ -315,7 +320,8 @@ bool pcrfs_self_immutable(const struct pcrfs *fs, uint64_t ino)
 
     return p.view == VIEW_SELF && p.is_file &&
            (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
-            p.id == SELF_FILE_RECORDS || ino_is_stats(ino));
+            p.id == SELF_FILE_RECORDS || (p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb) ||
+            ino_is_stats(ino));
 }
 
 static void slice(const char *data, size_t len, char *buf, size_t size, off_t off, size_t *outlen)
@@ -347,6 +353,8 @@ int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_
             return rc;
         slice(data, len, buf, size, off, outlen);
     }
+    else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb)
+        slice(fs->refurb->skipped, fs->refurb->skipped_len, buf, size, off, outlen);
     else if (pcrfs_is_level_file(fs, ino))
         slice(now, level_render(fs, now, sizeof(now)), buf, size, off, outlen);
     else if (ino_is_stats(ino))

@@ -17,11 +17,11 @@ static int store_lookup(const struct view *v, uint64_t dir, const char *name, st
     return pcr_store_lookup(v->store, dir, name, out);
 }
 
-static int store_readdir(const struct view *v, uint64_t dir, uint64_t pos, struct pcr_dirent *out,
+static int store_readdir(const struct view *v, uint64_t dir, uint64_t *pos, struct pcr_dirent *out,
                          char *namebuf, size_t namelen)
 {
     (void)namebuf, (void)namelen;
-    return pcr_store_readdir(v->store, dir, pos, out);
+    return pcr_store_readdir(v->store, dir, *pos, out);
 }
 
 /* Exact, from the index, without touching record data. */
@@ -225,9 +225,33 @@ static double q_threshold(const struct pcrfs *fs, unsigned i)
     return fs->qthresh[i - 1];
 }
 
+/* refurb/ (-o refurb=R): the image tree at the refurbishing level, refurbview.c. */
+static unsigned refurb_count(const struct pcrfs *fs)
+{
+    return fs->refurb != NULL;
+}
+
+static unsigned refurb_view(const struct pcrfs *fs, unsigned i)
+{
+    (void)fs, (void)i;
+    return VIEW_REFURB;
+}
+
+static unsigned refurb_level(const struct pcrfs *fs, unsigned i)
+{
+    (void)i;
+    return fs->refurb->set.level;
+}
+
+static struct view_counters *refurb_counters(struct pcrfs *fs, unsigned i)
+{
+    (void)i;
+    return &fs->refurb_view;
+}
+
 /* In the order of the root listing. The store is immutable, so everything but
- * dynamic/'s names and listings (which change with the level) is cached by the
- * kernel: see ops.c for what each policy is worth. */
+ * dynamic/'s names and listings (which change with the level) and refurb/'s file
+ * pages is cached by the kernel: see ops.c for what each policy is worth. */
 static const struct view_row rows[] = {
     {
         .name = "scan%u",
@@ -283,6 +307,19 @@ static const struct view_row rows[] = {
         .cache = {.names = true, .listings = true, .pages = true},
         .counters = tok_counters,
     },
+    {
+        .name = "refurb",
+        .count = refurb_count,
+        .ino_view = refurb_view,
+        .level = refurb_level,
+        .level_rule = LEVEL_FIXED,
+        .tree = TREE_IMAGES,
+        /* names and listings never change; a file's bytes change from one open to
+         * the next, so no page of it may outlive its open (direct I/O) */
+        .cache = {.names = true, .listings = true, .pages = false, .direct = true},
+        .counters = refurb_counters,
+        .ops = &refurb_ops,
+    },
 };
 
 /* ---- the expanded table ------------------------------------------------------------ */
@@ -302,6 +339,7 @@ static int claim(struct pcrfs *fs, unsigned no, const struct view_row *row, unsi
     if (no == VIEW_SELF || no >= PCRFS_VIEW_NUMBERS || fs->vtab[no].row)
         return -EINVAL;
     v = &fs->vtab[no];
+    v->fs = fs;
     v->row = row;
     v->ops = row->ops ? row->ops : &store_ops;
     v->store = row->tree == TREE_TOKENS ? fs->tokstore : fs->store;

@@ -1,7 +1,8 @@
 /* pcrfs — the table of views (views.c).
  *
  * A view is a directory of the mount root that mirrors one of the store's trees:
- * scan1/ .. scanL/, full/, dynamic/ (-o level=K), tokens/. Everything the handlers
+ * scan1/ .. scanL/, full/, dynamic/ (-o level=K), tokens/, refurb/ (-o refurb=R:
+ * refurbview.c). Everything the handlers
  * need to know about a view is one row of the table in views.c, a struct view_row:
  *
  *   name        its directory name, or a pattern with one %u for a family (scan%u);
@@ -16,9 +17,10 @@
  *               NULL for the store's own (size from the index at the view's level,
  *               pcr_handle_* with OPEN, pcr_store_pread() without).
  *
- * Adding a view is one row plus the functions it needs: a refurb/ view serving
- * a/b.JPEG as a/b.JPEG.ppm would give lookup/readdir that add and strip ".ppm",
- * a size and a read that decode, and an inode view number of its own (inode.h).
+ * Adding a view is one row plus the functions it needs: refurb/ (refurbview.c)
+ * serves a/b.JPEG as a/b.JPEG.ppm with a lookup and a readdir that add and strip
+ * ".ppm" (and leave out what it cannot serve), a constant size, an open that
+ * renders, and an inode view number of its own (inode.h).
  * At mount, pcrfs_views_init() expands the rows into fs->vtab, one struct view per
  * inode view number, so that a request finds its view with one index: view_of().
  * (The JSON of /.pcrfs/info and stats, in control.c, still lists views itself.)
@@ -68,9 +70,11 @@ enum view_level_rule {
 struct view_file_ops {
     /* @name in directory @dir -> the node it names (pcr_store_lookup()). */
     int (*lookup)(const struct view *v, uint64_t dir, const char *name, struct pcr_node *out);
-    /* Entry @pos of @dir (pcr_store_readdir()); a name made up for the view goes in
-     * @namebuf (@namelen >= 512). */
-    int (*readdir)(const struct view *v, uint64_t dir, uint64_t pos, struct pcr_dirent *out,
+    /* The first entry of @dir at a position >= *@pos (pcr_store_readdir()'s
+     * positions), and in *@pos its position: a view that leaves entries out skips
+     * them here, and a listing resumed at *@pos + 1 goes on after it. A name made up
+     * for the view goes in @namebuf (@namelen >= 512). -ENOENT: none left. */
+    int (*readdir)(const struct view *v, uint64_t dir, uint64_t *pos, struct pcr_dirent *out,
                    char *namebuf, size_t namelen);
     /* The exact number of bytes a read of the whole file returns. */
     uint64_t (*size)(const struct view *v, const struct pcr_file *f);
@@ -86,6 +90,8 @@ struct view_cache {
     bool names;    /* names of files, for fs->timeout (else 0: looked up at every walk) */
     bool listings; /* directory listings (FOPEN_CACHE_DIR) */
     bool pages;    /* file pages across opens (FOPEN_KEEP_CACHE, unless -o nokeep_cache) */
+    bool direct;   /* no page cache at all (FOPEN_DIRECT_IO): a file's bytes change from
+                    * one open to the next (refurb/); needs OPEN (main.c) */
 };
 
 struct view_row {
@@ -107,6 +113,7 @@ struct view_row {
 /* One inode view number in use: a view directory (or, for LEVEL_CURRENT, the files
  * of one level of it), as pcrfs_views_init() laid it out. Read-only after mount. */
 struct view {
+    struct pcrfs *fs;                /* the mount (for views with state: refurb/) */
     const struct view_row *row;      /* NULL: not a store view (view 0 is the daemon's own) */
     const struct view_file_ops *ops; /* row->ops, or the store's */
     struct pcr_store *store;

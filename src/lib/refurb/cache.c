@@ -481,6 +481,13 @@ int pcr_refurb_get(struct pcr_refurb *r, uint64_t sample, uint64_t version, uint
     return rc;
 }
 
+void pcr_refurb_release(struct pcr_refurb *r, uint64_t sample, uint64_t version)
+{
+    pthread_mutex_lock(&r->mu);
+    drop_older(r, sample, version == UINT64_MAX ? version : version + 1);
+    pthread_mutex_unlock(&r->mu);
+}
+
 int pcr_refurb_schedule(struct pcr_refurb *r, uint64_t sample, uint64_t version)
 {
     struct entry *e;

@@ -1,0 +1,699 @@
+/* pcrfs — the refurb/ view (-o refurb=R): partially augmented samples, each served
+ * for R consecutive opens (refurbview.h; the library: include/pcrfs/refurb.h).
+ *
+ * Samples. At mount the file table is scanned once: every file the store holds as a
+ * JPEG (kind PCR_KIND_JPEG) whose name can take ".ppm" is a sample, numbered
+ * 0..N-1 in file-id order; the others (verbatim files: not JPEGs, or JPEGs the
+ * builder could not transcode) are left out of refurb/ and listed with the reason in
+ * /.pcrfs/refurb_skipped. N fixes the schedule, so it cannot wait for the first
+ * listing. Two arrays map file ids to samples and back (4 bytes per file each), and
+ * one counts each sample's opens (4 bytes).
+ *
+ * Versions. The n-th open (from 0) of sample i serves version
+ * pcr_refurb_version(n, p_i, R) with p_i = pcr_refurb_phase(N, seed, R, i): the open
+ * takes n with one atomic increment, fetches that version from the library (its
+ * cache, a worker rendering it, or rendered here) and keeps the bytes in the handle
+ * until release. So a reader sees one version from open to close whatever else
+ * opens the file meanwhile; the files are opened with direct I/O (the page cache
+ * would serve one open's bytes to the next: views.c's row) and the size is the PPM's
+ * constant size, known without work.
+ *
+ * Ahead of time. When the open just served makes the NEXT open of the sample a
+ * fresh version, that version is handed to the library's workers
+ * (pcr_refurb_schedule) now: while a pass's opens are under way, exactly the samples
+ * that will change in the next pass get prepared, about N/R of them spread over the
+ * whole pass, whatever order the reader goes in. A reader that opens the sample
+ * again before the worker is done waits for it (or takes the job over if it has not
+ * started); a cache too small to hold the prepared versions (the default is chosen
+ * to hold them: refurb_default_cache) only costs renders on demand, never other
+ * bytes: a version is a pure function of (seed, sample, version, image).
+ *
+ * State lives in the daemon only: a remount starts every sample at its open 0.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "inode.h"
+#include "util/json.h"
+
+#define REFURB_XATTR      "user.pcrfs.refurb"
+#define REFURB_XATTR_NEXT "user.pcrfs.refurb_next"
+#define PPM_SUFFIX        ".ppm"
+#define NAME_MAX_BYTES    255
+
+/* ---- the scan ------------------------------------------------------------------- */
+
+/* Append @s to the skipped list with bytes that would break a line escaped: TAB,
+ * newline and other control bytes as \xHH, a backslash as \\. @return 0 or -ENOMEM. */
+static int put_escaped(struct pcr_json *b, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+
+        if (c == '\\')
+            pcr_json_raw(b, "\\\\", 2);
+        else if (c < 0x20 || c == 0x7f)
+            pcr_json_printf(b, "\\x%02x", c);
+        else
+            pcr_json_raw(b, s, 1);
+    }
+    return b->oom ? -ENOMEM : 0;
+}
+
+static int note_skipped(struct refurb *rf, struct pcr_json *b, uint64_t id, const char *why)
+{
+    char path[4096];
+
+    if (pcr_store_path(rf->store, id, path, sizeof(path)) < 0)
+        snprintf(path, sizeof(path), "#%" PRIu64, id); /* deeper than PATH_MAX: its id */
+    put_escaped(b, path);
+    pcr_json_raw(b, "\t", 1);
+    put_escaped(b, why);
+    pcr_json_raw(b, "\n", 1);
+    rf->nskipped++;
+    return b->oom ? -ENOMEM : 0;
+}
+
+/* Why file @f is not served, or NULL if it is. */
+static const char *skip_reason(struct refurb *rf, const struct pcr_file_info *fi)
+{
+    char name[NAME_MAX_BYTES + 1];
+    struct pcr_node node;
+    size_t n = strlen(fi->name);
+
+    if (fi->kind != PCR_KIND_JPEG)
+        return fi->note && fi->note[0] ? fi->note : "stored verbatim (not a JPEG pcrfs transcodes)";
+    if (n + strlen(PPM_SUFFIX) > NAME_MAX_BYTES)
+        return "the name with .ppm would be longer than 255 bytes";
+    snprintf(name, sizeof(name), "%s" PPM_SUFFIX, fi->name);
+    if (pcr_store_lookup(rf->store, fi->dir, name, &node) == 0 && node.is_dir)
+        return "a directory in the same place is named NAME.ppm";
+    return NULL;
+}
+
+static int scan(struct refurb *rf, char *err, size_t errlen)
+{
+    struct pcr_json b;
+    struct timespec t0, t1;
+    uint64_t id;
+    int rc = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rf->nfiles = pcr_store_nfiles(rf->store);
+    if (rf->nfiles >= UINT32_MAX) {
+        snprintf(err, errlen, "refurb: more than 2^32 files");
+        return -EOVERFLOW;
+    }
+    rf->sample_of = calloc(rf->nfiles + 1, sizeof(*rf->sample_of));
+    rf->file_of = calloc(rf->nfiles + 1, sizeof(*rf->file_of));
+    if (!rf->sample_of || !rf->file_of)
+        return -ENOMEM;
+    pcr_json_init(&b, NULL);
+    for (id = 1; id <= rf->nfiles && rc == 0; id++) {
+        const struct pcr_file *f;
+        struct pcr_file_info fi;
+        const char *why;
+
+        rc = pcr_store_file(rf->store, id, &f);
+        if (rc) {
+            snprintf(err, errlen, "refurb: reading the file table: %s", strerror(-rc));
+            break;
+        }
+        pcr_file_info(f, &fi);
+        why = skip_reason(rf, &fi);
+        if (why) {
+            rc = note_skipped(rf, &b, id, why);
+            continue;
+        }
+        rf->file_of[rf->n] = (uint32_t)id;
+        rf->sample_of[id] = (uint32_t)++rf->n;
+    }
+    if (rc == 0 && b.oom)
+        rc = -ENOMEM;
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
+    rf->skipped = b.p ? b.p : strdup("");
+    rf->skipped_len = b.len;
+    rf->nopen = calloc(rf->n ? rf->n : 1, sizeof(*rf->nopen));
+    if (!rf->skipped || !rf->nopen)
+        return -ENOMEM;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    rf->scan_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return 0;
+}
+
+/* ---- the library's loader ----------------------------------------------------------- */
+
+/* The sample's JPEG bytes at the view's level, read through the store as any view
+ * reads them (so -o bwlimit applies, and the level's reads are counted). */
+static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
+{
+    struct refurb *rf = arg;
+    const struct pcr_file *f;
+    uint64_t size;
+    ssize_t n;
+    uint8_t *b;
+    int rc;
+
+    if (sample >= rf->n)
+        return -ENOENT;
+    rc = pcr_store_file(rf->store, rf->file_of[sample], &f);
+    if (rc)
+        return rc;
+    size = pcr_file_size(f, rf->set.level);
+    if (size > (UINT64_C(1) << 32))
+        return -EFBIG; /* no JPEG the builder splits is that large */
+    b = malloc(size ? (size_t)size : 1);
+    if (!b)
+        return -ENOMEM;
+    n = pcr_store_pread(rf->store, f, rf->set.level, b, (size_t)size, 0);
+    if (n < 0 || (uint64_t)n != size) {
+        free(b);
+        return n < 0 ? (int)n : -EIO;
+    }
+    *buf = b;
+    *len = (size_t)size;
+    return 0;
+}
+
+/* ---- set-up ---------------------------------------------------------------------------- */
+
+/* Enough for one version of every sample (the one being served, or after its last
+ * open the next one, prepared ahead: rf_open releases the old one) and what the
+ * workers and concurrent opens have in hand. In RAM at most a
+ * quarter of the machine's memory; in a directory at most half of the free space
+ * of its file system. Smaller only costs renders on demand. */
+static uint64_t refurb_default_cache(struct refurb *rf, uint64_t need)
+{
+    uint64_t cap;
+
+    if (rf->set.cache_dir) {
+        struct statvfs sv;
+
+        if (statvfs(rf->set.cache_dir, &sv) != 0)
+            return need;
+        cap = (uint64_t)sv.f_bavail * sv.f_frsize / 2;
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+
+        if (pages <= 0 || psize <= 0)
+            return need;
+        cap = (uint64_t)pages * (uint64_t)psize / 4;
+    }
+    return need < cap ? need : cap;
+}
+
+int pcrfs_refurb_init(struct pcrfs *fs, const struct refurb_setup *set, char *err, size_t errlen)
+{
+    struct refurb *rf = calloc(1, sizeof(*rf));
+    struct pcr_refurb_opts o;
+    struct pcr_refurb *probe = NULL;
+    uint64_t ppm;
+    int rc;
+
+    err[0] = '\0';
+    if (!rf)
+        return -ENOMEM;
+    fs->refurb = rf;
+    rf->store = fs->store;
+    rf->set = *set;
+    rc = pcr_refurb_conf_check(&set->conf);
+    if (rc || set->r < 1 || set->level < 1 || set->level > fs->levels) {
+        snprintf(err, errlen, "refurb: unusable options");
+        return -EINVAL;
+    }
+    rc = scan(rf, err, errlen);
+    if (rc)
+        return rc;
+    ppm = pcr_refurb_ppm_size(set->conf.size);
+    rf->cache_needed = ppm * (rf->n + 2ull * set->threads + 16);
+    if (!rf->set.cache_bytes) {
+        rf->cache_default = true;
+        rf->set.cache_bytes = refurb_default_cache(rf, rf->cache_needed);
+    }
+    if (rf->set.cache_bytes < ppm)
+        rf->set.cache_bytes = ppm;
+    /* a throwaway context with no threads: the options and the cache directory are
+     * checked here, on the terminal, not after the daemon has detached */
+    memset(&o, 0, sizeof(o));
+    o.conf = set->conf;
+    o.cache_bytes = rf->set.cache_bytes;
+    o.cache_dir = set->cache_dir;
+    rc = pcr_refurb_open(&o, load, rf, &probe);
+    if (rc) {
+        snprintf(err, errlen, "refurb: %s%s%s", set->cache_dir ? "refurb_cache=" : "",
+                 set->cache_dir ? set->cache_dir : "", set->cache_dir ? ": " : "");
+        snprintf(err + strlen(err), errlen - strlen(err), "%s", strerror(-rc));
+        return rc;
+    }
+    pcr_refurb_close(probe);
+    return 0;
+}
+
+int pcrfs_refurb_start(struct pcrfs *fs)
+{
+    struct refurb *rf = fs->refurb;
+    struct pcr_refurb_opts o;
+
+    memset(&o, 0, sizeof(o));
+    o.conf = rf->set.conf;
+    o.threads = rf->set.threads;
+    o.cache_bytes = rf->set.cache_bytes;
+    o.cache_dir = rf->set.cache_dir;
+    return pcr_refurb_open(&o, load, rf, &rf->ctx);
+}
+
+void pcrfs_refurb_free(struct pcrfs *fs)
+{
+    struct refurb *rf = fs->refurb;
+
+    if (!rf)
+        return;
+    pcr_refurb_close(rf->ctx);
+    free(rf->sample_of);
+    free(rf->file_of);
+    free((void *)rf->nopen);
+    free(rf->skipped);
+    free(rf);
+    fs->refurb = NULL;
+}
+
+/* ---- the command line (main.c) --------------------------------------------------------- */
+
+/* A number as refurb_scale= and refurb_ratio= take it: "0.08", "1", "3/4".
+ * @return 0 or -1. */
+static int parse_frac(const char *s, const char *end, double *out)
+{
+    char buf[64], *e, *slash;
+    double num, den = 1.0;
+    size_t n = (size_t)(end - s);
+
+    if (n == 0 || n >= sizeof(buf))
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    slash = strchr(buf, '/');
+    if (slash)
+        *slash = '\0';
+    errno = 0;
+    num = strtod(buf, &e);
+    if (e == buf || *e || errno)
+        return -1;
+    if (slash) {
+        den = strtod(slash + 1, &e);
+        if (e == slash + 1 || *e || errno || !(den > 0))
+            return -1;
+    }
+    *out = num / den;
+    return 0;
+}
+
+/* "LO:HI" (or "LO,HI", which -o needs written LO\\,HI). @return 0 or -1. */
+static int parse_range(const char *s, double out[2])
+{
+    const char *sep = strpbrk(s, ":,");
+
+    if (!sep || parse_frac(s, sep, &out[0]) || parse_frac(sep + 1, sep + strlen(sep), &out[1]))
+        return -1;
+    return 0;
+}
+
+/* A decimal unsigned integer no larger than @max. @return 0 or -1. */
+static int parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+    char *e;
+    unsigned long long v;
+
+    if (!s[0] || s[0] == '-' || s[0] == '+')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &e, 10);
+    if (*e || errno || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int pcrfs_refurb_parse(const struct refurb_args *c, const struct pcrfs *fs,
+                       struct refurb_setup *set)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t v;
+
+    memset(set, 0, sizeof(*set));
+    pcr_refurb_conf_default(&set->conf);
+    set->level = fs->levels;
+    set->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
+    if (!c->r) {
+        if (c->size || c->scale || c->ratio || c->flip || c->level || c->seed || c->threads ||
+            c->cache || c->cache_size) {
+            fprintf(stderr, "pcrfs: refurb_* options need -o refurb=R\n");
+            return -1;
+        }
+        return 0;
+    }
+#define BAD(what, val, hint)                                                                       \
+    do {                                                                                           \
+        fprintf(stderr, "pcrfs: %s=%s: %s\n", what, val, hint);                                    \
+        return -1;                                                                                 \
+    } while (0)
+    if (parse_uint(c->r, 1000, &v) || v < 1)
+        BAD("refurb", c->r, "not a reuse count (1..1000)");
+    set->r = (unsigned)v;
+    if (c->size) {
+        if (parse_uint(c->size, PCR_REFURB_MAX_SIZE, &v) || v < 1)
+            BAD("refurb_size", c->size, "not a side in pixels (1..4096)");
+        set->conf.size = (unsigned)v;
+    }
+    if (c->scale && parse_range(c->scale, set->conf.scale))
+        BAD("refurb_scale", c->scale, "not a range LO:HI");
+    if (c->ratio && parse_range(c->ratio, set->conf.ratio))
+        BAD("refurb_ratio", c->ratio, "not a range LO:HI");
+    if (c->flip) {
+        if (strcmp(c->flip, "yes") == 0)
+            set->conf.flip = true;
+        else if (strcmp(c->flip, "no") == 0)
+            set->conf.flip = false;
+        else
+            BAD("refurb_flip", c->flip, "yes or no");
+    }
+    if (c->level) {
+        set->level = pcrfs_parse_level(fs, c->level, strlen(c->level));
+        if (!set->level)
+            BAD("refurb_level", c->level, "not a level of this store (1..L or full)");
+    }
+    if (c->seed && parse_uint(c->seed, UINT64_MAX, &set->conf.seed))
+        BAD("refurb_seed", c->seed, "not an unsigned 64-bit integer");
+    if (c->threads) {
+        if (parse_uint(c->threads, 256, &v))
+            BAD("refurb_threads", c->threads, "not a number of threads (0..256)");
+        set->threads = (unsigned)v;
+    }
+    if (c->cache_size &&
+        (pcrfs_parse_rate(c->cache_size, &set->cache_bytes) != 0 || !set->cache_bytes))
+        BAD("refurb_cache_size", c->cache_size, "not a size (bytes, e.g. 2G)");
+    if (c->cache && !c->cache[0])
+        BAD("refurb_cache", c->cache, "no directory");
+    set->cache_dir = c->cache;
+    if (pcr_refurb_conf_check(&set->conf) != 0)
+        BAD("refurb_scale/refurb_ratio", c->scale ? c->scale : "",
+            "a range must have LO <= HI, scale within (0, 1], ratio > 0");
+#undef BAD
+    return 0;
+}
+
+void pcrfs_refurb_args_free(struct refurb_args *a)
+{
+    char **f[] = {&a->r,     &a->size, &a->scale,   &a->ratio, &a->flip,
+                  &a->level, &a->seed, &a->threads, &a->cache, &a->cache_size};
+
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        free(*f[i]);
+        *f[i] = NULL;
+    }
+}
+
+/* ---- the view's handlers (views.h) ----------------------------------------------------- */
+
+static bool served(const struct refurb *rf, uint64_t id, uint64_t *sample)
+{
+    if (id < 1 || id > rf->nfiles || !rf->sample_of[id])
+        return false;
+    if (sample)
+        *sample = rf->sample_of[id] - 1;
+    return true;
+}
+
+/* "b.JPEG.ppm" is file b.JPEG if refurb/ serves it; any other name is a directory's
+ * or nothing (a file left out is absent, its ".ppm" name too). */
+static int rf_lookup(const struct view *v, uint64_t dir, const char *name, struct pcr_node *out)
+{
+    const struct refurb *rf = v->fs->refurb;
+    size_t n = strlen(name), sl = strlen(PPM_SUFFIX);
+    char base[NAME_MAX_BYTES + 1];
+    int rc;
+
+    if (n > sl && n - sl < sizeof(base) && memcmp(name + n - sl, PPM_SUFFIX, sl) == 0) {
+        memcpy(base, name, n - sl);
+        base[n - sl] = '\0';
+        rc = pcr_store_lookup(v->store, dir, base, out);
+        if (rc == 0 && !out->is_dir && served(rf, out->id, NULL))
+            return 0;
+        if (rc && rc != -ENOENT)
+            return rc;
+    }
+    rc = pcr_store_lookup(v->store, dir, name, out);
+    if (rc)
+        return rc;
+    return out->is_dir ? 0 : -ENOENT;
+}
+
+static int rf_readdir(const struct view *v, uint64_t dir, uint64_t *pos, struct pcr_dirent *out,
+                      char *namebuf, size_t namelen)
+{
+    const struct refurb *rf = v->fs->refurb;
+    int rc;
+
+    for (;; (*pos)++) {
+        rc = pcr_store_readdir(v->store, dir, *pos, out);
+        if (rc)
+            return rc;
+        if (out->node.is_dir)
+            return 0;
+        if (served(rf, out->node.id, NULL))
+            break;
+    }
+    snprintf(namebuf, namelen, "%s" PPM_SUFFIX, out->name); /* fits: skip_reason() */
+    out->name = namebuf;
+    return 0;
+}
+
+static uint64_t rf_size(const struct view *v, const struct pcr_file *f)
+{
+    (void)f;
+    return pcr_refurb_ppm_size(v->fs->refurb->set.conf.size);
+}
+
+struct rf_handle {
+    uint8_t *data;
+    size_t len;
+};
+
+static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
+{
+    struct refurb *rf = v->fs->refurb;
+    struct pcr_file_info fi;
+    struct rf_handle *h;
+    uint64_t sample, phase, nopen, version;
+    unsigned r = rf->set.r;
+    int rc;
+
+    *state = NULL;
+    pcr_file_info(f, &fi);
+    if (!served(rf, fi.id, &sample))
+        return -ENOENT;
+    h = calloc(1, sizeof(*h));
+    if (!h)
+        return -ENOMEM;
+    phase = pcr_refurb_phase(rf->n, rf->set.conf.seed, r, sample);
+    nopen = atomic_fetch_add_explicit(&rf->nopen[sample], 1, memory_order_relaxed);
+    version = pcr_refurb_version(nopen, phase, r);
+    pcrfs_count(&rf->opens, 1);
+    rc = pcr_refurb_get(rf->ctx, sample, version, &h->data, &h->len);
+    /* After the get, so that preparing the next version never delays this one. This
+     * was the last open of @version: drop it from the cache (the handle has its
+     * copy), so that each sample holds one version there, this one or the next. */
+    if (pcr_refurb_is_fresh(nopen + 1, phase, r)) {
+        pcr_refurb_release(rf->ctx, sample, version);
+        if (rf->set.threads) {
+            int s = pcr_refurb_schedule(rf->ctx, sample, pcr_refurb_version(nopen + 1, phase, r));
+
+            pcrfs_count(s == 0 ? &rf->scheduled : &rf->refused, 1);
+        }
+    }
+    if (rc) {
+        pcrfs_count(&rf->failed_opens, 1);
+        free(h);
+        /* an image that does not decode, a record that does not read: EIO, as any
+         * view answers a damaged file; running out of memory stays ENOMEM */
+        return rc == -ENOMEM ? rc : -EIO;
+    }
+    *state = h;
+    return 0;
+}
+
+static ssize_t rf_read(const struct view *v, const struct pcr_file *f, void *state, char *buf,
+                       size_t size, uint64_t off)
+{
+    const struct rf_handle *h = state;
+    size_t n;
+
+    (void)v, (void)f;
+    if (!h)
+        return -EBADF; /* never without OPEN: main.c keeps OPEN on such mounts */
+    if (off >= h->len)
+        return 0;
+    n = h->len - (size_t)off < size ? h->len - (size_t)off : size;
+    memcpy(buf, h->data + off, n);
+    return (ssize_t)n;
+}
+
+static void rf_close(void *state)
+{
+    struct rf_handle *h = state;
+
+    if (h) {
+        free(h->data);
+        free(h);
+    }
+}
+
+const struct view_file_ops refurb_ops = {
+    .lookup = rf_lookup,
+    .readdir = rf_readdir,
+    .size = rf_size,
+    .open = rf_open,
+    .read = rf_read,
+    .close = rf_close,
+};
+
+/* ---- attributes: the crop of a version ------------------------------------------------- */
+
+static int params_text(const struct refurb *rf, uint64_t id, uint64_t sample, uint64_t version,
+                       char *buf, size_t len, size_t *outlen)
+{
+    const struct pcr_file *f;
+    struct pcr_file_info fi;
+    struct pcr_refurb_params p;
+    int rc, n;
+
+    rc = pcr_store_file(rf->store, id, &f);
+    if (rc)
+        return rc;
+    pcr_file_info(f, &fi);
+    rc = pcr_refurb_params(fi.width, fi.height, &rf->set.conf, sample, version, &p);
+    if (rc)
+        return -EIO;
+    n = snprintf(buf, len, "%" PRIu64 " %u %u %u %u %d", version, p.top, p.left, p.height, p.width,
+                 p.flip ? 1 : 0);
+    if (n <= 0 || (size_t)n >= len)
+        return -ERANGE;
+    *outlen = (size_t)n;
+    return 0;
+}
+
+static bool refurb_file(const struct pcrfs *fs, uint64_t ino, uint64_t *id, uint64_t *sample)
+{
+    struct ino_parts p = ino_split(ino);
+
+    *id = p.id;
+    return fs->refurb && p.view == VIEW_REFURB && p.is_file && served(fs->refurb, p.id, sample);
+}
+
+/* Computed from the open counter and the image's size in the index: no decode, and
+ * asking does not count as an open. It names the file, not a handle (the kernel
+ * sends getxattr with the inode only, also for fgetxattr on a descriptor), so with
+ * several readers of one file "the last open" is whichever came last. */
+int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf, size_t len,
+                          size_t *outlen)
+{
+    struct refurb *rf = fs->refurb;
+    uint64_t id, sample, nopen, phase;
+    bool next;
+
+    if (!refurb_file(fs, ino, &id, &sample))
+        return -ENOSYS;
+    next = strcmp(name, REFURB_XATTR_NEXT) == 0;
+    if (!next && strcmp(name, REFURB_XATTR) != 0)
+        return strncmp(name, "user.", 5) == 0 ? -ENODATA : -EOPNOTSUPP;
+    nopen = atomic_load_explicit(&rf->nopen[sample], memory_order_relaxed);
+    if (!next && nopen == 0)
+        return -ENODATA;
+    phase = pcr_refurb_phase(rf->n, rf->set.conf.seed, rf->set.r, sample);
+    return params_text(rf, id, sample,
+                       pcr_refurb_version(next ? nopen : nopen - 1, phase, rf->set.r), buf, len,
+                       outlen);
+}
+
+int pcrfs_refurb_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len)
+{
+    static const char names[] = REFURB_XATTR "\0" REFURB_XATTR_NEXT; /* + its NUL */
+    uint64_t id, sample;
+
+    if (!refurb_file(fs, ino, &id, &sample))
+        return -ENOSYS;
+    *list = names;
+    *len = sizeof(names);
+    return 0;
+}
+
+/* ---- /.pcrfs/info and stats ---------------------------------------------------------- */
+
+void pcrfs_refurb_info_json(const struct pcrfs *fs, struct pcr_json *b)
+{
+    const struct refurb *rf = fs->refurb;
+    const struct pcr_refurb_conf *c;
+
+    if (!rf) {
+        pcr_json_puts(b, "null");
+        return;
+    }
+    c = &rf->set.conf;
+    pcr_json_printf(b,
+                    "{\"r\": %u, \"size\": %u, \"scale\": [%.17g, %.17g], "
+                    "\"ratio\": [%.17g, %.17g], \"flip\": %s, \"level\": %u, \"seed\": %" PRIu64
+                    ", \"threads\": %u, ",
+                    rf->set.r, c->size, c->scale[0], c->scale[1], c->ratio[0], c->ratio[1],
+                    c->flip ? "true" : "false", rf->set.level, c->seed, rf->set.threads);
+    pcr_json_puts(b, "\"cache\": ");
+    pcr_json_str(b, rf->set.cache_dir);
+    pcr_json_printf(b,
+                    ", \"cache_bytes\": %" PRIu64 ", \"cache_default\": %s, "
+                    "\"cache_needed\": %" PRIu64 ", \"file_bytes\": %zu, \"files\": %" PRIu64
+                    ", \"skipped\": %" PRIu64 ", \"scan_seconds\": %.3f}",
+                    rf->set.cache_bytes, rf->cache_default ? "true" : "false", rf->cache_needed,
+                    pcr_refurb_ppm_size(c->size), rf->n, rf->nskipped, rf->scan_s);
+}
+
+static uint64_t ld(atomic_uint_fast64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void pcrfs_refurb_stats_json(struct pcrfs *fs, struct pcr_json *b)
+{
+    struct refurb *rf = fs->refurb;
+    struct pcr_refurb_stats st;
+    struct view_counters *c = &fs->refurb_view;
+    uint64_t opens;
+
+    if (!rf) {
+        pcr_json_puts(b, "null");
+        return;
+    }
+    memset(&st, 0, sizeof(st));
+    if (rf->ctx)
+        pcr_refurb_get_stats(rf->ctx, &st);
+    opens = ld(&rf->opens);
+    /* passes: whole passes' worth of opens (a pass opens each of the N files once) */
+    pcr_json_printf(
+        b,
+        "{\"r\": %u, \"files\": %" PRIu64 ", \"opens\": %" PRIu64 ", \"passes\": %" PRIu64
+        ", \"reads\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
+        ", \"prepared\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"waits\": %" PRIu64
+        ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"evicted\": %" PRIu64
+        ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64 ", \"cached\": %" PRIu64
+        ", \"scheduled\": %" PRIu64 ", \"schedule_refused\": %" PRIu64 "}",
+        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ld(&c->reads), ld(&c->bytes),
+        ld(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
+        st.dropped, st.queued, st.cached, ld(&rf->scheduled), ld(&rf->refused));
+}
