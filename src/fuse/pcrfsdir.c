@@ -103,7 +103,7 @@ static int snap_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off
 
     pthread_mutex_lock(&fs->snap_lock);
     sn = snap_find(fs, ino);
-    if (sn && (uint64_t)off < sn->len) {
+    if (sn && (uint64_t)off < sn->len && size) {
         n = sn->len - (size_t)off < size ? sn->len - (size_t)off : size;
         memcpy(buf, sn->data + off, n);
     }
