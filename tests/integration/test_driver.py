@@ -116,8 +116,12 @@ class Driver(StoreFixture, unittest.TestCase):
             for _ in range(n):
                 fds.append(os.open(stats, os.O_RDONLY))
             grown = vm_rss_kb(m.proc.pid) - before
-            self.assertLess(grown, 2 * 1024, "daemon grew by %d kB for %d more descriptors" %
-                            (grown, n))
+            if mu.SANITIZED:  # asserted in the plain stages (mount_util.SANITIZED)
+                print("\n[stats descriptors] RSS +%d kB under ASan: bound not checked in "
+                      "this stage" % grown, file=sys.stderr)
+            else:
+                self.assertLess(grown, 2 * 1024, "daemon grew by %d kB for %d more "
+                                "descriptors" % (grown, n))
             self.assertIn("views", json.loads(os.pread(fds[-1], 1 << 20, 0)))
             self.assertIn("views", json.loads(read_bytes(stats)))
             with self.assertRaises(OSError) as cm:

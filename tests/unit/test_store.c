@@ -340,7 +340,7 @@ static long find_first(const uint8_t *hay, size_t n, const uint8_t *needle)
 static void flip(const char *rec, long at)
 {
     int fd = open(rec, O_RDWR);
-    uint8_t b;
+    uint8_t b = 0;
     CHECK(fd >= 0 && pread(fd, &b, 1, at) == 1, "read %s", rec);
     b ^= 0x40;
     CHECK(pwrite(fd, &b, 1, at) == 1, "flip a byte of %s", rec);
