@@ -454,122 +454,145 @@ static int refuse_row(struct pcr_index *idx, sqlite3_stmt *st, int t)
     return -EIO;
 }
 
-int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_dir_cb cb,
-                        void *ctx)
+/* The loop every loader runs, under the lock: bind @range (first, first + count)
+ * if given, step @st under the work bound, check each row's storage classes against
+ * table @t (a bad dirs or records row refuses the whole load; a bad file row is
+ * dropped and logged, the rest of the directory is served), then decode it with
+ * @row, which calls the loader's callback. A table that is absent (the optional
+ * token tree) has no rows. @return as the loaders (index.h). */
+static int each_row(struct pcr_index *idx, sqlite3_stmt *st, int t, const int64_t *range,
+                    int (*row)(sqlite3_stmt *st, void *arg), void *arg)
 {
-    sqlite3_stmt *st = idx->st[ST_DIRS + tree];
-    int rc, cbret = 0;
+    bool drop_bad = range != NULL; /* the file tables are the ranged ones */
+    int rc, cbret = 0, bad;
 
     if (!st)
         return 0;
-
     pthread_mutex_lock(&idx->lock);
+    if (range) {
+        sqlite3_bind_int64(st, 1, range[0]);
+        sqlite3_bind_int64(st, 2, range[0] + range[1]);
+    }
     idx->why[0] = '\0';
     while ((rc = index_step(idx, st)) == SQLITE_ROW) {
-        if ((cbret = refuse_row(idx, st, T_TREE(T_DIRS, tree))) != 0)
+        if (drop_bad && (bad = index_bad_column(st, t)) >= 0) {
+            char what[96];
+            index_describe_bad(st, t, bad, what, sizeof(what));
+            pcr_log(PCR_LOG_ERR, "index: %s %lld rejected: %s",
+                    t == T_TREE(T_FILES, PCR_TREE_TOKENS) ? "token file" : "file",
+                    (long long)sqlite3_column_int64(st, 0), what);
+            continue;
+        }
+        if (!drop_bad && (cbret = refuse_row(idx, st, t)) != 0)
             break;
-        struct pcr_index_dir d = {
-            .id = sqlite3_column_int64(st, 0),
-            .parent = sqlite3_column_int64(st, 1),
-            .name = sqlite3_column_blob(st, 2),
-            .namelen = (size_t)sqlite3_column_bytes(st, 2),
-            .first_child = sqlite3_column_int64(st, 3),
-            .nsubdirs = sqlite3_column_int64(st, 4),
-            .first_file = sqlite3_column_int64(st, 5),
-            .nfiles = sqlite3_column_int64(st, 6),
-        };
-        if ((cbret = cb(ctx, &d)) != 0)
+        if ((cbret = row(st, arg)) != 0)
             break;
     }
     rc = end_select(st, rc, cbret);
     pthread_mutex_unlock(&idx->lock);
     return rc;
+}
+
+struct dir_arg {
+    pcr_index_dir_cb cb;
+    void *ctx;
+};
+
+static int dir_row(sqlite3_stmt *st, void *arg)
+{
+    struct dir_arg *a = arg;
+    struct pcr_index_dir d = {
+        .id = sqlite3_column_int64(st, 0),
+        .parent = sqlite3_column_int64(st, 1),
+        .name = sqlite3_column_blob(st, 2),
+        .namelen = (size_t)sqlite3_column_bytes(st, 2),
+        .first_child = sqlite3_column_int64(st, 3),
+        .nsubdirs = sqlite3_column_int64(st, 4),
+        .first_file = sqlite3_column_int64(st, 5),
+        .nfiles = sqlite3_column_int64(st, 6),
+    };
+    return a->cb(a->ctx, &d);
+}
+
+int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_dir_cb cb,
+                        void *ctx)
+{
+    struct dir_arg a = {cb, ctx};
+
+    return each_row(idx, idx->st[ST_DIRS + tree], T_TREE(T_DIRS, tree), NULL, dir_row, &a);
+}
+
+struct record_arg {
+    pcr_index_record_cb cb;
+    void *ctx;
+};
+
+static int record_row(sqlite3_stmt *st, void *arg)
+{
+    struct record_arg *a = arg;
+    const char *name = (const char *)sqlite3_column_text(st, 1);
+    struct pcr_index_record r = {
+        .id = sqlite3_column_int64(st, 0),
+        .name = name ? name : "",
+        .size = sqlite3_column_int64(st, 2),
+        .nimages = sqlite3_column_int64(st, 3),
+        .groups = sqlite3_column_blob(st, 4),
+        .groups_len = (size_t)sqlite3_column_bytes(st, 4),
+    };
+    return a->cb(a->ctx, &r);
 }
 
 int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
                            pcr_index_record_cb cb, void *ctx)
 {
-    sqlite3_stmt *st = idx->st[ST_RECORDS + tree];
-    int rc, cbret = 0;
+    struct record_arg a = {cb, ctx};
 
-    if (!st)
-        return 0;
+    return each_row(idx, idx->st[ST_RECORDS + tree], T_TREE(T_RECORDS, tree), NULL, record_row,
+                    &a);
+}
 
-    pthread_mutex_lock(&idx->lock);
-    idx->why[0] = '\0';
-    while ((rc = index_step(idx, st)) == SQLITE_ROW) {
-        if ((cbret = refuse_row(idx, st, T_TREE(T_RECORDS, tree))) != 0)
-            break;
-        const char *name = (const char *)sqlite3_column_text(st, 1);
-        struct pcr_index_record r = {
-            .id = sqlite3_column_int64(st, 0),
-            .name = name ? name : "",
-            .size = sqlite3_column_int64(st, 2),
-            .nimages = sqlite3_column_int64(st, 3),
-            .groups = sqlite3_column_blob(st, 4),
-            .groups_len = (size_t)sqlite3_column_bytes(st, 4),
-        };
-        if ((cbret = cb(ctx, &r)) != 0)
-            break;
-    }
-    rc = end_select(st, rc, cbret);
-    pthread_mutex_unlock(&idx->lock);
-    return rc;
+struct file_arg {
+    pcr_index_file_cb cb;
+    void *ctx;
+};
+
+static int file_row(sqlite3_stmt *st, void *arg)
+{
+    struct file_arg *a = arg;
+    struct pcr_index_file f = {
+        .id = sqlite3_column_int64(st, 0),
+        .dir = sqlite3_column_int64(st, 1),
+        .name = sqlite3_column_blob(st, 2),
+        .namelen = (size_t)sqlite3_column_bytes(st, 2),
+        .kind = sqlite3_column_int64(st, 3),
+        .record = sqlite3_column_int64(st, 4),
+        .slot = sqlite3_column_int64(st, 5),
+        .nchunks = sqlite3_column_int64(st, 6),
+        .chunks = sqlite3_column_blob(st, 7),
+        .chunks_len = (size_t)sqlite3_column_bytes(st, 7),
+        .size = sqlite3_column_int64(st, 8),
+        .width = sqlite3_column_int64(st, 9),
+        .height = sqlite3_column_int64(st, 10),
+        .components = sqlite3_column_int64(st, 11),
+        .src_size = sqlite3_column_int64(st, 12),
+        .checksum = (uint64_t)sqlite3_column_int64(st, 13),
+        .note = (const char *)sqlite3_column_text(st, 14),
+        .trailer = sqlite3_column_int64(st, 15),
+        .sums = sqlite3_column_blob(st, 16),
+        .sums_len = (size_t)sqlite3_column_bytes(st, 16),
+        .quality = sqlite3_column_blob(st, 17),
+        .quality_len = (size_t)sqlite3_column_bytes(st, 17),
+    };
+    return a->cb(a->ctx, &f);
 }
 
 int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_t first,
                          int64_t count, pcr_index_file_cb cb, void *ctx)
 {
-    sqlite3_stmt *st = idx->st[ST_FILES + tree];
-    int rc, cbret = 0, t = T_TREE(T_FILES, tree), bad;
+    struct file_arg a = {cb, ctx};
+    const int64_t range[2] = {first, count};
 
-    if (!st)
-        return 0;
-
-    pthread_mutex_lock(&idx->lock);
-    idx->why[0] = '\0';
-    sqlite3_bind_int64(st, 1, first);
-    sqlite3_bind_int64(st, 2, first + count);
-    while ((rc = index_step(idx, st)) == SQLITE_ROW) {
-        if ((bad = index_bad_column(st, t)) >= 0) {
-            /* dropped like any other bad file row: the rest of the directory is served */
-            char what[96];
-            index_describe_bad(st, t, bad, what, sizeof(what));
-            pcr_log(PCR_LOG_ERR, "index: %s %lld rejected: %s",
-                    tree == PCR_TREE_TOKENS ? "token file" : "file",
-                    (long long)sqlite3_column_int64(st, 0), what);
-            continue;
-        }
-        struct pcr_index_file f = {
-            .id = sqlite3_column_int64(st, 0),
-            .dir = sqlite3_column_int64(st, 1),
-            .name = sqlite3_column_blob(st, 2),
-            .namelen = (size_t)sqlite3_column_bytes(st, 2),
-            .kind = sqlite3_column_int64(st, 3),
-            .record = sqlite3_column_int64(st, 4),
-            .slot = sqlite3_column_int64(st, 5),
-            .nchunks = sqlite3_column_int64(st, 6),
-            .chunks = sqlite3_column_blob(st, 7),
-            .chunks_len = (size_t)sqlite3_column_bytes(st, 7),
-            .size = sqlite3_column_int64(st, 8),
-            .width = sqlite3_column_int64(st, 9),
-            .height = sqlite3_column_int64(st, 10),
-            .components = sqlite3_column_int64(st, 11),
-            .src_size = sqlite3_column_int64(st, 12),
-            .checksum = (uint64_t)sqlite3_column_int64(st, 13),
-            .note = (const char *)sqlite3_column_text(st, 14),
-            .trailer = sqlite3_column_int64(st, 15),
-            .sums = sqlite3_column_blob(st, 16),
-            .sums_len = (size_t)sqlite3_column_bytes(st, 16),
-            .quality = sqlite3_column_blob(st, 17),
-            .quality_len = (size_t)sqlite3_column_bytes(st, 17),
-        };
-        if ((cbret = cb(ctx, &f)) != 0)
-            break;
-    }
-    rc = end_select(st, rc, cbret);
-    pthread_mutex_unlock(&idx->lock);
-    return rc;
+    return each_row(idx, idx->st[ST_FILES + tree], T_TREE(T_FILES, tree), range, file_row, &a);
 }
 
 /* Run one INSERT whose parameters are bound; map the result. */
