@@ -19,7 +19,7 @@ extern "C" {
  * user scan scripts. A file with more is not split (and is stored verbatim). */
 #define PCR_MAX_CHUNKS 64
 
-/* The chunking rule (PCR's reference splitter, DESIGN §3):
+/* The chunking rule (PCR's reference splitter, pcrfs(5)):
  *   chunk 0 runs from SOI through the end of scan 1's entropy-coded data, so the
  *   frame header and tables travel with the first scan;
  *   chunk i (i >= 1) runs from the byte after scan i's data ... through the end of

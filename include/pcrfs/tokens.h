@@ -1,4 +1,4 @@
-/* pcrfs — token grids (SeiT, DESIGN §4): NPY files, the token codec, token shards
+/* pcrfs — token grids (SeiT; pcrfs(1), tokens): NPY files, the token codec, token shards
  * and the SeiT release-format reader.
  *
  * A token grid is H x W unsigned 16-bit token values (H, W in 1..PCR_TOK_MAX_SIDE,

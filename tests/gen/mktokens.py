@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generate token-grid test data for pcrfs (SeiT-style tokens, DESIGN §4).
+"""Generate token-grid test data for pcrfs (SeiT-style tokens, pcrfs(1) tokens).
 
 Real tokenizer output is not available offline, so this makes grids with the
 properties that matter to the codec and the importers:

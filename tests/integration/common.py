@@ -116,7 +116,7 @@ def make_dataset(out, classes, per_class, seed, awkward=False, special=False, si
 
 
 def split_jpeg(data):
-    """Split a progressive JPEG per DESIGN §3 and return its chunks (list of bytes).
+    """Split a progressive JPEG per pcrfs(5)'s chunking rule and return its chunks (list of bytes).
 
     chunk 1: SOI .. end of scan 1's entropy-coded data; chunk i: the byte after scan
     i-1's entropy data .. end of scan i's. Entropy data ends at the first FF followed
