@@ -325,6 +325,19 @@ static void test_sequential_steps(const char *path)
         CHECK(off == files[1].len && !memcmp(buf, files[1].data, files[1].len),
               "r2.bin read in steps of %zu", steps[k]);
     }
+    /* The carried block is really used: reads of [0, 100000) and [100000, 150000)
+     * fetch blocks 0-1 and then only block 2 (block 1 comes from the carry), so the
+     * record bytes read are exactly the file's 150,000; re-reading block 1 would
+     * make them 215,536. */
+    struct pcr_stats a, b;
+    pcr_store_stats(s, &a);
+    CHECK(pcr_store_pread(s, f, LEVELS, buf, 100000, 0) == 100000 &&
+              pcr_store_pread(s, f, LEVELS, buf + 100000, 100000, 100000) == 50000,
+          "two reads of r2.bin");
+    pcr_store_stats(s, &b);
+    CHECK(b.level[LEVELS].bytes - a.level[LEVELS].bytes == 150000,
+          "record bytes for two sequential reads: %llu, want 150000",
+          (unsigned long long)(b.level[LEVELS].bytes - a.level[LEVELS].bytes));
     pcr_store_close(s);
 }
 
