@@ -102,13 +102,18 @@ int pcrfs_info_render(struct pcrfs *fs)
         sb_puts(&b, ", \"dynamic\"");
     for (v = 0; v < fs->nq; v++)
         sb_printf(&b, ", \"%s\"", fs->vtab[VIEW_Q + v].name);
+    if (fs->mix)
+        sb_puts(&b, ", \"mix\"");
     if (fs->tokstore)
         sb_puts(&b, ", \"tokens\"");
     if (fs->refurb)
         sb_puts(&b, ", \"refurb\"");
     /* refurb/ (-o refurb=R): its options as used and how many files it serves and
      * leaves out (/.pcrfs/refurb_skipped lists those), or null */
-    sb_puts(&b, "],\n  \"refurb\": ");
+    /* mix/ (-o mix=LO-HI): its range, seed and the probability of each level, or null */
+    sb_puts(&b, "],\n  \"mix\": ");
+    pcrfs_mix_info_json(fs, &b);
+    sb_puts(&b, ",\n  \"refurb\": ");
     pcrfs_refurb_info_json(fs, &b);
     sb_printf(&b, ",\n  \"pcrfs_version\": \"%s\"\n}\n", PCR_VERSION);
     if (b.oom) {
@@ -118,6 +123,16 @@ int pcrfs_info_render(struct pcrfs *fs)
     fs->info = b.p;
     fs->info_len = b.len;
     return 0;
+}
+
+/* "opens": N, "reads": N, "bytes": N, "errors": N of one view */
+static void sb_counters(struct pcr_json *b, const struct view_counters *c)
+{
+    sb_printf(b, "\"opens\": %llu, \"reads\": %llu, \"bytes\": %llu, \"errors\": %llu",
+              (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
+              (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
+              (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
+              (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed));
 }
 
 int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
@@ -136,55 +151,40 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
     sb_printf(&b, "{\n  \"uptime_s\": %lld,\n  \"no_open\": %s,\n  \"views\": {\n",
               (long long)(now.tv_sec - fs->started),
               atomic_load_explicit(&fs->no_open, memory_order_relaxed) ? "true" : "false");
-    /* qNN/ and tokens/ first: scan1 always follows, so the comma is always right */
+    /* qNN/, mix/ and tokens/ first: scan1 always follows, so the comma is always right */
     for (v = 0; v < fs->nq; v++) {
-        const struct view_counters *c = &fs->qviews[v];
-        sb_printf(&b,
-                  "    \"%s\": {\"threshold\": %g, \"opens\": %llu, \"reads\": %llu, "
-                  "\"bytes\": %llu, \"errors\": %llu},\n",
-                  fs->vtab[VIEW_Q + v].name, fs->qthresh[v],
-                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed));
+        sb_printf(&b, "    \"%s\": {\"threshold\": %g, ", fs->vtab[VIEW_Q + v].name,
+                  fs->qthresh[v]);
+        sb_counters(&b, &fs->qviews[v]);
+        sb_puts(&b, "},\n");
+    }
+    if (fs->mix) {
+        sb_puts(&b, "    \"mix\": {");
+        sb_counters(&b, &fs->mix_view);
+        sb_puts(&b, ", \"served\": ");
+        pcrfs_mix_stats_json(fs, &b);
+        sb_puts(&b, "},\n");
     }
     if (fs->tokstore) {
-        const struct view_counters *c = &fs->tok_view;
         struct pcr_stats ts;
 
         pcr_store_stats(fs->tokstore, &ts);
-        sb_printf(&b,
-                  "    \"tokens\": {\"level\": 1, \"opens\": %llu, \"reads\": %llu, "
-                  "\"bytes\": %llu, \"errors\": %llu, \"shard_bytes\": %llu},\n",
-                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed),
-                  (unsigned long long)ts.level[1].bytes);
+        sb_puts(&b, "    \"tokens\": {\"level\": 1, ");
+        sb_counters(&b, &fs->tok_view);
+        sb_printf(&b, ", \"shard_bytes\": %llu},\n", (unsigned long long)ts.level[1].bytes);
     }
     for (v = 1; v <= fs->levels + 1; v++) {
-        const struct view_counters *c = &fs->views[v];
-        sb_printf(&b,
-                  "    \"%s\": {\"level\": %u, \"opens\": %llu, \"reads\": %llu, "
-                  "\"bytes\": %llu, \"errors\": %llu}%s\n",
-                  view_name(fs, v, name, sizeof(name)), v > fs->levels ? fs->levels : v,
-                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed),
-                  v <= fs->levels || fs->dynamic ? "," : "");
+        sb_printf(&b, "    \"%s\": {\"level\": %u, ", view_name(fs, v, name, sizeof(name)),
+                  v > fs->levels ? fs->levels : v);
+        sb_counters(&b, &fs->views[v]);
+        sb_puts(&b, v <= fs->levels || fs->dynamic ? "},\n" : "}\n");
     }
     if (fs->dynamic) {
-        const struct view_counters *c = &fs->views[fs->levels + 2];
-        sb_printf(&b,
-                  "    \"dynamic\": {\"level\": %u, \"switches\": %llu, \"opens\": %llu, "
-                  "\"reads\": %llu, \"bytes\": %llu, \"errors\": %llu}\n",
+        sb_printf(&b, "    \"dynamic\": {\"level\": %u, \"switches\": %llu, ",
                   atomic_load(&fs->level_now),
-                  (unsigned long long)atomic_load_explicit(&fs->switches, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->opens, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->reads, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->bytes, memory_order_relaxed),
-                  (unsigned long long)atomic_load_explicit(&c->errors, memory_order_relaxed));
+                  (unsigned long long)atomic_load_explicit(&fs->switches, memory_order_relaxed));
+        sb_counters(&b, &fs->views[fs->levels + 2]);
+        sb_puts(&b, "}\n");
     }
     sb_puts(&b, "  },\n  \"levels\": [\n");
     for (k = 1; k <= fs->levels; k++)

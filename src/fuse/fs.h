@@ -5,7 +5,7 @@
  * daemon's own nodes (the root's .pcrfs and its files); control.c renders the
  * /.pcrfs files' JSON. Everything below is written once before the session starts
  * and only read afterwards, except the per-view counters (relaxed atomics), the
- * dynamic level, and what the locks named below guard.
+ * dynamic level, mix/'s passes, and what the locks named below guard.
  */
 #ifndef PCRFS_FUSE_FS_H
 #define PCRFS_FUSE_FS_H
@@ -22,6 +22,7 @@
 #include "pcrfs/store.h"
 #include "views.h"
 #include "refurbview.h"
+#include "mixview.h"
 
 /* Counter slots: [1..L] scanK, [L+1] full, [L+2] dynamic (views.c's rows say which
  * view counts where; control.c prints them). */
@@ -97,6 +98,8 @@ struct pcrfs {
     double qthresh[PCRFS_MAX_QVIEWS];
     unsigned nq;
     struct view_counters qviews[PCRFS_MAX_QVIEWS];
+    struct mix *mix;                             /* mix/ (-o mix=LO-HI), or NULL */
+    struct view_counters mix_view;               /* its counters (VIEW_MIX + K) */
     struct refurb *refurb;                       /* refurb/ (-o refurb=R), or NULL */
     struct view_counters refurb_view;            /* its counters (VIEW_REFURB) */
     struct view vtab[PCRFS_VIEW_NUMBERS];        /* by inode view number (views.c) */

@@ -28,7 +28,10 @@
  *                 own, hence a view of its own; a fixed number (below dynamic/'s
  *                 range, above any L+1) keeps its inodes the same whatever L is;
  *   view 0x7E     refurb/ (-o refurb=R): the image tree's ids, its own number for
- *                 the same reason (refurbview.c).
+ *                 the same reason (refurbview.c);
+ *   view 0xC1     mix/ (-o mix=LO-HI): its directories; view 0xC1+K its files as
+ *                 served at level K (K <= 62: past dynamic/'s last number 0x80+64,
+ *                 so the two never collide; mixview.c).
  *
  * Which view owns which numbers is said once, by the rows of the table of views
  * (views.c: each row's ino_view, and LEVEL_CURRENT for dynamic/'s V + K). At mount,
@@ -48,7 +51,9 @@
  * inode, whose attributes and page cache are the new level's from the start; the
  * old inode keeps serving the old level to whoever still has it open, and its
  * cached pages stay right for it (the store is immutable), so nothing is ever
- * invalidated and nothing stale can be reached by name. (Stable inode numbers with
+ * invalidated and nothing stale can be reached by name. mix/ uses the same
+ * mechanism, with a level chosen per file (the one its next open will serve)
+ * instead of one for the mount. (Stable inode numbers with
  * fuse_lowlevel_notify_inval_inode() would not do: the page cache and i_size
  * belong to the inode, not to the open file, so a reader that opened before a
  * switch could be served pages another reader fetched after it, or be cut at the
@@ -126,6 +131,9 @@
 
 /* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */
 #define VIEW_DYN 0x80
+
+/* mix/: directories in VIEW_MIX, files in VIEW_MIX + level (mixview.h). */
+#define VIEW_MIX 0xC1
 
 /* q90/ q95/ ...: per-image quality views, VIEW_Q + i - 1 for the i-th threshold. */
 #define VIEW_Q 0x70

@@ -46,6 +46,7 @@ struct cli {
     char *logfile; /* -o logfile=PATH */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
     struct refurb_args refurb; /* -o refurb=R and its refurb_* options, as given */
+    struct mix_args mix;       /* -o mix=LO-HI, mix_mean=M, mix_seed=N, as given */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -71,6 +72,9 @@ static const struct fuse_opt cli_spec[] = {
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
     {"logfile=%s", offsetof(struct cli, logfile), 0},
+    {"mix=%s", offsetof(struct cli, mix.range), 0},
+    {"mix_mean=%s", offsetof(struct cli, mix.mean), 0},
+    {"mix_seed=%s", offsetof(struct cli, mix.seed), 0},
     {"refurb=%s", offsetof(struct cli, refurb.r), 0},
     {"refurb_size=%s", offsetof(struct cli, refurb.size), 0},
     {"refurb_scale=%s", offsetof(struct cli, refurb.scale), 0},
@@ -140,7 +144,8 @@ static void help(void)
            "Mount the pcrfs store STORE (built by mkpcrfs) read-only at MOUNTPOINT.\n"
            "Views: scan1/ .. scanL/ (the first K scans of every JPEG), full/ (every\n"
            "scan: the original pixels), tokens/ (token grids as NumPy .tok files, if\n"
-           "the store has them), refurb/ (with -o refurb=R), .pcrfs/info and\n"
+           "the store has them), q90/ q95/ q99/ (stores built with --quality), mix/\n"
+           "(with -o mix=LO-HI), refurb/ (with -o refurb=R), .pcrfs/info and\n"
            ".pcrfs/stats (JSON).\n"
            "Unmount with: fusermount3 -u MOUNTPOINT\n"
            "\n"
@@ -169,6 +174,13 @@ static void help(void)
            "                           MNT/.pcrfs/level) or set with setfattr -n\n"
            "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
            "                           not \"ro\" (every other write still fails with EROFS)\n"
+           "    -o mix=LO-HI           add mix/: every open of a file serves a level drawn\n"
+           "                           from LO..HI (1..L or full) for that file and pass\n"
+           "                           (its n-th open), fixed while it is open\n"
+           "    -o mix_mean=M          draw with mean M (LO < M < HI; the distribution of\n"
+           "                           largest entropy) instead of uniformly\n"
+           "    -o mix_seed=N          the draws' seed (default 0): the same seed, the same\n"
+           "                           levels pass after pass\n"
            "    -o logfile=PATH        append the daemon's messages to PATH, one line\n"
            "                           each with a UTC timestamp, instead of syslog\n"
            "                           (detached) or standard error (-f)\n"
@@ -625,6 +637,14 @@ int main(int argc, char *argv[])
         fs.dynamic = true;
         atomic_store(&fs.level_now, k);
     }
+    rc = pcrfs_mix_init(&cli.mix, &fs);
+    if (rc) {
+        if (rc == -ENOMEM)
+            fprintf(stderr, "pcrfs: out of memory\n");
+        else
+            ret = EXIT_USAGE;
+        goto out_store;
+    }
     if (pcrfs_refurb_parse(&cli.refurb, &fs, &refurb_set) != 0) {
         ret = EXIT_USAGE;
         goto out_store;
@@ -648,6 +668,9 @@ int main(int argc, char *argv[])
     /* refurb/: an open picks the version its handle serves, and its files are read
      * with direct I/O, which only an OPEN reply can ask for */
     if (fs.refurb)
+        fs.want_no_open = false;
+    /* mix/: an open counts the file's pass (mixview.c) */
+    if (fs.mix)
         fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.readdirplus_opt = cli.has_readdirplus;
@@ -745,6 +768,7 @@ out_store:
     if (fs.open_files.next)
         pcrfs_ops_close_all(&fs);
     pcrfs_refurb_free(&fs); /* no file open any more; before the store it reads */
+    pcrfs_mix_free(&fs);
     pcrfs_ops_thread_done();
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
@@ -762,6 +786,9 @@ out_args:
     free(cli.readahead);
     free(cli.quality);
     free(cli.level);
+    free(cli.mix.range);
+    free(cli.mix.mean);
+    free(cli.mix.seed);
     free(cli.cache);
     free(cli.cache_size);
     free(cli.logfile);

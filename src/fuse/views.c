@@ -129,6 +129,49 @@ static struct view_counters *dyn_counters(struct pcrfs *fs, unsigned i)
     return &fs->views[fs->levels + 2];
 }
 
+static unsigned dyn_file_level(const struct pcrfs *fs, uint64_t id)
+{
+    (void)id;
+    return atomic_load_explicit(&fs->level_now, memory_order_acquire);
+}
+
+/* mix/ (-o mix=LO-HI): directories in VIEW_MIX, files in VIEW_MIX + the level their
+ * next open serves (mixview.c); an open counts the file's pass. */
+static int mix_open(const struct view *v, const struct pcr_file *f, void **state)
+{
+    int rc = store_open(v, f, state);
+
+    if (rc == 0)
+        pcrfs_mix_opened(v->fs, f, v->level);
+    return rc;
+}
+
+static const struct view_file_ops mix_ops = {
+    .lookup = store_lookup,
+    .readdir = store_readdir,
+    .size = store_size,
+    .open = mix_open,
+    .read = store_read,
+    .close = store_close,
+};
+
+static unsigned mix_count(const struct pcrfs *fs)
+{
+    return fs->mix != NULL;
+}
+
+static unsigned mix_view(const struct pcrfs *fs, unsigned i)
+{
+    (void)fs, (void)i;
+    return VIEW_MIX;
+}
+
+static struct view_counters *mix_counters(struct pcrfs *fs, unsigned i)
+{
+    (void)i;
+    return &fs->mix_view;
+}
+
 /* tokens/: the token tree's one level, in a view number that does not move with L. */
 static unsigned tok_count(const struct pcrfs *fs)
 {
@@ -250,8 +293,8 @@ static struct view_counters *refurb_counters(struct pcrfs *fs, unsigned i)
 }
 
 /* In the order of the root listing. The store is immutable, so everything but
- * dynamic/'s names and listings (which change with the level) and refurb/'s file
- * pages is cached by the kernel: see ops.c for what each policy is worth. */
+ * dynamic/'s and mix/'s names and listings (which change with the level) and
+ * refurb/'s file pages is cached by the kernel: see ops.c for what each policy is worth. */
 static const struct view_row rows[] = {
     {
         .name = "scan%u",
@@ -283,6 +326,7 @@ static const struct view_row rows[] = {
          * pages stay right: they belong to a level's inode */
         .cache = {.names = false, .listings = false, .pages = true},
         .counters = dyn_counters,
+        .file_level = dyn_file_level,
     },
     {
         .name = "q",
@@ -296,6 +340,18 @@ static const struct view_row rows[] = {
         .ops = &q_ops,
         .name_of = q_name,
         .threshold = q_threshold,
+    },
+    {
+        .name = "mix",
+        .count = mix_count,
+        .ino_view = mix_view,
+        .level_rule = LEVEL_CURRENT,
+        .tree = TREE_IMAGES,
+        /* as dynamic/: a name or a listing would carry the inode of an old draw */
+        .cache = {.names = false, .listings = false, .pages = true},
+        .counters = mix_counters,
+        .ops = &mix_ops,
+        .file_level = pcrfs_mix_next,
     },
     {
         .name = "tokens",
@@ -331,6 +387,11 @@ static bool ops_complete(const struct view_file_ops *o)
     return !o || (o->lookup && o->readdir && o->size && o->open && o->read && o->close);
 }
 
+static bool row_complete(const struct view_row *row)
+{
+    return ops_complete(row->ops) && (row->level_rule != LEVEL_CURRENT || row->file_level);
+}
+
 static int claim(struct pcrfs *fs, unsigned no, const struct view_row *row, unsigned level,
                  bool dirs, bool files, unsigned i, struct view **out)
 {
@@ -362,7 +423,7 @@ int pcrfs_views_init(struct pcrfs *fs)
     memset(fs->vtab, 0, sizeof(fs->vtab));
     fs->nroot = 0;
     for (row = rows; row < rows + sizeof(rows) / sizeof(rows[0]); row++) {
-        if (!ops_complete(row->ops))
+        if (!row_complete(row))
             return -EINVAL;
         n = row->count(fs);
         for (i = 1; i <= n; i++) {
@@ -408,7 +469,7 @@ uint64_t view_child_ino(const struct pcrfs *fs, const struct view *v, bool is_fi
     unsigned no = v->ino_view;
 
     if (v->row->level_rule == LEVEL_CURRENT && is_file)
-        no += atomic_load_explicit(&fs->level_now, memory_order_acquire);
+        no += v->row->file_level(fs, id);
     return ino_make(no, is_file, id);
 }
 

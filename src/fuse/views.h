@@ -1,15 +1,16 @@
 /* pcrfs — the table of views (views.c).
  *
  * A view is a directory of the mount root that mirrors one of the store's trees:
- * scan1/ .. scanL/, full/, dynamic/ (-o level=K), tokens/, refurb/ (-o refurb=R:
- * refurbview.c). Everything the handlers
+ * scan1/ .. scanL/, full/, dynamic/ (-o level=K), q90/ q95/ q99/, mix/ (-o mix=LO-HI:
+ * mixview.c), tokens/, refurb/ (-o refurb=R: refurbview.c). Everything the handlers
  * need to know about a view is one row of the table in views.c, a struct view_row:
  *
  *   name        its directory name, or a pattern with one %u for a family (scan%u);
  *   count       how many directories of the row this mount has (0: none; L: scanK);
  *   ino_view    the inode view number (inode.h) of each, and level what it serves;
- *   level_rule  LEVEL_FIXED, or LEVEL_CURRENT (dynamic/: the level current when a
- *               file's name is looked up, named by the file's inode);
+ *   level_rule  LEVEL_FIXED, or LEVEL_CURRENT (dynamic/, mix/: the level current
+ *               when a file's name is looked up, row->file_level, named by the
+ *               file's inode);
  *   tree        the store tree it serves: the images or the tokens;
  *   cache       what the kernel may keep: names of files, listings, file pages;
  *   counters    its slot in the per-view counters of /.pcrfs/stats;
@@ -58,7 +59,8 @@ enum view_level_rule {
     /* Instance i serves level(fs, i); its files and directories share its inode view. */
     LEVEL_FIXED,
     /* Directories are in the row's inode view V; a file's inode is in view V + K for
-     * the level K current when its name was looked up (dynamic/, inode.h). */
+     * the level K = row->file_level() when its name was looked up (dynamic/: the
+     * mount's level; mix/: the level of the file's next open; inode.h). */
     LEVEL_CURRENT,
 };
 
@@ -108,6 +110,8 @@ struct view_row {
      * MS-SSIM threshold its files are served at (per-image quality views). */
     void (*name_of)(const struct pcrfs *fs, unsigned i, char *buf, size_t len);
     double (*threshold)(const struct pcrfs *fs, unsigned i);
+    /* LEVEL_CURRENT: the level a lookup of file @id hands out now. */
+    unsigned (*file_level)(const struct pcrfs *fs, uint64_t id);
 };
 
 /* One inode view number in use: a view directory (or, for LEVEL_CURRENT, the files

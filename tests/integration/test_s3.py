@@ -317,6 +317,26 @@ class Served(Fixture, unittest.TestCase):
             self.assertEqual(y, y2)
             self.assertTrue(torch.equal(x, x2))
 
+    def test_mix_view(self):
+        """mix/ over object storage: every open serves the drawn level (pcrfs(1)'s
+        formula, test_mix.py) with the local scanK/ bytes of that level."""
+        import test_mix as tm
+        L = len([v for v in os.listdir(self.local) if v.startswith("scan")])
+        mnt = self.mount(self.url(), "s3-mix", "-o", self.cache("mix"), "-o",
+                         "mix=3-%d,mix_seed=4" % L)
+        probs = tm.probabilities(3, L)
+        rels = sorted(walk(os.path.join(mnt, "mix"))[0])[:80]
+        self.assertTrue(rels)
+        levels = set()
+        for n in range(2):
+            for rel in rels:
+                data, size, fid = tm.read_pieces(os.path.join(mnt, "mix", rel), 65536)
+                k = tm.draw(4, fid, n, 3, L, probs)
+                self.assertEqual(size, len(data), rel)
+                self.assertEqual(data, read(os.path.join(self.local, "scan%d" % k, rel)), rel)
+                levels.add(k)
+        self.assertGreater(len(levels), 2)
+
     def test_http_url_anonymous(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         mnt = os.path.join(self.tmp, "http")
