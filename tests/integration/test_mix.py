@@ -12,9 +12,11 @@ What each class asserts, and would be false if the feature broke:
   seed another one.
 - No mixed reads: a file opened and read in small pieces while other opens of the
   same file move it on to other levels still reads as one level, whole.
-- Bad options are refused (exit 2, one line, no mount); mix/ on a tokens-only store
-  is an empty tree like scanK/; on a store with tokens, tokens/ is unchanged;
-  ImageFolder + RecordSampler over mix/ loads every sample at a level of LO..HI.
+- Bad options are refused (exit 2, one line, no mount); mix/ and q95/ on a
+  tokens-only store are empty trees like scanK/; on a store with tokens and a
+  quality table, tokens/ is unchanged; ImageFolder + RecordSampler over mix/ loads
+  every sample at a level of LO..HI, and over q95/ every sample, each file in its
+  record.
 """
 
 import hashlib
@@ -330,18 +332,19 @@ class Stores(Fixture, unittest.TestCase):
         mu.run([mu.PYTHON, MKTOKENS, "--seed", "5", "-k", "391", "--grid", "16", "tree",
                 cls.src, tok], check=0)
         cls.both = os.path.join(cls.tmp, "both.pcr")
-        mu.run([mu.program("MKPCRFS"), "-q", "-n", "20", "--tokens", tok, cls.src, cls.both],
-               check=0)
+        mu.run([mu.program("MKPCRFS"), "-q", "-n", "20", "--quality", "--tokens", tok, cls.src,
+                cls.both], check=0)
         cls.toks = os.path.join(cls.tmp, "toks.pcr")
         mu.run([mu.program("MKPCRFS"), "-q", "--tokens", tok, "-", cls.toks], check=0)
         cls.L = mu.store_levels(cls.both)
 
     def test_tokens_only_store(self):
-        m = self.mount(self.toks, "toks", "-o", "mix=1-full")
+        m = self.mount(self.toks, "toks", "-o", "mix=1-full,quality=0.95")
         try:
-            self.assertEqual(os.listdir(os.path.join(m.mnt, "mix")),
-                             os.listdir(os.path.join(m.mnt, "scan1")))
-            self.assertEqual(self.files(os.path.join(m.mnt, "mix")), [])
+            for view in ("mix", "q95"):
+                self.assertEqual(os.listdir(os.path.join(m.mnt, view)),
+                                 os.listdir(os.path.join(m.mnt, "scan1")))
+                self.assertEqual(self.files(os.path.join(m.mnt, view)), [])
             self.assertTrue(self.files(os.path.join(m.mnt, "tokens")))
         finally:
             m.cleanup()
@@ -379,6 +382,28 @@ class Stores(Fixture, unittest.TestCase):
                 self.assertEqual(got, 60)
             self.assertTrue(set(levels) <= set(range(2, self.L)), levels)
             self.assertGreater(len(levels), 2, levels)
+        finally:
+            m.cleanup()
+
+    def test_qview_record_sampler(self):
+        sys.path.insert(0, os.path.join(mu.SRCROOT, "python"))
+        import pcrfs
+        from torchvision import datasets
+        m = self.mount(self.both, "both-q")
+        try:
+            self.assertIn("q95", os.listdir(m.mnt))
+            self.assertEqual(len(self.files(os.path.join(m.mnt, "tokens"))), 60)
+            ds = datasets.ImageFolder(os.path.join(m.mnt, "q95"), loader=self.raw_loader)
+            order = list(pcrfs.RecordSampler(ds, seed=3))
+            self.assertEqual(sorted(order), list(range(60)))
+            recs = pcrfs._record_of_paths([p for p, _ in ds.samples])
+            self.assertEqual(len(recs), 60)
+            self.assertEqual(len(set(recs.values())), 3)  # -n 20: 3 records, none None
+            self.assertNotIn(None, recs.values())
+            # each sample loads through q95/ (the bytes are checked in test_qviews)
+            for i in order:
+                path, data = ds[i][0]
+                self.assertTrue(data.startswith(b"\xff\xd8"), path)
         finally:
             m.cleanup()
 

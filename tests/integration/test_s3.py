@@ -6,8 +6,9 @@ A store built by mkpcrfs (images and tokens) is uploaded with curl --aws-sigv4 a
 mounted from the bucket; a local mount of the same store is the oracle.
 
 What each class asserts, and would be false if the feature broke:
-  Served        every file of every view (scanK/, full/, tokens/) of the s3:// mount
-                equals the local mount's bytes, listings and sizes too; ImageFolder +
+  Served        every file of every view (scanK/, full/, q90/ q95/ q99/, tokens/) of the
+                s3:// mount equals the local mount's bytes, listings and sizes too;
+                every open of mix/ is the local scanK/ of its drawn level; ImageFolder +
                 DataLoader (2 workers) yield the local tensors; http:// (anonymous)
                 serves the same bytes; /.pcrfs/info names the URL, stats count HTTP
                 requests; the mount helper passes an s3:// source through unchanged
@@ -219,8 +220,8 @@ class Fixture:
         mu.run([mu.PYTHON, MKTOKENS, "--seed", "5", "-k", "391", "--grid", "16", "tree", src,
                 tok], check=0)
         cls.store = os.path.join(cls.tmp, "store")
-        mu.run([mu.program("MKPCRFS"), "-q", "-n", "200", "--tokens", tok, src, cls.store],
-               check=0)
+        mu.run([mu.program("MKPCRFS"), "-q", "-n", "200", "--quality", "--tokens", tok, src,
+                cls.store], check=0)
         cls.nimages = len(walk(os.path.join(src))[0])
         cls.server = cls.add_server(os.path.join(cls.tmp, "s3data"))
         cls.server.upload(cls.store, "ds")
@@ -282,6 +283,7 @@ class Served(Fixture, unittest.TestCase):
         views = sorted(v for v in os.listdir(self.local) if not v.startswith("."))
         self.assertIn("tokens", views)
         self.assertIn("scan5", views)
+        self.assertIn("q95", views)  # the store has a quality table
         self.assertEqual(sorted(v for v in os.listdir(self.s3) if not v.startswith(".")), views)
         for view in views:
             self.assert_same_view(self.s3, view)
