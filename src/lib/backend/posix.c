@@ -135,13 +135,29 @@ static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct 
     return 0;
 }
 
+/* The kernel caps one POSIX_FADV_WILLNEED (and readahead(2)) at max(read_ahead_kb,
+ * max_sectors_kb) of the device, silently (force_page_cache_ra()): one call over a
+ * 100 MB record prefix read its first 8 MB on a disk with read_ahead_kb 8192, 128 kB
+ * with the kernel's default. So a range is advised in pieces no larger than the
+ * default read_ahead_kb, which no device's cap is below unless readahead was turned
+ * down. */
+#define ADVISE_PIECE (128u << 10)
+
 static int posix_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len)
 {
     struct posix_backend *pb = (struct posix_backend *)b;
 
     if (!__atomic_load_n(&pb->readahead, __ATOMIC_RELAXED))
         return 0;
-    return -posix_fadvise(o->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+    while (len > 0) {
+        uint64_t n = len < ADVISE_PIECE ? len : ADVISE_PIECE;
+        int ret = posix_fadvise(o->fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED);
+        if (ret)
+            return -ret;
+        off += n;
+        len -= n;
+    }
+    return 0;
 }
 
 void pcr_backend_posix_readahead(struct pcr_backend *b, int on)
