@@ -5,9 +5,10 @@
  * must neither hang nor touch the freed object (run under ASan in scripts/test.sh).
  *
  * Page-cache residency is read with mincore() on a mapping of the file. The file
- * is created under $TMPDIR (default /tmp): a file system that cannot drop a file's
- * clean pages (tmpfs keeps them: there is no disk to read them back from) cannot
- * show readahead at all, and the test exits 77 (SKIP), saying so. */
+ * is created under $TMPDIR (default /tmp), or else in the build directory or
+ * /var/tmp: a file system that cannot drop a file's clean pages (tmpfs keeps them:
+ * there is no disk to read them back from) cannot show readahead at all; if none
+ * can, the test exits 77 (SKIP), saying so. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -70,64 +71,101 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-int main(void)
+static void rm_rf(const char *dir)
 {
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    char dir[512], rec[600], cmd[700];
-    struct pcr_backend *b = NULL;
-    struct pcr_object *o = NULL;
-    unsigned long cap_kb;
-    size_t len, pages, got = 0;
-    struct stat sb;
-    void *map;
-    int fd, ok = 0;
+    char cmd[700];
 
-    page = sysconf(_SC_PAGESIZE);
-    snprintf(dir, sizeof(dir), "%s/pcrfs-test-backend-XXXXXX", tmp);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* The largest of the two caps on one WILLNEED of @fd's device, in kB (0: unknown). */
+static unsigned long willneed_cap_kb(int fd)
+{
+    struct stat sb;
+    unsigned long ra, ms;
+
+    if (fstat(fd, &sb) != 0)
+        return 0;
+    ra = sysfs_ul("/sys/dev/block/%u:%u/queue/read_ahead_kb", major(sb.st_dev), minor(sb.st_dev));
+    ms = sysfs_ul("/sys/dev/block/%u:%u/queue/max_sectors_kb", major(sb.st_dev), minor(sb.st_dev));
+    return ra > ms ? ra : ms;
+}
+
+/* Make DIR/records/000001.pcr under @base, four times the WILLNEED cap and at least
+ * 48 MiB, mapped, and out of the page cache. @return 1; 0 if @base cannot drop the
+ * file's pages (tmpfs: nothing is left then); -1 on an error. */
+static int make_record(const char *base, char *dir, size_t dirlen, int *fdp, void **mapp,
+                       size_t *lenp, unsigned long *capp)
+{
+    char rec[600];
+    size_t len, chunk = 1u << 20;
+    char *buf;
+    void *map;
+    int fd;
+
+    snprintf(dir, dirlen, "%s/pcrfs-test-backend-XXXXXX", base);
     if (!mkdtemp(dir))
-        return 2;
+        return 0; /* not writable here: try the next place */
     snprintf(rec, sizeof(rec), "%s/records", dir);
     mkdir(rec, 0755);
     snprintf(rec, sizeof(rec), "%s/records/000001.pcr", dir);
-
-    /* four times the kernel's cap on one WILLNEED here, and at least 48 MiB */
     fd = open(rec, O_RDWR | O_CREAT | O_EXCL, 0644);
-    if (fd < 0 || fstat(fd, &sb) != 0)
-        return 2;
-    cap_kb =
-        sysfs_ul("/sys/dev/block/%u:%u/queue/read_ahead_kb", major(sb.st_dev), minor(sb.st_dev));
-    if (sysfs_ul("/sys/dev/block/%u:%u/queue/max_sectors_kb", major(sb.st_dev), minor(sb.st_dev)) >
-        cap_kb)
-        cap_kb = sysfs_ul("/sys/dev/block/%u:%u/queue/max_sectors_kb", major(sb.st_dev),
-                          minor(sb.st_dev));
-    len = (size_t)4 * cap_kb * 1024;
+    if (fd < 0)
+        return -1;
+    *capp = willneed_cap_kb(fd);
+    len = (size_t)4 * *capp * 1024;
     if (len < (48u << 20))
         len = 48u << 20;
-    {
-        size_t chunk = 1u << 20;
-        char *buf = malloc(chunk);
-        if (!buf)
-            return 2;
-        for (size_t i = 0; i < chunk; i++)
-            buf[i] = (char)(i * 7 + 1);
-        for (size_t at = 0; at < len; at += chunk)
-            if (pwrite(fd, buf, chunk, (off_t)at) != (ssize_t)chunk)
-                return 2;
-        free(buf);
-    }
-    pages = len / (size_t)page;
+    buf = malloc(chunk);
+    if (!buf)
+        return -1;
+    for (size_t i = 0; i < chunk; i++)
+        buf[i] = (char)(i * 7 + 1);
+    for (size_t at = 0; at < len; at += chunk)
+        if (pwrite(fd, buf, chunk, (off_t)at) != (ssize_t)chunk)
+            return -1;
+    free(buf);
     map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED)
-        return 2;
+        return -1;
     if (!evict(fd, map, len)) {
-        printf("backend: SKIP: %s cannot drop a file's pages from the page cache "
-               "(tmpfs?), so readahead cannot be seen there; set TMPDIR to a disk\n",
-               tmp);
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not remove %s\n", dir);
+        munmap(map, len);
+        close(fd);
+        rm_rf(dir);
+        return 0;
+    }
+    *fdp = fd;
+    *mapp = map;
+    *lenp = len;
+    return 1;
+}
+
+int main(void)
+{
+    /* $TMPDIR, then the build directory meson runs the test in, then /var/tmp: the
+     * first whose file system can drop a file's pages (not tmpfs) */
+    const char *bases[] = {getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", ".", "/var/tmp"};
+    char dir[512];
+    struct pcr_backend *b = NULL;
+    struct pcr_object *o = NULL;
+    unsigned long cap_kb = 0;
+    size_t len = 0, pages, got = 0;
+    void *map = NULL;
+    int fd = -1, ok = 0, rc = 0;
+
+    page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < sizeof(bases) / sizeof(bases[0]) && rc == 0; i++)
+        rc = make_record(bases[i], dir, sizeof(dir), &fd, &map, &len, &cap_kb);
+    if (rc < 0)
+        return 2;
+    if (rc == 0) {
+        printf("backend: SKIP: neither $TMPDIR, the build directory nor /var/tmp can drop a "
+               "file's pages from the page cache (tmpfs?), so readahead cannot be seen\n");
         return 77;
     }
+    pages = len / (size_t)page;
 
     CHECK(pcr_backend_posix(dir, &b) == 0, "backend");
     CHECK(b->ops->open(b, "records/000001.pcr", &o) == 0, "open");
@@ -168,8 +206,6 @@ int main(void)
 
     munmap(map, len);
     close(fd);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    rm_rf(dir);
     return check_done("backend");
 }
