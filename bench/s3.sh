@@ -1,5 +1,5 @@
 #!/bin/bash
-# Object storage and record order: rewrite sections 11 and 12 of BENCHMARKS.md.
+# Object storage and record order: rewrite sections 12 and 13 of BENCHMARKS.md.
 #
 #   bench/s3.sh [--data DIR] [--build DIR] [bench/s3.py options...]
 #
@@ -9,17 +9,20 @@
 # cold local reads in record order. Needs bench/run.sh's dataset and store (--data
 # DIR, default ../bench-data; or --dataset and --store). Runs as root (FUSE mounts,
 # drop_caches). About 30 minutes on 2 cores with the defaults; bench/s3.py --help
-# lists the knobs (--rtts, --reps, --only s3|local, --render-only).
+# lists the knobs (--rtts, --reps, --only s3|local, --render-only); with --only local
+# (section 13 alone, about 4 minutes) neither s3fs nor s3rver is installed.
 set -euo pipefail
 
 cmdline="bench/s3.sh${*:+ $*}"
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$repo/build
 args=()
+only_local=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    --only) [ "$2" = local ] && only_local=1; args+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
                exec /usr/bin/python3 "$repo/bench/s3.py" --help ;;
     *) args+=("$1"); shift ;;
     esac
@@ -29,7 +32,9 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 need=()
-for p in s3fs curl fuse3 python3-torchvision python3-pil; do
+pkgs="s3fs curl fuse3 python3-torchvision python3-pil"
+[ "$only_local" = 1 ] && pkgs="fuse3 python3-torchvision python3-pil" # no s3fs, no s3rver
+for p in $pkgs; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
         need+=("$p")
 done
@@ -40,7 +45,7 @@ if [ ${#need[@]} -gt 0 ]; then
               apt-get install -y --no-install-recommends "${need[@]}"; }
 fi
 s3dir=${PCRFS_S3RVER_DIR:-$repo/tests/s3}
-if [ ! -x "$s3dir/node_modules/.bin/s3rver" ]; then
+if [ "$only_local" = 0 ] && [ ! -x "$s3dir/node_modules/.bin/s3rver" ]; then
     command -v npm >/dev/null || bash "$repo/scripts/deps.sh" # node and npm
     PCRFS_S3RVER_DIR=$s3dir bash "$repo/tests/s3/setup.sh" >&2
 fi

@@ -53,7 +53,10 @@ struct pcr_backend_ops {
                 unsigned n);
     /* Optional (may be NULL): the reader is about to read [@off, @off + @len) of
      * @o in order — a record's scan groups up to the level it reads. The POSIX
-     * backend passes it to the kernel (posix_fadvise WILLNEED) when asked to; an
+     * backend, when asked to (pcr_backend_posix_readahead()), queues the range and
+     * returns at once; a thread of its own passes it to the kernel as
+     * posix_fadvise WILLNEED pieces (one call over the whole range would be cut
+     * to the device's readahead size), at most 16 MB ahead of the disk. An
      * object-storage backend fetches the whole range in one request into its
      * cache, so that the following reads of every file of the record are local.
      * Called at most once per (record, larger prefix). @return 0 or a negative
@@ -76,8 +79,9 @@ struct pcr_backend {
  * @return 0; -ENOENT, -ENOTDIR, -ENOMEM. */
 int pcr_backend_posix(const char *root, struct pcr_backend **out);
 /* Whether the POSIX backend passes advise() on to the kernel (default off: the
- * kernel's own readahead serves sequential files; on, a record read in record
- * order comes in as one sequential stream per scan group). */
+ * kernel's own readahead serves sequential files; on, a record's advised prefix
+ * comes in as one sequential stream, read by the backend's readahead thread,
+ * which is started on the first advice and joined by destroy()). */
 void pcr_backend_posix_readahead(struct pcr_backend *b, int on);
 
 /* A shim that limits the bytes read through @inner, all threads together, to

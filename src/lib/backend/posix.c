@@ -1,9 +1,19 @@
 /* pcrfs — the POSIX record backend: local files (and NFS) under the store directory.
  * The only code in the library that opens or preads a record file.
+ *
+ * Readahead (-o readahead=record). advise() queues the range and returns; one thread
+ * of the backend, started on the first advice, passes each queued range to the kernel
+ * in order, as WILLNEED pieces, keeping at most RA_INFLIGHT bytes submitted and not
+ * yet read from the disk. So a reader's thread never waits on the submission (100 MB
+ * of WILLNEED took 12-27 ms, single calls up to 13 ms, on a queue the advice itself
+ * had filled), and a read of bytes the advice has not reached yet waits behind at most
+ * RA_INFLIGHT of readahead, not behind every prefix advised before it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +33,21 @@ struct posix_backend {
     } sub[MAX_SUBDIRS];
     unsigned nsub;
     int readahead; /* pass advise() to the kernel (atomic) */
+    /* the readahead thread and its queue, under ra_lock */
+    pthread_mutex_t ra_lock;
+    pthread_cond_t ra_cond; /* work queued, stop, or the thread let go of an object */
+    struct ra_job *head, *tail;
+    struct pcr_object *busy; /* the object whose range the thread is advising */
+    int cancel;              /* close() of busy: stop at the next piece (atomic) */
+    bool started, stop;
+    pthread_t thread;
+};
+
+/* A range of an object to advise: [off, end). */
+struct ra_job {
+    struct ra_job *next;
+    struct pcr_object *o;
+    uint64_t off, end;
 };
 
 struct pcr_object {
@@ -135,13 +160,115 @@ static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct 
     return 0;
 }
 
+/* The kernel caps one POSIX_FADV_WILLNEED (and readahead(2)) at max(read_ahead_kb,
+ * max_sectors_kb) of the device, silently (force_page_cache_ra()): one call over a
+ * 100 MB record prefix read its first 8 MB on a disk with read_ahead_kb 8192, 128 kB
+ * with the kernel's default. So a range is advised in pieces no larger than the
+ * default read_ahead_kb, which no device's cap is below unless readahead was turned
+ * down. */
+#define RA_PIECE (128u << 10)
+/* Bytes of advice submitted ahead of what the disk has delivered: enough to keep a
+ * disk's queue full (a 1.4 GB/s virtual disk reads 16 MB in 12 ms), little enough that
+ * a reader's own read of bytes not yet advised is not queued behind whole prefixes. */
+#define RA_INFLIGHT (16u << 20)
+
+/* Advise [off, end) of @o in pieces. After each piece past the first RA_INFLIGHT
+ * bytes, wait until the byte RA_INFLIGHT before the end of what was submitted has
+ * arrived: a one-byte read blocks until the kernel has read its page (and costs a
+ * page-cache lookup when it is there; WILLNEED pages carry no readahead marker, so
+ * the read starts no readahead of its own). Stops early when @o is being closed. */
+static void ra_issue(struct posix_backend *pb, struct pcr_object *o, uint64_t off, uint64_t end)
+{
+    uint64_t start = off;
+    char byte;
+
+    while (off < end && !__atomic_load_n(&pb->cancel, __ATOMIC_RELAXED)) {
+        uint64_t n = end - off < RA_PIECE ? end - off : RA_PIECE;
+        if (posix_fadvise(o->fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED) != 0)
+            return; /* advice only: the reads report their own errors */
+        off += n;
+        if (off - start > RA_INFLIGHT)
+            (void)!pread(o->fd, &byte, 1, (off_t)(off - RA_INFLIGHT - 1));
+    }
+}
+
+static void *ra_main(void *arg)
+{
+    struct posix_backend *pb = arg;
+
+    pthread_mutex_lock(&pb->ra_lock);
+    while (!pb->stop) {
+        struct ra_job *j = pb->head;
+        if (!j) {
+            pthread_cond_wait(&pb->ra_cond, &pb->ra_lock);
+            continue;
+        }
+        pb->head = j->next;
+        if (!pb->head)
+            pb->tail = NULL;
+        pb->busy = j->o;
+        pthread_mutex_unlock(&pb->ra_lock);
+        ra_issue(pb, j->o, j->off, j->end);
+        free(j);
+        pthread_mutex_lock(&pb->ra_lock);
+        pb->busy = NULL;
+        __atomic_store_n(&pb->cancel, 0, __ATOMIC_RELAXED);
+        pthread_cond_broadcast(&pb->ra_cond);
+    }
+    pthread_mutex_unlock(&pb->ra_lock);
+    return NULL;
+}
+
+/* Start the readahead thread (under ra_lock), with every signal blocked: signals are
+ * the readers' and the daemon's business. @return whether it runs. */
+static bool ra_start(struct posix_backend *pb)
+{
+    sigset_t all, old;
+
+    if (pb->started)
+        return true;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pb->started = pthread_create(&pb->thread, NULL, ra_main, pb) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return pb->started;
+}
+
 static int posix_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len)
 {
     struct posix_backend *pb = (struct posix_backend *)b;
+    struct ra_job *j;
 
-    if (!__atomic_load_n(&pb->readahead, __ATOMIC_RELAXED))
+    if (!__atomic_load_n(&pb->readahead, __ATOMIC_RELAXED) || len == 0)
         return 0;
-    return -posix_fadvise(o->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+    if (off > o->size)
+        return 0;
+    if (len > o->size - off)
+        len = o->size - off;
+    pthread_mutex_lock(&pb->ra_lock);
+    /* the store advises a record's prefix in growing steps: extend a queued range */
+    for (j = pb->head; j; j = j->next)
+        if (j->o == o && j->end == off) {
+            j->end = off + len;
+            pthread_mutex_unlock(&pb->ra_lock);
+            return 0;
+        }
+    j = malloc(sizeof(*j));
+    if (!j || !ra_start(pb)) {
+        pthread_mutex_unlock(&pb->ra_lock);
+        free(j);
+        ra_issue(pb, o, off, off + len); /* no thread: advise here, still in pieces */
+        return 0;
+    }
+    *j = (struct ra_job){.o = o, .off = off, .end = off + len};
+    if (pb->tail)
+        pb->tail->next = j;
+    else
+        pb->head = j;
+    pb->tail = j;
+    pthread_cond_signal(&pb->ra_cond);
+    pthread_mutex_unlock(&pb->ra_lock);
+    return 0;
 }
 
 void pcr_backend_posix_readahead(struct pcr_backend *b, int on)
@@ -158,10 +285,34 @@ static uint64_t posix_size(struct pcr_backend *b, const struct pcr_object *o)
     return o->size;
 }
 
+/* Drop @o's queued advice and wait until the readahead thread has let go of it. */
+static void ra_forget(struct posix_backend *pb, struct pcr_object *o)
+{
+    struct ra_job **pp, *prev = NULL;
+
+    pthread_mutex_lock(&pb->ra_lock);
+    for (pp = &pb->head; *pp;) {
+        struct ra_job *j = *pp;
+        if (j->o == o) {
+            *pp = j->next;
+            free(j);
+        } else {
+            prev = j;
+            pp = &j->next;
+        }
+    }
+    pb->tail = prev;
+    while (pb->busy == o) {
+        __atomic_store_n(&pb->cancel, 1, __ATOMIC_RELAXED);
+        pthread_cond_wait(&pb->ra_cond, &pb->ra_lock);
+    }
+    pthread_mutex_unlock(&pb->ra_lock);
+}
+
 static void posix_close(struct pcr_backend *b, struct pcr_object *o)
 {
-    (void)b;
     if (o) {
+        ra_forget((struct posix_backend *)b, o);
         close(o->fd);
         free(o);
     }
@@ -171,6 +322,20 @@ static void posix_destroy(struct pcr_backend *b)
 {
     struct posix_backend *pb = (struct posix_backend *)b;
 
+    pthread_mutex_lock(&pb->ra_lock);
+    pb->stop = true;
+    __atomic_store_n(&pb->cancel, 1, __ATOMIC_RELAXED);
+    pthread_cond_broadcast(&pb->ra_cond);
+    pthread_mutex_unlock(&pb->ra_lock);
+    if (pb->started)
+        pthread_join(pb->thread, NULL);
+    while (pb->head) { /* none: every object was closed first */
+        struct ra_job *j = pb->head;
+        pb->head = j->next;
+        free(j);
+    }
+    pthread_cond_destroy(&pb->ra_cond);
+    pthread_mutex_destroy(&pb->ra_lock);
     for (unsigned i = 0; i < pb->nsub; i++)
         if (pb->sub[i].fd >= 0)
             close(pb->sub[i].fd);
@@ -204,6 +369,8 @@ int pcr_backend_posix(const char *root, struct pcr_backend **out)
     }
     pb->base.ops = &posix_ops;
     pthread_mutex_init(&pb->lock, NULL);
+    pthread_mutex_init(&pb->ra_lock, NULL);
+    pthread_cond_init(&pb->ra_cond, NULL);
     *out = &pb->base;
     return 0;
 }
