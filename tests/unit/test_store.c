@@ -2,6 +2,7 @@
  * layout, sizes and bytes at every level and offset, lookup/readdir/path,
  * checksums, replacing stores, and a damaged record failing alone. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,6 +300,21 @@ static void test_record_runs(const char *path, unsigned per_record)
     pcr_store_close(s);
 }
 
+struct second_read {
+    struct pcr_store *s;
+    const struct pcr_file *f;
+    uint8_t *buf;
+    ssize_t n;
+};
+
+static void *second_read(void *arg)
+{
+    struct second_read *sr = arg;
+
+    sr->n = pcr_store_pread(sr->s, sr->f, LEVELS, sr->buf, 100000, 100000);
+    return NULL;
+}
+
 /* Sequential reads of r2.bin (three checksum blocks) in steps that end inside a
  * block, as the kernel's 128 KiB requests do: the block carried from one read to
  * the next (read.c) must give the same bytes as a fresh read. */
@@ -328,8 +344,11 @@ static void test_sequential_steps(const char *path)
     /* The carried block is really used: reads of [0, 100000) and [100000, 150000)
      * fetch blocks 0-1 and then only block 2 (block 1 comes from the carry), so the
      * record bytes read are exactly the file's 150,000; re-reading block 1 would
-     * make them 215,536. */
+     * make them 215,536. A fresh store: no block carried from the reads above. */
     struct pcr_stats a, b;
+    pcr_store_close(s);
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0 && pcr_store_file(s, 2, &f) == 0,
+          "reopen");
     pcr_store_stats(s, &a);
     CHECK(pcr_store_pread(s, f, LEVELS, buf, 100000, 0) == 100000 &&
               pcr_store_pread(s, f, LEVELS, buf + 100000, 100000, 100000) == 50000,
@@ -337,6 +356,22 @@ static void test_sequential_steps(const char *path)
     pcr_store_stats(s, &b);
     CHECK(b.level[LEVELS].bytes - a.level[LEVELS].bytes == 150000,
           "record bytes for two sequential reads: %llu, want 150000",
+          (unsigned long long)(b.level[LEVELS].bytes - a.level[LEVELS].bytes));
+    /* The same when the second read runs on another thread, as the daemon's next
+     * READ of a file often does: the carry belongs to the store, not the thread. */
+    pcr_store_close(s);
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0 && pcr_store_file(s, 2, &f) == 0,
+          "reopen");
+    struct second_read sr = {.s = s, .f = f, .buf = buf + 100000};
+    pthread_t th;
+    pcr_store_stats(s, &a);
+    CHECK(pcr_store_pread(s, f, LEVELS, buf, 100000, 0) == 100000, "first read");
+    CHECK(pthread_create(&th, NULL, second_read, &sr) == 0 && pthread_join(th, NULL) == 0,
+          "thread");
+    pcr_store_stats(s, &b);
+    CHECK(sr.n == 50000 && !memcmp(buf, files[1].data, files[1].len), "second read, other thread");
+    CHECK(b.level[LEVELS].bytes - a.level[LEVELS].bytes == 150000,
+          "record bytes for two sequential reads on two threads: %llu, want 150000",
           (unsigned long long)(b.level[LEVELS].bytes - a.level[LEVELS].bytes));
     pcr_store_close(s);
 }

@@ -255,6 +255,8 @@ static struct pcr_store *store_alloc(void)
         s->gen = __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
         pthread_mutex_init(&s->lock, NULL);
         pthread_mutex_init(&s->rec_lock, NULL);
+        for (unsigned i = 0; i < PCR_CARRY_SLOTS; i++)
+            pthread_mutex_init(&s->carry[i].lock, NULL);
     }
     return s;
 }
@@ -437,6 +439,10 @@ void pcr_store_close(struct pcr_store *s)
     free(s->recs);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->rec_lock);
+    for (unsigned i = 0; i < PCR_CARRY_SLOTS; i++) {
+        pthread_mutex_destroy(&s->carry[i].lock);
+        free(s->carry[i].data);
+    }
     free(s);
 }
 

@@ -87,6 +87,19 @@ struct dir {
 
 struct arena_block;
 
+/* A verified checksum block kept from the end of one read of a file for the next
+ * (read.c, "Carried blocks"): slots of the store, not of a thread, because the
+ * kernel's successive READs of one file go to whichever daemon thread is free. */
+#define PCR_CARRY_SLOTS 16
+struct carry_slot {
+    pthread_mutex_t lock;
+    const struct rec *rec;
+    const struct pcr_file *file; /* whose checksums verified it; NULL: empty */
+    uint64_t off;                /* its absolute offset in the record */
+    size_t len;
+    uint8_t *data;               /* PCR_SUM_BLOCK bytes, allocated on first use */
+};
+
 struct pcr_store {
     struct pcr_index *idx;
     char *path;               /* the store directory, as given */
@@ -111,6 +124,7 @@ struct pcr_store {
     pthread_mutex_t rec_lock; /* serialises opening and checking records */
     struct arena_block *arena;
     struct pcr_stats stats;   /* updated with relaxed atomics */
+    struct carry_slot carry[PCR_CARRY_SLOTS];
 };
 
 static inline void pcr_count(uint64_t *ctr, uint64_t n)
