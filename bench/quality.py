@@ -102,7 +102,7 @@ class Bench:
         s = cmd if isinstance(cmd, str) else shlex.join(cmd)
         for path, name in ((os.path.abspath(self.a.build), "$BUILD"), (self.work, "$WORK"),
                            (os.path.abspath(self.a.dataset), "$DATASET"), (REPO, ".")):
-            s = s.replace(path + "/", name + "/").replace(path, name)
+            s = re.sub(re.escape(path) + r"(?=/|\s|$)", name, s)
         s = s.replace("$BUILD/src/tools/", "").replace("$BUILD/src/fuse/", "")
         return s.replace("/usr/bin/python3 ./", "python3 ")
 
@@ -246,6 +246,7 @@ class Bench:
                 f = line.split(b"\t")
                 listing[f[0]] = (f[1].decode(), [int(x) for x in f[3].split()])
         q = self.index_quality(store, L)
+        self.L, self.listing, self.q = L, listing, q
         jpegs = sorted(p for p, (k, _) in listing.items() if k == "jpeg")
         measured = [p for p in jpegs if q.get(p)]
         if set(q) != set(listing):
@@ -300,6 +301,7 @@ class Bench:
                     size_bad += st.st_size != listing[p][1][k - 1]
             self.record("stat $WORK/mnt/q{90,95,99}/*/*  (every file)")
             spot = self.spot_check(q, jpegs, L)
+            self.if_order = self.imagefolder_order()
         finally:
             self.umount()
         fid = self.fidelity_check(store, rows, L, len(jpegs))
@@ -314,6 +316,33 @@ class Bench:
                            "global_bytes": g_row["mean_bytes"],
                            "ratio": q95["mean_bytes"] / g_row["mean_bytes"],
                            "met": q95["mean_bytes"] <= TARGET_RATIO * g_row["mean_bytes"]}}
+
+    def imagefolder_order(self):
+        """The relative paths of ImageFolder(MNT/full).samples, in its order: with the
+        same seed, bench/imagefolder.py --limit N reads the same N in every view."""
+        from torchvision.datasets import ImageFolder
+        root = os.path.join(self.mnt, "full")
+        return [os.fsencode(os.path.relpath(p, root)) for p, _ in ImageFolder(root).samples]
+
+    def file_bytes(self, view, n, seed=0):
+        """Mean bytes of the files imagefolder.py --limit @n --seed @seed reads in @view."""
+        import torch
+        g = torch.Generator()
+        g.manual_seed(seed)
+        idx = torch.randperm(len(self.if_order), generator=g)[:n].tolist()
+        L = self.L
+        tot = 0
+        for i in idx:
+            p = self.if_order[i]
+            kind, sizes = self.listing[p]
+            if view == "full":
+                k = L
+            elif view.startswith("scan"):
+                k = int(view[4:])
+            else:
+                k = self.level_for(self.q[p], float(view[1:]) / 100, L) if self.q[p] else L
+            tot += sizes[min(k, len(sizes)) - 1]
+        return tot / len(idx)
 
     def spot_check(self, q, jpegs, L):
         """MS-SSIM of --spot q95/ files against full/, read from the mount, recomputed."""
@@ -402,10 +431,13 @@ class Bench:
                                 "bytes_per_image": bpi, "cpu_ms_per_image": res["cpu_ms_per_image"],
                                 "read_mb_s": bpi * res["images_per_s"] / 1e6})
         med = {}
+        self.record("(file bytes: the sizes in pcrinfo --list of the images imagefolder.py "
+                    "--limit %d --seed 0 reads, at each file's level in the view)" % nimg)
         for v, rs in runs.items():
             ips = statistics.median(x["images_per_s"] for x in rs)
             bpi = statistics.median(x["bytes_per_image"] for x in rs)
             med[v] = {"images_per_s": ips, "bytes_per_image": bpi, "prediction": a.rate / bpi,
+                      "file_bytes": self.file_bytes(v, nimg),
                       "read_mb_s": statistics.median(x["read_mb_s"] for x in rs),
                       "io_bound_runs": sum(1 for x in rs if x["read_mb_s"] * 1e6 >= IO_BOUND * a.rate),
                       "cpu_ms_per_image": statistics.median(x["cpu_ms_per_image"] for x in rs)}
@@ -474,13 +506,13 @@ def render(res):
             r["ratio_to_full"], r["msssim_mean"], r["msssim_min"]))
     tg = t["target"]
     o.append("")
-    o.append("%d files: %d JPEGs, %d with a quality table (the MS-SSIM columns are over those; "
-             "the bytes over every JPEG), %d verbatim. MS-SSIM: luma, against full, as stored "
-             "by `mkpcrfs --quality` (floor(value × 60000) / 60000), read from index.db; a qNN "
-             "view serves each JPEG at the lowest level whose stored value reaches NN/100. "
-             "Levels used by q95: %s." % (
+    o.append("{:,} files: {:,} JPEGs, {:,} with a quality table (the MS-SSIM columns are over "
+             "those; the bytes over every JPEG), {:,} verbatim. MS-SSIM: luma, against full, as "
+             "stored by `mkpcrfs --quality` (floor(value × 60000) / 60000), read from index.db; "
+             "a qNN view serves each JPEG at the lowest level whose stored value reaches NN/100. "
+             "Levels used by q95 (level: JPEGs): {}.".format(
                  t["files"], t["jpegs"], t["measured"], t["verbatim"],
-                 ", ".join("%d: %d" % (k, n) for k, n in
+                 ", ".join("%s: %d" % (k, n) for k, n in
                            next(r for r in t["rows"] if r["view"] == "q95")["levels"].items() if n)))
     o.append("")
     o.append("**Target: q95 bytes ≤ 0.75 × the lowest global level whose minimum MS-SSIM is "
@@ -539,29 +571,34 @@ def render(res):
 
     o.append("### 17.3 Under a bandwidth limit: q95/ against scan%d/ and full/\n" % t["global_min_level"])
     md = w["median"]
-    o.append("| view | bytes/image read | I/O-bound prediction (img/s) | measured img/s | ÷ prediction "
-             "| records read at (MB/s) | I/O-bound runs | CPU ms/image | every run (img/s) |")
-    o.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    o.append("| view | file bytes/image | record bytes/image read | I/O-bound prediction (img/s) "
+             "| measured img/s | ÷ prediction | records read at (MB/s) | I/O-bound runs "
+             "| CPU ms/image | every run (img/s) |")
+    o.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for v in w["views"]:
         r = md[v]
-        o.append("| %s | %s | %.1f | %.1f | %.2f | %.1f | %d of %d | %.2f | %s |" % (
-            v, "{:,.0f}".format(r["bytes_per_image"]), r["prediction"], r["images_per_s"],
+        o.append("| %s | %s | %s (%+.1f %%) | %.1f | %.1f | %.2f | %.1f | %d of %d | %.2f | %s |" % (
+            v, "{:,.0f}".format(r["file_bytes"]), "{:,.0f}".format(r["bytes_per_image"]),
+            100 * (r["bytes_per_image"] / r["file_bytes"] - 1), r["prediction"], r["images_per_s"],
             r["images_per_s"] / r["prediction"], r["read_mb_s"], r["io_bound_runs"],
             len(w["runs"][v]), r["cpu_ms_per_image"],
             " / ".join("%.0f" % x["images_per_s"] for x in w["runs"][v])))
     g = "scan%d" % t["global_min_level"]
     o.append("")
-    o.append("| ratio | images/s | bytes per image (inverse) |")
-    o.append("| --- | ---: | ---: |")
+    o.append("| speed-up | images/s | record bytes/image, inverse | file bytes/image, inverse |")
+    o.append("| --- | ---: | ---: | ---: |")
     for x, y in (("q95", g), ("q95", "full"), (g, "full")):
-        o.append("| %s ÷ %s | %.2f× | %.2f× |" % (x, y, md[x]["images_per_s"] / md[y]["images_per_s"],
-                                              md[y]["bytes_per_image"] / md[x]["bytes_per_image"]))
+        o.append("| %s ÷ %s | %.2f× | %.2f× | %.2f× |" % (
+            x, y, md[x]["images_per_s"] / md[y]["images_per_s"],
+            md[y]["bytes_per_image"] / md[x]["bytes_per_image"],
+            md[y]["file_bytes"] / md[x]["file_bytes"]))
     o.append("")
     o.append("`pcrfs -o bwlimit=%d` (%.0f MB/s), %d random images (the same in each view: about "
              "%d s of full/ at the limit), bench/imagefolder.py with %d DataLoader workers; a "
              "fresh mount and a dropped page cache before every run (cold); %d rounds, the "
-             "views' order rotated each round; medians. Bytes per image: bytes taken from the "
-             "record files (`/.pcrfs/stats`) ÷ images read. A run is I/O-bound when it read "
+             "views' order rotated each round; medians. File bytes: the mean size of the files "
+             "read (from `pcrinfo --list`); record bytes: bytes taken from the record files "
+             "(`/.pcrfs/stats`) ÷ images read, the prediction's divisor. A run is I/O-bound when it read "
              "the records at ≥ 85 %% of the limit." % (
                  w["rate"], w["rate"] / 1e6, w["images"], res.get("bw_seconds", 0) or
                  round(w["images"] * md["full"]["bytes_per_image"] / w["rate"]), w["workers"],
