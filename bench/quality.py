@@ -525,7 +525,7 @@ def render(res):
     sp, fd, ms = t["spot"], t["fidelity"], t["mount_sizes"]
     o.append("Checks. pcrinfo --json's quality object (the library's `pcr_file_level_for`) "
              "against this table: largest difference %.2g (global_min level for 0.95: %s). "
-             "Sizes on a mount: %d of %d files of q90/, q95/, q99/ have exactly the bytes "
+             "Sizes on a mount: %s of %s files of q90/, q95/, q99/ have exactly the bytes "
              "of their level. `pcrinfo --fidelity` measured %s JPEGs again at read time: "
              "per level, mean and minimum differ from the index's by at most %.2g and %.2g "
              "(the index rounds down by < 1/60000). Spot check from the mount: %d random "
@@ -533,8 +533,8 @@ def render(res):
              "MS-SSIM by the numpy implementation of tests/integration/test_fidelity.py: "
              "%d of %d agree with the stored value within 1/60000 (largest difference %.2g); "
              "lowest recomputed %.4f, %d below 0.95%s." % (
-                 t["pcrinfo_max_diff"], t["pcrinfo_global_min"], ms["files"] - ms["wrong"],
-                 ms["files"], "all %d" % fd["sample"] if fd["whole_set"] else "%d" % fd["sample"],
+                 t["pcrinfo_max_diff"], t["pcrinfo_global_min"], "{:,}".format(ms["files"] - ms["wrong"]),
+                 "{:,}".format(ms["files"]), "all {:,}".format(fd["sample"]) if fd["whole_set"] else "%d" % fd["sample"],
                  fd["max_diff_mean"], fd["max_diff_min"], sp["n"], sp["below_level_full"],
                  sp["agree"], sp["n"], sp["max_abs_diff"], sp["min_recomputed"], sp["below_095"],
                  "; %d could not be decoded: %s" % (len(sp["failed"]), "; ".join(sp["failed"][:5]))
@@ -556,13 +556,13 @@ def render(res):
     o.append("| the quality table (difference) | %.1f | %.1f | %.1f | %.1f | |" % (
         ex_w, ex_c, 1e3 * ex_w / n, 1e3 * ex_c / n))
     o.append("")
-    o.append("%d images, medians of %d rounds each, interleaved (ABBA: plain, quality, quality, "
+    o.append("%s images, medians of %d rounds each, interleaved (ABBA: plain, quality, quality, "
              "plain); the dataset was read once before, so every build reads it from the page "
              "cache. The quality table costs **%.1f× the CPU of the plain build** (%.0f %% of the "
              "`--quality` build's CPU time; wall: %.1f×, %.0f %%). CPU time is the builder's "
              "user + sys over all its threads (wait4), which other jobs inflate little; wall "
              "time on 2 shared cores includes them. The records of the two stores are %s." % (
-                 n, b["rounds"], ex_c / m["plain"]["cpu"], 100 * ex_c / m["quality"]["cpu"],
+                 "{:,}".format(n), b["rounds"], ex_c / m["plain"]["cpu"], 100 * ex_c / m["quality"]["cpu"],
                  ex_w / m["plain"]["wall"], 100 * ex_w / m["quality"]["wall"],
                  "byte-identical (the table is in index.db only)" if b["records_identical"]
                  else "**not** byte-identical"))
@@ -593,14 +593,14 @@ def render(res):
             md[y]["bytes_per_image"] / md[x]["bytes_per_image"],
             md[y]["file_bytes"] / md[x]["file_bytes"]))
     o.append("")
-    o.append("`pcrfs -o bwlimit=%d` (%.0f MB/s), %d random images (the same in each view: about "
+    o.append("`pcrfs -o bwlimit=%d` (%.0f MB/s), %s random images (the same in each view: about "
              "%d s of full/ at the limit), bench/imagefolder.py with %d DataLoader workers; a "
              "fresh mount and a dropped page cache before every run (cold); %d rounds, the "
              "views' order rotated each round; medians. File bytes: the mean size of the files "
              "read (from `pcrinfo --list`); record bytes: bytes taken from the record files "
              "(`/.pcrfs/stats`) ÷ images read, the prediction's divisor. A run is I/O-bound when it read "
              "the records at ≥ 85 %% of the limit." % (
-                 w["rate"], w["rate"] / 1e6, w["images"], res.get("bw_seconds", 0) or
+                 w["rate"], w["rate"] / 1e6, "{:,}".format(w["images"]), res.get("bw_seconds", 0) or
                  round(w["images"] * md["full"]["bytes_per_image"] / w["rate"]), w["workers"],
                  w["rounds"]))
     o.append("")
