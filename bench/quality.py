@@ -36,7 +36,7 @@ cache), djpeg, numpy, torchvision (bench/imagefolder.py). Three parts, in this o
 Prints the generated Markdown block of §17; --benchmarks FILE puts it between the
 "BEGIN/END GENERATED: quality" markers of FILE (appended if absent) and puts its target
 row in FILE's targets table. Runtime on 2 shared cores with the 2,000-image benchmark
-dataset: about 12 minutes; --deadline (minutes, default 40) stops it between steps.
+dataset: about 7 minutes; --deadline (minutes, default 40) stops it between steps.
 """
 
 import argparse
