@@ -6,7 +6,9 @@ Sections (in run order): dataset, build, pcr, bytes, reader, imagefolder, bwlimi
 meta, fidelity (bench/fidelity.py's tables, run on the same dataset and build), tokens
 (SeiT-style token grids: size per coder, decode time, .tok reads through the mount),
 pyloader and listing (bench/loaders.py: Python's per-file costs on the mount, warm; a
-names-only walk and ImageFolder's constructor on the 1.28 M-file store, cold). Results go to WORK/results.json (merged with an earlier run when --only is
+names-only walk and ImageFolder's constructor on the 1.28 M-file store, cold), cold
+(bench/s3.py --only local: cold reads in record order, section 13, which it renders
+itself). Results go to WORK/results.json (merged with an earlier run when --only is
 used, so one section can be re-measured while developing); BENCHMARKS.md is then
 rendered from that file. Only text between the "BEGIN GENERATED" and "END GENERATED"
 markers is replaced.
@@ -28,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SECTIONS = ["dataset", "build", "pcr", "bytes", "reader", "imagefolder", "bwlimit", "meta",
-            "fidelity", "tokens", "pyloader", "listing"]
+            "fidelity", "tokens", "pyloader", "listing", "cold"]
 
 
 def now():
@@ -830,6 +832,17 @@ class Bench:
         import loaders
         return loaders.s_listing(self)
 
+    def s_cold(self):
+        """Section 13: cold whole-file reads in RecordSampler and random order, with and
+        without -o readahead=record, against plain files of the same bytes. bench/s3.py
+        --only local measures it and rewrites its own block of the output file."""
+        self.log("bench/s3.py --only local (cold reads in record order)")
+        p = self.run(["/usr/bin/python3", os.path.join(HERE, "s3.py"), "--only", "local",
+                      "--work", os.path.join(self.work, "cold"), "--data", self.work,
+                      "--store", self.store, "--build", self.build, "--out", self.a.out,
+                      "--run-timeout", "90"], timeout=3600)
+        return {"log": p.stdout[-2000:]}
+
     # ---- driver ------------------------------------------------------------------------
 
     def run_all(self):
@@ -854,7 +867,7 @@ class Bench:
                 # the dataset is needed by the build; later sections need the store
                 if s not in only and not (s == "dataset" and "build" in only):
                     continue
-                if s in ("bytes", "reader", "imagefolder", "bwlimit", "pyloader") and \
+                if s in ("bytes", "reader", "imagefolder", "bwlimit", "pyloader", "cold") and \
                         not os.path.isdir(self.store):
                     raise RuntimeError("no store at %s: run the build section" % self.store)
                 self.section = s
