@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -117,6 +118,10 @@ struct pcrfs {
     uint64_t snap_gen;                           /* the last generation handed out */
 };
 
+/* help.c: the usage line (to @out) and --help (to stdout). */
+void pcrfs_usage(FILE *out);
+void pcrfs_help(void);
+
 /* main.c: "12500000", "12.5M", "100k" (powers of 1000). @return 0 or -1. */
 int pcrfs_parse_rate(const char *s, uint64_t *out);
 
@@ -177,12 +182,12 @@ int pcrfs_level_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, siz
 extern const struct fuse_lowlevel_ops pcrfs_ops;
 /* The attributes of any node, as GETATTR answers them. */
 int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st);
-/* The calling thread's buffer, at least @size bytes (see ops.c). NULL: out of memory. */
+/* tlsbuf.c: the calling thread's buffer, at least @size bytes. NULL: out of memory. */
 char *pcrfs_tls_buf(size_t size);
 /* Attributes of a directory with @nsubdirs subdirectories, of a file of @size bytes. */
 void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs);
 void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size);
-/* Free the calling thread's read buffer (libfuse's workers free theirs on exit; the
+/* tlsbuf.c: free the calling thread's buffer (libfuse's workers free theirs on exit; the
  * main thread of a single-threaded loop calls this). */
 void pcrfs_ops_thread_done(void);
 /* Close the files the kernel left open (its RELEASE may not arrive before the session

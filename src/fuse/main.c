@@ -131,104 +131,6 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
     }
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: pcrfs STORE MOUNTPOINT [options]\n"
-                 "       pcrfs --help | --version\n");
-}
-
-static void help(void)
-{
-    usage(stdout);
-    printf("\n"
-           "Mount the pcrfs store STORE (built by mkpcrfs) read-only at MOUNTPOINT.\n"
-           "Views: scan1/ .. scanL/ (the first K scans of every JPEG), full/ (every\n"
-           "scan: the original pixels), tokens/ (token grids as NumPy .tok files, if\n"
-           "the store has them), q90/ q95/ q99/ (stores built with --quality), mix/\n"
-           "(with -o mix=LO-HI), refurb/ (with -o refurb=R), .pcrfs/info and\n"
-           ".pcrfs/stats (JSON).\n"
-           "Unmount with: fusermount3 -u MOUNTPOINT\n"
-           "\n"
-           "pcrfs options:\n"
-           "    -o timeout=SECS        entry, attribute and negative-lookup timeout\n"
-           "                           (default 86400; the store never changes)\n"
-           "    -o nokeep_cache        let the kernel drop a file's cached pages when it\n"
-           "                           is opened again (for cold-read measurements;\n"
-           "                           implies -o open)\n"
-           "    -o open                send every open(2) to the daemon (one round trip\n"
-           "                           each); by default a read-only mount lets the\n"
-           "                           kernel skip OPEN, 1.5-3x faster warm reads\n"
-           "    -o bwlimit=RATE        read at most RATE bytes/s from the records, all\n"
-           "                           threads together (suffix k, M, G: powers of 1000);\n"
-           "                           emulates slow storage for benchmarks\n"
-           "    -o quality=T1:T2:..    add qNN/ views (e.g. q95/): every image at the\n"
-           "                           lowest level whose MS-SSIM reaches the threshold\n"
-           "                           (stores built with mkpcrfs --quality; default\n"
-           "                           0.9:0.95:0.99 for those; none: no such views)\n"
-           "    -o readahead=record    on the first read of a record at a level, ask the\n"
-           "                           kernel to read the record's scan groups up to it\n"
-           "                           (for record-ordered readers, pcrfs.RecordSampler);\n"
-           "                           default kernel: the kernel's own per-file readahead\n"
-           "    -o level=K             add dynamic/, serving level K (1..L or full) until\n"
-           "                           another is written to .pcrfs/level (echo 5 >\n"
-           "                           MNT/.pcrfs/level) or set with setfattr -n\n"
-           "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
-           "                           not \"ro\" (every other write still fails with EROFS)\n"
-           "    -o mix=LO-HI           add mix/: every open of a file serves a level drawn\n"
-           "                           from LO..HI (1..L or full) for that file and pass\n"
-           "                           (its n-th open), fixed while it is open\n"
-           "    -o mix_mean=M          draw with mean M (LO < M < HI; the distribution of\n"
-           "                           largest entropy) instead of uniformly\n"
-           "    -o mix_seed=N          the draws' seed (default 0): the same seed, the same\n"
-           "                           levels pass after pass\n"
-           "    -o logfile=PATH        append the daemon's messages to PATH, one line\n"
-           "                           each with a UTC timestamp, instead of syslog\n"
-           "                           (detached) or standard error (-f)\n"
-           "    -o rw                  do not add \"ro\" (writes still fail with EROFS)\n"
-           "\n"
-           "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
-           "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
-           "stays the same for R consecutive opens of the file, then changes:\n"
-           "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
-           "    -o refurb_size=S       output side in pixels (default 224)\n"
-           "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
-           "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
-           "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
-           "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
-           "    -o refurb_seed=N       the run's seed (default 0)\n"
-           "    -o refurb_threads=N    workers preparing the next pass (default: the\n"
-           "                           number of CPUs; 0: only on demand)\n"
-           "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
-           "                           DIR (default: in RAM)\n"
-           "    -o refurb_cache_size=SIZE  bound on prepared bytes (suffix k, M, G; default:\n"
-           "                           one crop of every file, at most 1/4 of RAM or\n"
-           "                           1/2 of DIR's free space)\n"
-           "\n"
-           "STORE may be s3://BUCKET/PREFIX or http[s]://HOST/PATH (a store copied into\n"
-           "object storage; credentials and endpoint from AWS_* variables, see pcrfs(1)):\n"
-           "    -o cache=DIR           where index.db and record prefixes are cached\n"
-           "                           (default $XDG_CACHE_HOME/pcrfs, ~/.cache/pcrfs, or\n"
-           "                           /var/cache/pcrfs for root)\n"
-           "    -o cache_size=SIZE     bytes of record prefixes kept (suffix k, M, G;\n"
-           "                           default 1G or 10%% of the cache's file system)\n"
-           "    -o http_timeout=SECS   deadline of one request (default 10)\n"
-           "    -o http_retries=N      retries of a failed request (default 3)\n"
-           "    -o readdirplus=yes|auto|no  list directories with attributes: yes makes\n"
-           "                           `ls -l` and the first stat/open of each file\n"
-           "                           cheaper, no (the default) makes names-only walks\n"
-           "                           (find, os.walk, ImageFolder) about 2x faster\n"
-           "    -o max_readahead=N, max_background=N, congestion_threshold=N,\n"
-           "       [no_]splice_read, async_read, sync_read\n"
-           "                           kernel connection options (libfuse's)\n"
-           "\n"
-           "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
-           "unless given otherwise (with -o level=K: only fsname and subtype).\n"
-           "\n"
-           "FUSE options:\n");
-    fuse_cmdline_help();
-    fuse_lowlevel_help();
-}
-
 /* ---- logging -----------------------------------------------------------------------
  * The library's hook and libfuse's go to stderr while the daemon has a terminal and
  * to syslog once it has detached, or with -o logfile=PATH to that file (containers
@@ -483,12 +385,12 @@ int main(int argc, char *argv[])
     if (!cli.has_subtype && !cli.has_fsname && fuse_opt_add_arg(&args, "-osubtype=pcrfs") != 0)
         goto out_args;
     if (fuse_parse_cmdline(&args, &opts) != 0) {
-        usage(stderr);
+        pcrfs_usage(stderr);
         ret = EXIT_USAGE;
         goto out_args;
     }
     if (opts.show_help) {
-        help();
+        pcrfs_help();
         ret = 0;
         goto out_opts;
     }
@@ -501,7 +403,7 @@ int main(int argc, char *argv[])
     }
     if (!cli.store || !opts.mountpoint) {
         fprintf(stderr, "pcrfs: missing %s\n", cli.store ? "MOUNTPOINT" : "STORE");
-        usage(stderr);
+        pcrfs_usage(stderr);
         ret = EXIT_USAGE;
         goto out_opts;
     }
