@@ -83,6 +83,12 @@ struct pcrfs {
     int64_t started;                       /* CLOCK_MONOTONIC seconds at mount, for stats */
     struct fuse_conn_info_opts *conn_opts; /* -o max_readahead=... etc. (libfuse's) */
     bool readdirplus_opt;                  /* -o readdirplus= given: conn_opts decide */
+    /* the kernel's readahead for the mount's files, kB (0: leave it; bdi.c), set by the
+     * first LOOKUP or GETATTR (ops.c, first_request) */
+    unsigned read_ahead_kb;
+    bool read_ahead_given;  /* -o read_ahead_kb= given: say when it cannot be set */
+    atomic_bool read_ahead_set;
+    const char *mountpoint; /* absolute */
     char *info;                            /* /.pcrfs/info, rendered once */
     size_t info_len;
     /* The dynamic view (-o level=K; see ops.c). dynamic is written once at mount;
@@ -117,6 +123,10 @@ struct pcrfs {
     struct stat_snap *snaps[PCRFS_MAX_SNAPS];    /* generation g lives in [g % MAX] */
     uint64_t snap_gen;                           /* the last generation handed out */
 };
+
+/* bdi.c: set the kernel's readahead for the files of the fuse mount at @mountpoint
+ * (absolute) to @kb. @return 0; -ENOENT no such mount; -EACCES etc. (not root). */
+int pcrfs_set_read_ahead(const char *mountpoint, unsigned kb);
 
 /* help.c: the usage line (to @out) and --help (to stdout). */
 void pcrfs_usage(FILE *out);

@@ -27,6 +27,7 @@
 
 #define EXIT_USAGE      2
 #define DEFAULT_TIMEOUT 86400.0
+#define DEFAULT_READ_AHEAD_KB 1024 /* = max_pages: one READ up to 1 MiB (bdi.c) */
 
 /* What the command line says beyond libfuse's own options. */
 struct cli {
@@ -44,6 +45,7 @@ struct cli {
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
     char *logfile; /* -o logfile=PATH */
+    int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
     struct refurb_args refurb; /* -o refurb=R and its refurb_* options, as given */
     struct mix_args mix;       /* -o mix=LO-HI, mix_mean=M, mix_seed=N, as given */
@@ -72,6 +74,7 @@ static const struct fuse_opt cli_spec[] = {
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
     {"logfile=%s", offsetof(struct cli, logfile), 0},
+    {"read_ahead_kb=%d", offsetof(struct cli, read_ahead_kb), 0},
     {"mix=%s", offsetof(struct cli, mix.range), 0},
     {"mix_mean=%s", offsetof(struct cli, mix.mean), 0},
     {"mix_seed=%s", offsetof(struct cli, mix.seed), 0},
@@ -366,7 +369,7 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1};
+    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1, .read_ahead_kb = -1};
     static struct pcrfs fs; /* big (per-view counters); lives as long as the process */
     struct refurb_setup refurb_set;
     struct timespec now;
@@ -414,6 +417,11 @@ int main(int argc, char *argv[])
     }
     if (!(cli.http_timeout >= 0.0 && cli.http_timeout <= 86400.0) || cli.http_retries < -1) {
         fprintf(stderr, "pcrfs: http_timeout must be 0..86400 seconds, http_retries >= 0\n");
+        ret = EXIT_USAGE;
+        goto out_opts;
+    }
+    if (cli.read_ahead_kb < -1 || cli.read_ahead_kb > 1048576) {
+        fprintf(stderr, "pcrfs: read_ahead_kb must be 0..1048576 (0: the kernel's)\n");
         ret = EXIT_USAGE;
         goto out_opts;
     }
@@ -576,6 +584,10 @@ int main(int argc, char *argv[])
         fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.readdirplus_opt = cli.has_readdirplus;
+    /* one READ per image rather than one per 128 kB (bdi.c), where root may */
+    fs.read_ahead_kb = cli.read_ahead_kb < 0 ? DEFAULT_READ_AHEAD_KB : (unsigned)cli.read_ahead_kb;
+    fs.read_ahead_given = cli.read_ahead_kb > 0;
+    fs.mountpoint = opts.mountpoint;
     fs.uid = getuid();
     fs.gid = getgid();
     fs.mtime = pcr_store_mtime(fs.store);

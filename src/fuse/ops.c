@@ -572,10 +572,29 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
         conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 }
 
+/* The kernel's readahead for the mount's files (bdi.c) can only be set once INIT has
+ * been answered (its reply sets it), so the first LOOKUP or GETATTR does it: no
+ * file is read before its name is looked up. */
+static void first_request(struct pcrfs *fs)
+{
+    int rc;
+
+    if (!fs->read_ahead_kb || atomic_exchange_explicit(&fs->read_ahead_set, true,
+                                                        memory_order_relaxed))
+        return;
+    rc = pcrfs_set_read_ahead(fs->mountpoint, fs->read_ahead_kb);
+    if (rc && (fs->read_ahead_given || fs->debug))
+        fuse_log(FUSE_LOG_WARNING, "pcrfs: read_ahead_kb=%u: %s (the kernel's readahead stays)\n",
+                 fs->read_ahead_kb, strerror(-rc));
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct fuse_entry_param e;
-    int rc = do_lookup(fs_of(req), parent, name, &e);
+    int rc;
+
+    first_request(fs_of(req));
+    rc = do_lookup(fs_of(req), parent, name, &e);
 
     if (rc)
         fuse_reply_err(req, -rc);
@@ -594,8 +613,10 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
     struct pcrfs *fs = fs_of(req);
     struct stat st;
-    int rc = pcrfs_node_stat(fs, ino, &st);
+    int rc;
 
+    first_request(fs);
+    rc = pcrfs_node_stat(fs, ino, &st);
     (void)fi;
     if (rc)
         fuse_reply_err(req, -rc);

@@ -155,6 +155,41 @@ class Driver(StoreFixture, unittest.TestCase):
             self.refused([self.store, self.mnt, "-f"] + argv, 2, argv[-1].split(",")[-1])
             self.refused(argv + [self.store, self.mnt], 2, argv[-1].split(",")[-1])
 
+    def test_read_ahead_one_read_per_file(self):
+        """-o read_ahead_kb (default 1024): a 600 kB file is one READ, not five (the
+        kernel's 128 kB readahead); =0 leaves the kernel's; bad values exit 2."""
+        src = os.path.join(self.tmp, "ra-src")
+        os.makedirs(os.path.join(src, "c"), exist_ok=True)
+        with open(os.path.join(src, "c", "big.bin"), "wb") as f:
+            f.write(os.urandom(600 * 1000))
+        store = os.path.join(self.tmp, "ra.pcr")
+        if not os.path.exists(store):
+            mu.run([mu.program("MKPCRFS"), "-q", src, store], check=0)
+
+        def reads(*opts):
+            m = mu.Mount(store, self.mnt, *opts)
+            self.mounts.append(m)
+            m.start()
+            try:
+                with open(self.p("full", "c", "big.bin"), "rb", buffering=0) as f:
+                    self.assertEqual(len(f.read()), 600 * 1000)
+                st = json.loads(read_bytes(self.p(".pcrfs", "stats")))
+                dev = os.stat(self.mnt).st_dev
+                with open("/sys/class/bdi/%d:%d/read_ahead_kb" %
+                          (os.major(dev), os.minor(dev))) as f:
+                    kb = int(f.read())
+                return st["views"]["full"]["reads"], kb
+            finally:
+                m.cleanup()
+                self.mounts.remove(m)
+
+        self.assertEqual(reads(), (1, 1024))
+        n, kb = reads("-o", "read_ahead_kb=0")
+        self.assertGreaterEqual(n, (600 * 1000 + kb * 1024 - 1) // (kb * 1024))
+        self.assertGreater(n, 1)
+        self.assertEqual(reads("-o", "read_ahead_kb=256")[1], 256)
+        self.refused([store, self.mnt, "-f", "-o", "read_ahead_kb=-3"], 2, "read_ahead_kb")
+
     def test_logfile(self):
         bad = os.path.join(self.tmp, "bad-logfile.pcr")
         shutil.copytree(self.store, bad)
