@@ -49,11 +49,12 @@ unsigned pcrfs_mix_draw(const struct mix *m, uint64_t id, uint64_t pass)
 
 unsigned pcrfs_mix_next(const struct pcrfs *fs, uint64_t id)
 {
-    const struct mix *m = fs->mix;
+    const struct mix *m = fs->mix; /* set: only mix/'s row asks */
+    uint64_t pass = id >= 1 && id <= m->nfiles
+                        ? atomic_load_explicit(&m->passes[id], memory_order_acquire)
+                        : 0; /* not a file of the store: never opened */
 
-    if (!m || id == 0 || id > m->nfiles)
-        return m ? m->lo : 1; /* not a file of the store: never opened */
-    return pcrfs_mix_draw(m, id, atomic_load_explicit(&m->passes[id], memory_order_acquire));
+    return pcrfs_mix_draw(m, id, pass);
 }
 
 void pcrfs_mix_opened(struct pcrfs *fs, const struct pcr_file *f, unsigned level)

@@ -579,8 +579,9 @@ static void first_request(struct pcrfs *fs)
 {
     int rc;
 
-    if (!fs->read_ahead_kb || atomic_exchange_explicit(&fs->read_ahead_set, true,
-                                                        memory_order_relaxed))
+    /* a plain load first: after the first request this is all a lookup pays */
+    if (!fs->read_ahead_kb || atomic_load_explicit(&fs->read_ahead_set, memory_order_relaxed) ||
+        atomic_exchange_explicit(&fs->read_ahead_set, true, memory_order_relaxed))
         return;
     rc = pcrfs_set_read_ahead(fs->mountpoint, fs->read_ahead_kb);
     if (rc && (fs->read_ahead_given || fs->debug))

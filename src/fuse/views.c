@@ -132,7 +132,7 @@ static struct view_counters *dyn_counters(struct pcrfs *fs, unsigned i)
 static unsigned dyn_file_level(const struct pcrfs *fs, uint64_t id)
 {
     (void)id;
-    return atomic_load_explicit(&fs->level_now, memory_order_acquire);
+    return pcrfs_level_now(fs);
 }
 
 /* mix/ (-o mix=LO-HI): directories in VIEW_MIX, files in VIEW_MIX + the level their

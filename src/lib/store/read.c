@@ -385,8 +385,11 @@ static void from_carry(struct pcr_store *s, const struct pcr_file *f, const stru
     struct carry_slot *c;
     size_t n;
 
-    if (p->in >= p->a + blk)
-        return; /* the first byte asked for is past this block */
+    /* a carry is left by a read that ended inside a block, and the next read starts
+     * where it ended: strictly inside the block. A piece that starts on a block
+     * boundary (every piece of a read but its first) takes no lock. */
+    if (p->in == p->a || p->in >= p->a + blk)
+        return;
     c = carry_slot(s, f, at);
     pthread_mutex_lock(&c->lock);
     /* the same block of the same file (verified against this file's sums), whole */
