@@ -178,7 +178,7 @@ class Draws(Fixture, unittest.TestCase):
 
     def passes(self, mnt, lo, hi, probs, seed, npasses):
         """Open every file @npasses times; assert each open is the drawn level's bytes.
-        @return the observed histogram over JPEGs whose levels all differ."""
+        @return the histogram of the levels drawn (and so served) over all opens."""
         seen = {}
         opens = {}
         for n in range(npasses):

@@ -194,6 +194,34 @@ int main(void)
         "advise over %zu MiB (the kernel caps one WILLNEED at %lu kB here): %zu of %zu pages read",
         len >> 20, cap_kb, got, pages);
 
+    /* A read of several ranges far apart (a full/ file's chunks), cold and then with
+     * one range cached: the ranges not in the page cache are asked for together
+     * (posix.c, read_scattered); the bytes must be the file's either way. */
+    {
+        static const uint64_t offs[] = {3, 5u << 20, (9u << 20) + 4097, (17u << 20) + 1,
+                                        (40u << 20) + 65535};
+        enum { NR = sizeof(offs) / sizeof(offs[0]), RLEN = 70000 };
+        struct pcr_range rg[NR];
+        static uint8_t bufs[NR][RLEN];
+
+        for (int pass = 0; pass < 2; pass++) {
+            evict(fd, map, len);
+            if (pass == 1) /* the third range cached, the others not */
+                CHECK(pread(fd, bufs[2], RLEN, (off_t)offs[2]) == RLEN, "cache one range");
+            memset(bufs, 0, sizeof(bufs));
+            for (int i = 0; i < NR; i++)
+                rg[i] = (struct pcr_range){.off = offs[i], .len = RLEN, .buf = bufs[i]};
+            CHECK(b->ops->read(b, o, rg, NR) == 0, "read %d ranges, pass %d", NR, pass);
+            for (int i = 0; i < NR; i++) {
+                int same = 1;
+                for (size_t k = 0; k < RLEN && same; k++)
+                    same = bufs[i][k] == (uint8_t)(((offs[i] + k) % (1u << 20)) * 7 + 1);
+                CHECK(same, "range %d (offset %llu), pass %d: bytes differ", i,
+                      (unsigned long long)offs[i], pass);
+            }
+        }
+    }
+
     /* close while the advice is being issued, then destroy: must return at once
      * and leave nothing behind (ASan) */
     evict(fd, map, len);
