@@ -94,8 +94,8 @@ static void usage(FILE *f)
             "JPEGs are transcoded losslessly to progressive JPEG; every other file is\n"
             "stored verbatim (with a warning).\n"
             "\n"
-            "  -j, --jobs N          transcoding threads (default: online CPUs)\n"
-            "  -n, --per-record N    images per record (default %u)\n"
+            "  -j, --jobs N          transcoding threads (1..1024; default: online CPUs)\n"
+            "  -n, --per-record N    images per record (1..1048576; default %u)\n"
             "  -f, --force           replace STORE if it is a pcrfs store\n"
             "      --scans SCRIPT    scan script: 'default' (libjpeg's, 10 levels), 'fast'\n"
             "                        (spectral selection only: faster full-fidelity\n"
@@ -172,7 +172,6 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
         TOKIMPORT_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
-    unsigned long long v;
     bool force_progress = false, tokens;
     const char *scans_arg = "default";
     long ncpu;
@@ -184,14 +183,10 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
     while ((c = getopt_long(argc, argv, ":j:n:fqvhV", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':
-            if (tool_parse_uint(optarg, 1, MAX_JOBS, &v) < 0)
-                tool_usage_error("invalid number of jobs '%s' (1..%u)", optarg, MAX_JOBS);
-            b->jobs = (unsigned)v;
+            b->jobs = (unsigned)tool_opt_uint("--jobs", optarg, 1, MAX_JOBS);
             break;
         case 'n':
-            if (tool_parse_uint(optarg, 1, MAX_PER_RECORD, &v) < 0)
-                tool_usage_error("invalid images per record '%s' (1..%u)", optarg, MAX_PER_RECORD);
-            b->per_record = (unsigned)v;
+            b->per_record = (unsigned)tool_opt_uint("--per-record", optarg, 1, MAX_PER_RECORD);
             break;
         case 'f':
             b->force = true;

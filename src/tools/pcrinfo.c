@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include "pcrinfo.h"
 #include "summary.h"
+#include "util/optparse.h"
 
 enum mode {
     MODE_SUMMARY,
@@ -48,10 +49,11 @@ static void usage(FILE *f)
           "                  decode time, and the recommended level (with --json: JSON)\n"
           "      --sample N  images to sample for --fidelity (default 300)\n"
           "      --seed S    seed of the sample (default 1)\n"
-          "      --threshold T  --fidelity: MS-SSIM the recommended level must reach\n"
-          "                  (default 0.95); summary: one more row of the per-image table\n"
-          "                  (besides 0.90, 0.95, 0.99; repeatable)\n"
-          "  -j, --jobs N    threads for --fidelity (default: online CPUs)\n"
+          "      --threshold T  in (0, 1], at most 4 digits after the point; --fidelity:\n"
+          "                  MS-SSIM the recommended level must reach (default 0.95);\n"
+          "                  summary: one more row of the per-image table (besides 0.90,\n"
+          "                  0.95, 0.99; repeatable)\n"
+          "  -j, --jobs N    threads for --fidelity (1..256; default: online CPUs)\n"
           "  -v, --verbose   show the library's informational and debug messages\n"
           "  -h, --help      show this help and exit\n"
           "  -V, --version   show the version and exit\n"
@@ -79,6 +81,7 @@ struct opts {
     enum mode mode;
     const char *arg;       /* of --cat, --extract */
     const char *level_arg; /* --level */
+    uint32_t level;        /* its value: 1.., or PCR_OPT_LEVEL_FULL */
     const char *path;      /* STORE */
     bool verbose;
     struct fid_args fa;
@@ -109,7 +112,6 @@ static void parse_args(int argc, char **argv, struct opts *o)
     enum mode mode = MODE_SUMMARY;
     bool json = false, fid_opt = false, thr_opt = false;
     struct fid_args fa = {.sample = FID_SAMPLE, .seed = 1, .threshold = FID_THRESHOLD};
-    unsigned long long v;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int c;
 
@@ -129,25 +131,22 @@ static void parse_args(int argc, char **argv, struct opts *o)
             mode = MODE_FIDELITY;
             break;
         case OPT_SAMPLE:
-            if (tool_parse_uint(optarg, 1, FID_MAX, &v) < 0)
-                tool_usage_error("invalid sample size '%s' (1..%d)", optarg, FID_MAX);
-            fa.sample = (size_t)v;
+            fa.sample = (size_t)tool_opt_uint("--sample", optarg, 1, FID_MAX);
             fid_opt = true;
             break;
         case OPT_SEED:
-            if (tool_parse_uint(optarg, 0, UINT64_MAX, &v) < 0)
-                tool_usage_error("invalid seed '%s'", optarg);
-            fa.seed = v;
+            fa.seed = tool_opt_uint("--seed", optarg, 0, UINT64_MAX);
             fid_opt = true;
             break;
         case OPT_THRESHOLD: {
-            char *end;
-            double d;
+            char msg[512];
+            double d = 0;
 
-            errno = 0;
-            d = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(d > 0 && d <= 1))
-                tool_usage_error("invalid threshold '%s' (a number in (0, 1])", optarg);
+            /* at most 4 decimals: two thresholds never print alike (optparse.h) */
+            tool_opt_check(pcr_opt_threshold("--threshold", optarg, &d, msg, sizeof(msg)), msg);
+            for (size_t i = 0; i < o->nthresholds; i++)
+                if (o->thresholds[i] == d)
+                    tool_usage_error("--threshold=%s: given twice", optarg);
             /* --fidelity takes the last one; the summary has a row for each */
             fa.threshold = d;
             if (o->nthresholds == SUMMARY_MAX_THRESHOLDS - 3)
@@ -157,9 +156,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
             break;
         }
         case 'j':
-            if (tool_parse_uint(optarg, 1, MAX_JOBS, &v) < 0)
-                tool_usage_error("invalid number of jobs '%s' (1..%d)", optarg, MAX_JOBS);
-            fa.jobs = (unsigned)v;
+            fa.jobs = (unsigned)tool_opt_uint("--jobs", optarg, 1, MAX_JOBS);
             fid_opt = true;
             break;
         case OPT_VERIFY:
@@ -176,9 +173,14 @@ static void parse_args(int argc, char **argv, struct opts *o)
             if (optarg)
                 o->arg = optarg;
             break;
-        case OPT_LEVEL:
+        case OPT_LEVEL: {
+            char msg[512];
+
+            /* the syntax now, the range once the store is open (main) */
+            tool_opt_check(pcr_opt_level("--level", optarg, &o->level, msg, sizeof(msg)), msg);
             o->level_arg = optarg;
             break;
+        }
         case 'v':
             o->verbose = true;
             break;
@@ -234,15 +236,16 @@ int main(int argc, char **argv)
         return 1;
     }
     level = pcr_store_levels(s);
-    if (o.level_arg && strcmp(o.level_arg, "full") != 0) {
-        unsigned long long v;
+    if (o.level_arg && o.level != PCR_OPT_LEVEL_FULL) {
+        if (o.level < 1 || o.level > level) {
+            char msg[512];
 
-        if (tool_parse_uint(o.level_arg, 1, level, &v) < 0) {
             pcr_store_close(s);
-            tool_usage_error("invalid level '%s': this store has levels 1..%u or 'full'", o.level_arg,
-                             level);
+            pcr_opt_msg(msg, sizeof(msg), "--level", o.level_arg,
+                        "want a level of this store: 1..%u or full", level);
+            tool_usage_error("%s", msg);
         }
-        level = (unsigned)v;
+        level = o.level;
     }
 
     switch (o.mode) {
@@ -256,6 +259,10 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
+        if (o.nthresholds && !summary_nmeasured(sm))
+            tool_warn("--threshold: %s has no per-image quality data (mkpcrfs --quality "
+                      "makes it): no rows added",
+                      path);
         if (o.mode == MODE_JSON)
             summary_print_json(sm, stdout);
         else

@@ -285,6 +285,11 @@ uint64_t summary_njpeg(const struct summary *sm)
     return sm->njpeg;
 }
 
+uint64_t summary_nmeasured(const struct summary *sm)
+{
+    return sm->nmeasured;
+}
+
 void summary_free(struct summary *sm)
 {
     uint64_t i;

@@ -27,6 +27,9 @@ void summary_print_text(const struct summary *sm, FILE *f);
 void summary_print_json(const struct summary *sm, FILE *f);
 /* JPEG files in the store (for the build rate). */
 uint64_t summary_njpeg(const struct summary *sm);
+/* JPEGs with a per-level MS-SSIM (mkpcrfs --quality): 0 means the per-image table
+ * is not printed. */
+uint64_t summary_nmeasured(const struct summary *sm);
 void summary_free(struct summary *sm);
 
 #endif

@@ -14,17 +14,19 @@
 #include <unistd.h>
 #include "progress.h"
 #include "tokimport_int.h"
+#include "util/optparse.h"
 
 /* ---- options --------------------------------------------------------------------- */
 
+/* "HxW" or "N" (N x N). @return 0 or -1. */
 static int parse_shape(const char *s, unsigned *h, unsigned *w)
 {
-    unsigned long long a, b;
+    uint64_t a, b;
     const char *x = strchr(s, 'x');
     char num[32];
 
     if (!x) {
-        if (tool_parse_uint(s, 1, PCR_TOK_MAX_SIDE, &a) < 0)
+        if (pcr_opt_uint("", s, 1, PCR_TOK_MAX_SIDE, NULL, &a, NULL, 0) < 0)
             return -1;
         b = a;
     } else {
@@ -32,8 +34,8 @@ static int parse_shape(const char *s, unsigned *h, unsigned *w)
             return -1;
         memcpy(num, s, (size_t)(x - s));
         num[x - s] = '\0';
-        if (tool_parse_uint(num, 1, PCR_TOK_MAX_SIDE, &a) < 0 ||
-            tool_parse_uint(x + 1, 1, PCR_TOK_MAX_SIDE, &b) < 0)
+        if (pcr_opt_uint("", num, 1, PCR_TOK_MAX_SIDE, NULL, &a, NULL, 0) < 0 ||
+            pcr_opt_uint("", x + 1, 1, PCR_TOK_MAX_SIDE, NULL, &b, NULL, 0) < 0)
             return -1;
     }
     if (a * b > PCR_TOK_MAX_TOKENS)
@@ -45,7 +47,10 @@ static int parse_shape(const char *s, unsigned *h, unsigned *w)
 
 bool tokimport_option(struct tokimport_opts *o, int c, const char *arg)
 {
-    unsigned long long v;
+    static const char *const coders[] = {"auto", "huffman", "zstd-dict", NULL};
+    static const enum pcr_tok_coder coder_of[] = {PCR_TOK_AUTO, PCR_TOK_HUFFMAN, PCR_TOK_ZSTD_DICT};
+    char msg[512];
+    unsigned w = 0;
 
     switch (c) {
     case TOKIMPORT_OPT_TOKENS:
@@ -64,28 +69,22 @@ bool tokimport_option(struct tokimport_opts *o, int c, const char *arg)
         o->seit_names = arg;
         return true;
     case TOKIMPORT_OPT_SEIT_SHAPE:
-        if (parse_shape(arg, &o->seit_h, &o->seit_w) < 0)
-            tool_usage_error("invalid --seit-shape '%s' (HxW or N, sides 1..%u, at most %u "
-                             "tokens)",
-                             arg, PCR_TOK_MAX_SIDE, PCR_TOK_MAX_TOKENS);
+        if (parse_shape(arg, &o->seit_h, &o->seit_w) < 0) {
+            pcr_opt_msg(msg, sizeof(msg), "--seit-shape", arg,
+                        "want HxW or N (N x N), sides 1..%u, at most %u tokens", PCR_TOK_MAX_SIDE,
+                        PCR_TOK_MAX_TOKENS);
+            tool_usage_error("%s", msg);
+        }
         return true;
     case TOKIMPORT_OPT_CODEBOOK:
         o->codebook = arg;
         return true;
     case TOKIMPORT_OPT_CODER:
-        if (strcmp(arg, "auto") == 0)
-            o->coder = PCR_TOK_AUTO;
-        else if (strcmp(arg, "huffman") == 0)
-            o->coder = PCR_TOK_HUFFMAN;
-        else if (strcmp(arg, "zstd-dict") == 0)
-            o->coder = PCR_TOK_ZSTD_DICT;
-        else
-            tool_usage_error("invalid --tok-coder '%s' (auto, huffman or zstd-dict)", arg);
+        tool_opt_check(pcr_opt_word("--tok-coder", arg, coders, &w, msg, sizeof(msg)), msg);
+        o->coder = coder_of[w];
         return true;
     case TOKIMPORT_OPT_PER_SHARD:
-        if (tool_parse_uint(arg, 1, 1u << 20, &v) < 0)
-            tool_usage_error("invalid --tok-per-shard '%s' (1..%u)", arg, 1u << 20);
-        o->per_shard = (unsigned)v;
+        o->per_shard = (unsigned)tool_opt_uint("--tok-per-shard", arg, 1, 1u << 20);
         return true;
     }
     return false;

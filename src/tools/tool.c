@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "tool.h"
+#include "util/optparse.h"
 #include "util/utf8.h"
 
 const char *tool_prog = "pcrfs";
@@ -279,20 +280,19 @@ const char *tool_escaped(struct tool_buf *b, const char *name)
     return b->s;
 }
 
-int tool_parse_uint(const char *s, unsigned long long min, unsigned long long max,
-                    unsigned long long *out)
+void tool_opt_check(int rc, const char *msg)
 {
-    unsigned long long v;
-    char *end;
+    if (rc != 0)
+        tool_usage_error("%s", msg);
+}
 
-    if (!s || *s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
+uint64_t tool_opt_uint(const char *name, const char *s, uint64_t min, uint64_t max)
+{
+    char msg[512];
+    uint64_t v = 0;
+
+    tool_opt_check(pcr_opt_uint(name, s, min, max, NULL, &v, msg, sizeof(msg)), msg);
+    return v;
 }
 
 double tool_now(void)

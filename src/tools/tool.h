@@ -76,9 +76,13 @@ void tool_escape(struct tool_buf *b, const char *name, size_t len);
 /* Reset @b, escape the NUL-terminated @name into it and return b->s. */
 const char *tool_escaped(struct tool_buf *b, const char *name);
 
-/* Parse a decimal integer in [min, max]. @return 0 or -1. */
-int tool_parse_uint(const char *s, unsigned long long min, unsigned long long max,
-                    unsigned long long *out);
+/* The value @s of option @name ("--jobs") as a whole number in [@min, @max], in the
+ * strict syntax every program shares (util/optparse.h); anything else is a usage
+ * error, "PROG: --jobs=0: want a whole number 1..256" (exits 2). */
+uint64_t tool_opt_uint(const char *name, const char *s, uint64_t min, uint64_t max);
+/* The same for a pcr_opt_*() call that already ran: a usage error with its
+ * message @msg unless @rc is 0. */
+void tool_opt_check(int rc, const char *msg);
 
 /* Monotonic seconds. */
 double tool_now(void);
