@@ -132,9 +132,6 @@ int pcrfs_set_read_ahead(const char *mountpoint, unsigned kb);
 void pcrfs_usage(FILE *out);
 void pcrfs_help(void);
 
-/* main.c: "12500000", "12.5M", "100k" (powers of 1000). @return 0 or -1. */
-int pcrfs_parse_rate(const char *s, uint64_t *out);
-
 /* control.c */
 
 /* Render /.pcrfs/info into fs->info. @return 0 or -ENOMEM. */

@@ -24,26 +24,30 @@
 #include "fs.h"
 #include "pcrfs/backend.h"
 #include "pcrfs/log.h"
+#include "util/optparse.h"
 
 #define EXIT_USAGE      2
 #define DEFAULT_TIMEOUT 86400.0
 #define DEFAULT_READ_AHEAD_KB 1024 /* = max_pages: one READ up to 1 MiB (bdi.c) */
 
-/* What the command line says beyond libfuse's own options. */
+/* What the command line says beyond libfuse's own options. Every value is checked
+ * as it arrives (cli_proc), so a malformed one is refused even when a later one
+ * replaces it; the last one given counts (pcrfs(1), OPTIONS). */
 struct cli {
     char *store; /* the first non-option argument */
     double timeout;
     int nokeep_cache;
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
-    char *bwlimit; /* -o bwlimit=RATE, as given */
-    char *readahead; /* -o readahead=record|kernel */
+    uint64_t bwlimit;      /* -o bwlimit=RATE, bytes/s (0: none) */
+    bool readahead_record; /* -o readahead=record (else kernel) */
     char *quality;   /* -o quality=T1:T2:...|none: the qNN/ views */
     char *level;   /* -o level=K: the dynamic view's first level, as given */
     /* stores in object storage (STORE is an s3:// or http(s):// URL) */
     char *cache;        /* -o cache=DIR */
-    char *cache_size;   /* -o cache_size=SIZE, as given */
+    uint64_t cache_size; /* -o cache_size=SIZE (0: the library's default) */
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
+    char *remote_only;  /* "NAME=VALUE", the last of these four: refused for a local STORE */
     char *logfile; /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
@@ -52,6 +56,13 @@ struct cli {
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
+#define MAX_TIMEOUT       31536000.0 /* 365 days: "never" for a store that never changes */
+#define MAX_HTTP_TIMEOUT  86400.0
+#define MAX_HTTP_RETRIES  20 /* the library's cap (src/lib/backend/http.c) */
+#define MAX_READ_AHEAD_KB 1048576
+#define MAX_BWLIMIT       UINT64_C(1000000000000)    /* 10^12 bytes/s */
+#define MAX_CACHE_SIZE    UINT64_C(1000000000000000) /* 10^15 bytes */
+
 enum {
     KEY_RO,
     KEY_RW,
@@ -59,35 +70,54 @@ enum {
     KEY_FSNAME,
     KEY_SUBTYPE,
     KEY_READDIRPLUS,
+    KEY_TIMEOUT,
+    KEY_BWLIMIT,
+    KEY_READAHEAD,
+    KEY_QUALITY,
+    KEY_LEVEL,
+    KEY_CACHE,
+    KEY_CACHE_SIZE,
+    KEY_HTTP_TIMEOUT,
+    KEY_HTTP_RETRIES,
+    KEY_LOGFILE,
+    KEY_READ_AHEAD_KB,
+    KEY_MIX,      /* mix=, mix_mean=, mix_seed=: mixview.c */
+    KEY_REFURB,   /* refurb=, refurb_*=: refurbview.c */
+    KEY_FUSE_NUM, /* libfuse's numeric options: checked here, kept for libfuse */
 };
 
 static const struct fuse_opt cli_spec[] = {
-    {"timeout=%lf", offsetof(struct cli, timeout), 0},
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
     {"open", offsetof(struct cli, open), 1},
-    {"bwlimit=%s", offsetof(struct cli, bwlimit), 0},
-    {"readahead=%s", offsetof(struct cli, readahead), 0},
-    {"quality=%s", offsetof(struct cli, quality), 0},
-    {"level=%s", offsetof(struct cli, level), 0},
-    {"cache=%s", offsetof(struct cli, cache), 0},
-    {"cache_size=%s", offsetof(struct cli, cache_size), 0},
-    {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
-    {"http_retries=%d", offsetof(struct cli, http_retries), 0},
-    {"logfile=%s", offsetof(struct cli, logfile), 0},
-    {"read_ahead_kb=%d", offsetof(struct cli, read_ahead_kb), 0},
-    {"mix=%s", offsetof(struct cli, mix.range), 0},
-    {"mix_mean=%s", offsetof(struct cli, mix.mean), 0},
-    {"mix_seed=%s", offsetof(struct cli, mix.seed), 0},
-    {"refurb=%s", offsetof(struct cli, refurb.r), 0},
-    {"refurb_size=%s", offsetof(struct cli, refurb.size), 0},
-    {"refurb_scale=%s", offsetof(struct cli, refurb.scale), 0},
-    {"refurb_ratio=%s", offsetof(struct cli, refurb.ratio), 0},
-    {"refurb_flip=%s", offsetof(struct cli, refurb.flip), 0},
-    {"refurb_level=%s", offsetof(struct cli, refurb.level), 0},
-    {"refurb_seed=%s", offsetof(struct cli, refurb.seed), 0},
-    {"refurb_threads=%s", offsetof(struct cli, refurb.threads), 0},
-    {"refurb_cache=%s", offsetof(struct cli, refurb.cache), 0},
-    {"refurb_cache_size=%s", offsetof(struct cli, refurb.cache_size), 0},
+    FUSE_OPT_KEY("timeout=", KEY_TIMEOUT),
+    FUSE_OPT_KEY("bwlimit=", KEY_BWLIMIT),
+    FUSE_OPT_KEY("readahead=", KEY_READAHEAD),
+    FUSE_OPT_KEY("quality=", KEY_QUALITY),
+    FUSE_OPT_KEY("level=", KEY_LEVEL),
+    FUSE_OPT_KEY("cache=", KEY_CACHE),
+    FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
+    FUSE_OPT_KEY("http_timeout=", KEY_HTTP_TIMEOUT),
+    FUSE_OPT_KEY("http_retries=", KEY_HTTP_RETRIES),
+    FUSE_OPT_KEY("logfile=", KEY_LOGFILE),
+    FUSE_OPT_KEY("read_ahead_kb=", KEY_READ_AHEAD_KB),
+    FUSE_OPT_KEY("mix=", KEY_MIX),
+    FUSE_OPT_KEY("mix_mean=", KEY_MIX),
+    FUSE_OPT_KEY("mix_seed=", KEY_MIX),
+    FUSE_OPT_KEY("refurb=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_size=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_scale=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_ratio=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_flip=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_level=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_seed=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_threads=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_cache=", KEY_REFURB),
+    FUSE_OPT_KEY("refurb_cache_size=", KEY_REFURB),
+    FUSE_OPT_KEY("max_threads=", KEY_FUSE_NUM),
+    FUSE_OPT_KEY("max_idle_threads=", KEY_FUSE_NUM),
+    FUSE_OPT_KEY("max_readahead=", KEY_FUSE_NUM),
+    FUSE_OPT_KEY("max_background=", KEY_FUSE_NUM),
+    FUSE_OPT_KEY("congestion_threshold=", KEY_FUSE_NUM),
     FUSE_OPT_KEY("ro", KEY_RO),
     FUSE_OPT_KEY("rw", KEY_RW),
     FUSE_OPT_KEY("default_permissions", KEY_DEFPERM),
@@ -97,9 +127,174 @@ static const struct fuse_opt cli_spec[] = {
     FUSE_OPT_END,
 };
 
+/* libfuse's own numeric options that pcrfs(1) documents: libfuse reads them with
+ * sscanf("%u"), which takes "-1" as 4294967295 and "5x" as 5. The thread limits are
+ * libfuse 3.14's (FUSE_LOOP_MT_MAX_THREADS); the kernel keeps max_background and
+ * congestion_threshold in 16 bits. */
+static const struct {
+    const char *name;
+    uint64_t min, max;
+} fuse_nums[] = {
+    {"max_threads", 1, 100000},
+    {"max_idle_threads", 1, 100000},
+    {"max_readahead", 0, UINT32_MAX},
+    {"max_background", 1, 65535},
+    {"congestion_threshold", 1, 65535},
+};
+
+/* -o quality=T1:T2:...|none into @t (*@n of them; 0 for none). Thresholds have at
+ * most 4 digits after the point, so two never name the same qNN/ view (views.c).
+ * @return 0, or -1 with one line in @msg. */
+static int parse_quality(const char *opt, double *t, unsigned *n, char *msg, size_t len)
+{
+    const char *p = opt, *end;
+    char one[32];
+
+    *n = 0;
+    if (!strcmp(opt, "none"))
+        return 0;
+    for (;; p = end + 1) {
+        end = strchr(p, ':');
+        if (!end)
+            end = p + strlen(p);
+        if ((size_t)(end - p) >= sizeof(one) || *n >= PCRFS_MAX_QVIEWS)
+            goto bad;
+        memcpy(one, p, (size_t)(end - p));
+        one[end - p] = '\0';
+        if (pcr_opt_threshold("quality", one, &t[*n], NULL, 0) != 0)
+            goto bad;
+        for (unsigned i = 0; i < *n; i++)
+            if (t[i] == t[*n]) {
+                pcr_opt_msg(msg, len, "quality", opt, "%s given twice", one);
+                return -1;
+            }
+        (*n)++;
+        if (!*end)
+            return 0;
+    }
+bad:
+    pcr_opt_msg(msg, len, "quality", opt,
+                "want none, or up to %d thresholds T1:T2:... in (0, 1] with at most %d digits "
+                "after the point (e.g. 0.9:0.95:0.99)",
+                PCRFS_MAX_QVIEWS, PCR_OPT_THRESHOLD_DECIMALS);
+    return -1;
+}
+
+/* Replace the string in @slot with @val (the last one given counts). */
+static int set_str(char **slot, const char *val)
+{
+    free(*slot);
+    *slot = strdup(val);
+    return *slot ? 0 : -1;
+}
+
+/* Check the value of option @arg ("NAME=VALUE", the template of @key) and keep it.
+ * @return what cli_proc() returns: 0 taken, 1 kept for libfuse, -1 a usage error
+ * (printed). */
+static int cli_value(struct cli *c, int key, const char *arg)
+{
+    static const char *const readahead_words[] = {"kernel", "record", NULL};
+    static const char *const rdp_words[] = {"yes", "no", "auto", NULL};
+    const char *eq = strchr(arg, '='), *val = eq + 1;
+    char name[32], msg[512] = "";
+    double t[PCRFS_MAX_QVIEWS];
+    uint64_t v = 0;
+    unsigned w;
+    uint32_t k;
+    int rc = 0, keep = 0;
+
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
+    switch (key) {
+    case KEY_TIMEOUT:
+        rc = pcr_opt_real(name, val, 0, MAX_TIMEOUT, 0, "seconds", &c->timeout, msg, sizeof(msg));
+        break;
+    case KEY_BWLIMIT:
+        rc = pcr_opt_size(name, val, 0, MAX_BWLIMIT, "bytes/s (0: no limit)", &c->bwlimit, msg,
+                          sizeof(msg));
+        break;
+    case KEY_READAHEAD:
+        rc = pcr_opt_word(name, val, readahead_words, &w, msg, sizeof(msg));
+        c->readahead_record = rc == 0 ? w == 1 : c->readahead_record;
+        break;
+    case KEY_QUALITY:
+        rc = parse_quality(val, t, &w, msg, sizeof(msg));
+        if (rc == 0 && set_str(&c->quality, val) != 0)
+            return -1;
+        break;
+    case KEY_LEVEL: /* the range needs the store: main() */
+        rc = pcr_opt_level(name, val, &k, msg, sizeof(msg));
+        if (rc == 0 && set_str(&c->level, val) != 0)
+            return -1;
+        break;
+    case KEY_CACHE:
+    case KEY_LOGFILE:
+        if (!val[0]) {
+            pcr_opt_msg(msg, sizeof(msg), name, val, "want a path");
+            rc = -1;
+        } else if (set_str(key == KEY_CACHE ? &c->cache : &c->logfile, val) != 0) {
+            return -1;
+        }
+        break;
+    case KEY_CACHE_SIZE:
+        rc = pcr_opt_size(name, val, 1, MAX_CACHE_SIZE, "bytes", &c->cache_size, msg, sizeof(msg));
+        break;
+    case KEY_HTTP_TIMEOUT:
+        rc = pcr_opt_real(name, val, 0, MAX_HTTP_TIMEOUT, 0, "seconds, 0: 10", &c->http_timeout,
+                          msg, sizeof(msg));
+        break;
+    case KEY_HTTP_RETRIES:
+        rc = pcr_opt_uint(name, val, 0, MAX_HTTP_RETRIES, NULL, &v, msg, sizeof(msg));
+        c->http_retries = rc == 0 ? (int)v : c->http_retries;
+        break;
+    case KEY_READ_AHEAD_KB:
+        rc = pcr_opt_uint(name, val, 0, MAX_READ_AHEAD_KB, "kB, 0: the kernel's", &v, msg,
+                          sizeof(msg));
+        c->read_ahead_kb = rc == 0 ? (int)v : c->read_ahead_kb;
+        break;
+    case KEY_MIX:
+        rc = pcrfs_mix_opt(&c->mix, name, val, msg, sizeof(msg));
+        break;
+    case KEY_REFURB:
+        rc = pcrfs_refurb_opt(&c->refurb, name, val, msg, sizeof(msg));
+        break;
+    case KEY_FUSE_NUM:
+        keep = 1;
+        for (size_t i = 0; i < sizeof(fuse_nums) / sizeof(fuse_nums[0]); i++)
+            if (!strcmp(name, fuse_nums[i].name))
+                rc = pcr_opt_uint(name, val, fuse_nums[i].min, fuse_nums[i].max, NULL, &v, msg,
+                                  sizeof(msg));
+        break;
+    case KEY_READDIRPLUS: /* kept for fuse_parse_conn_info_opts() */
+        keep = 1;
+        rc = pcr_opt_word(name, val, rdp_words, &w, msg, sizeof(msg));
+        c->has_readdirplus = true;
+        break;
+    case KEY_FSNAME:
+    case KEY_SUBTYPE:
+        keep = 1;
+        if (!val[0]) {
+            pcr_opt_msg(msg, sizeof(msg), name, val, "want a name");
+            rc = -1;
+        }
+        *(key == KEY_FSNAME ? &c->has_fsname : &c->has_subtype) = true;
+        break;
+    }
+    if (rc == -ENOMEM)
+        return -1;
+    if (rc) {
+        fprintf(stderr, "pcrfs: %s\n", msg);
+        return -1;
+    }
+    if ((key == KEY_CACHE || key == KEY_CACHE_SIZE || key == KEY_HTTP_TIMEOUT ||
+         key == KEY_HTTP_RETRIES) &&
+        set_str(&c->remote_only, arg) != 0)
+        return -1;
+    return keep;
+}
+
 /* Take STORE (the first non-option) out of the arguments, leave MOUNTPOINT for
- * fuse_parse_cmdline(), and note which mount options the user gave; those are kept
- * (return 1) for fuse_session_new(). */
+ * fuse_parse_cmdline(), note which mount options the user gave (those are kept,
+ * return 1, for fuse_session_new()) and check every option's value. */
 static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
     struct cli *c = data;
@@ -120,17 +315,10 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
     case KEY_DEFPERM:
         c->has_defperm = true;
         return 1;
-    case KEY_FSNAME:
-        c->has_fsname = true;
-        return 1;
-    case KEY_SUBTYPE:
-        c->has_subtype = true;
-        return 1;
-    case KEY_READDIRPLUS: /* kept for fuse_parse_conn_info_opts() */
-        c->has_readdirplus = true;
+    case FUSE_OPT_KEY_OPT:
         return 1;
     default:
-        return 1;
+        return cli_value(c, key, arg);
     }
 }
 
@@ -199,34 +387,6 @@ static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap
     log_line(level <= FUSE_LOG_ERR ? "error: " : level == FUSE_LOG_WARNING ? "warning: " : "", msg);
 }
 
-/* "12500000", "12.5M", "100k": bytes per second (or bytes). @return 0 or -1. */
-int pcrfs_parse_rate(const char *s, uint64_t *out)
-{
-    char *end;
-    double v;
-
-    errno = 0;
-    v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0))
-        return -1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        v *= 1e3, end++;
-        break;
-    case 'M':
-        v *= 1e6, end++;
-        break;
-    case 'G':
-        v *= 1e9, end++;
-        break;
-    }
-    if (*end || v >= 1.8e19)
-        return -1;
-    *out = (uint64_t)v;
-    return 0;
-}
-
 /* "pcrfs: STORE: message". The library's messages mostly start with the path
  * already ("STORE/index.db: not a pcrfs index"); it is not repeated then. */
 static void store_error(const char *store, const char *msg)
@@ -262,14 +422,13 @@ static int add_opt_value(struct fuse_args *args, const char *name, const char *v
  * closed while mounted), so a store with more records than the soft RLIMIT_NOFILE
  * (often 1024: ImageNet at 1,024 images per record has 1,252) would start failing
  * with EIO. Raise the soft limit to the hard one, as daemons that cache files do. */
-/* The qNN/ views: -o quality=0.9:0.95:0.99 (thresholds in (0, 1]; ':' because -o
- * splits at commas) or none; by
- * default 0.90, 0.95 and 0.99 when the store has a quality table (mkpcrfs
- * --quality). @return 0, or -1 (message printed). */
-static int set_quality_views(struct pcrfs *fs, const char *opt)
+/* The qNN/ views: -o quality=0.9:0.95:0.99 (checked by parse_quality() as given)
+ * or none; by default 0.90, 0.95 and 0.99 when the store has a quality table
+ * (mkpcrfs --quality). */
+static void set_quality_views(struct pcrfs *fs, const char *opt)
 {
     static const double dflt[] = {0.90, 0.95, 0.99};
-    char meta[32], *copy, *tok, *save = NULL;
+    char meta[32], msg[512];
     bool has = pcr_store_meta(fs->store, "quality", meta, sizeof(meta)) > 0 &&
                strcmp(meta, "off") != 0;
 
@@ -277,35 +436,13 @@ static int set_quality_views(struct pcrfs *fs, const char *opt)
     if (!opt) {
         for (size_t i = 0; has && i < sizeof(dflt) / sizeof(dflt[0]); i++)
             fs->qthresh[fs->nq++] = dflt[i];
-        return 0;
+        return;
     }
-    if (!strcmp(opt, "none"))
-        return 0;
-    if (!has)
-        fprintf(stderr, "pcrfs: warning: quality=%s: the store has no quality table (build "
-                        "it with mkpcrfs --quality): every qNN/ serves the top level\n", opt);
-    copy = strdup(opt);
-    if (!copy)
-        return -1;
-    for (tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
-        char *end;
-        double t = strtod(tok, &end);
-        if (end == tok || *end || !(t > 0.0 && t <= 1.0) || fs->nq >= PCRFS_MAX_QVIEWS) {
-            fprintf(stderr, "pcrfs: quality=%s: want up to %d thresholds in (0, 1], e.g. "
-                            "0.9:0.95:0.99\n", opt, PCRFS_MAX_QVIEWS);
-            free(copy);
-            return -1;
-        }
-        for (unsigned i = 0; i < fs->nq; i++)
-            if (fs->qthresh[i] == t) {
-                fprintf(stderr, "pcrfs: quality=%s: %g given twice\n", opt, t);
-                free(copy);
-                return -1;
-            }
-        fs->qthresh[fs->nq++] = t;
-    }
-    free(copy);
-    return 0;
+    if (parse_quality(opt, fs->qthresh, &fs->nq, msg, sizeof(msg)) == 0 && fs->nq && !has)
+        fprintf(stderr,
+                "pcrfs: warning: quality=%s: the store has no quality table (build "
+                "it with mkpcrfs --quality): every qNN/ serves the top level\n",
+                opt);
 }
 
 static void raise_fd_limit(void)
@@ -410,34 +547,13 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_opts;
     }
-    if (!(cli.timeout >= 0.0)) {
-        fprintf(stderr, "pcrfs: timeout must be a number >= 0\n");
-        ret = EXIT_USAGE;
-        goto out_opts;
-    }
-    if (!(cli.http_timeout >= 0.0 && cli.http_timeout <= 86400.0) || cli.http_retries < -1) {
-        fprintf(stderr, "pcrfs: http_timeout must be 0..86400 seconds, http_retries >= 0\n");
-        ret = EXIT_USAGE;
-        goto out_opts;
-    }
-    if (cli.read_ahead_kb < -1 || cli.read_ahead_kb > 1048576) {
-        fprintf(stderr, "pcrfs: read_ahead_kb must be 0..1048576 (0: the kernel's)\n");
-        ret = EXIT_USAGE;
-        goto out_opts;
-    }
-    if (cli.readahead && strcmp(cli.readahead, "record") != 0 &&
-        strcmp(cli.readahead, "kernel") != 0) {
-        fprintf(stderr, "pcrfs: readahead=%s: want record or kernel\n", cli.readahead);
-        ret = EXIT_USAGE;
-        goto out_opts;
-    }
-    if (cli.bwlimit && pcrfs_parse_rate(cli.bwlimit, &fs.bwlimit) != 0) {
-        fprintf(stderr, "pcrfs: bwlimit=%s: not a rate (bytes/s, e.g. 50M)\n", cli.bwlimit);
-        ret = EXIT_USAGE;
-        goto out_opts;
-    }
-    if (cli.logfile && !cli.logfile[0]) {
-        fprintf(stderr, "pcrfs: logfile=: no path\n");
+    /* every value was checked as it was given (cli_proc); what is left is what
+     * needs STORE */
+    if (cli.remote_only && !pcr_url_is_remote(cli.store)) {
+        fprintf(stderr,
+                "pcrfs: %s: only for a STORE in object storage (s3://, http://, "
+                "https://)\n",
+                cli.remote_only);
         ret = EXIT_USAGE;
         goto out_opts;
     }
@@ -493,15 +609,10 @@ int main(int argc, char *argv[])
      * library keeps a directory descriptor and SQLite an absolute path, so the
      * daemon's chdir("/") when it detaches does not matter). */
     if (pcr_url_is_remote(cli.store)) {
-        struct pcr_http_opts ho = {.cache_dir = cli.cache, .retries = cli.http_retries,
-                                   .timeout_ms = (unsigned)(cli.http_timeout * 1000.0)};
-        if (cli.cache_size && (pcrfs_parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
-                               !ho.cache_size)) {
-            fprintf(stderr, "pcrfs: cache_size=%s: not a size (bytes, e.g. 500M)\n",
-                    cli.cache_size);
-            ret = EXIT_USAGE;
-            goto out_conn;
-        }
+        struct pcr_http_opts ho = {.cache_dir = cli.cache,
+                                   .retries = cli.http_retries,
+                                   .timeout_ms = (unsigned)(cli.http_timeout * 1000.0),
+                                   .cache_size = cli.cache_size};
         rc = pcr_store_open_url(cli.store, &ho, &fs.store, err, sizeof(err));
     } else {
         rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
@@ -531,15 +642,12 @@ int main(int argc, char *argv[])
         fprintf(stderr, "pcrfs: %s: the store has %u levels\n", cli.store, fs.levels);
         goto out_store;
     }
-    if (set_quality_views(&fs, cli.quality) != 0) {
-        ret = EXIT_USAGE;
-        goto out_store;
-    }
+    set_quality_views(&fs, cli.quality);
     if (cli.level) {
         unsigned k = pcrfs_parse_level(&fs, cli.level, strlen(cli.level));
 
         if (!k) {
-            fprintf(stderr, "pcrfs: level=%s: not a level of this store (1..%u or full)\n",
+            fprintf(stderr, "pcrfs: level=%s: want a level of this store: 1..%u or full\n",
                     cli.level, fs.levels);
             ret = EXIT_USAGE;
             goto out_store;
@@ -591,9 +699,10 @@ int main(int argc, char *argv[])
     fs.uid = getuid();
     fs.gid = getgid();
     fs.mtime = pcr_store_mtime(fs.store);
+    fs.bwlimit = cli.bwlimit;
     if (fs.bwlimit)
         pcr_store_set_bwlimit(fs.store, fs.bwlimit);
-    if (cli.readahead && !strcmp(cli.readahead, "record"))
+    if (cli.readahead_record)
         pcr_store_set_readahead(fs.store, true);
     clock_gettime(CLOCK_MONOTONIC, &now);
     fs.started = now.tv_sec;
@@ -696,15 +805,13 @@ out_opts:
     free(opts.mountpoint);
 out_args:
     free(cli.store);
-    free(cli.bwlimit);
-    free(cli.readahead);
     free(cli.quality);
     free(cli.level);
     free(cli.mix.range);
     free(cli.mix.mean);
     free(cli.mix.seed);
     free(cli.cache);
-    free(cli.cache_size);
+    free(cli.remote_only);
     free(cli.logfile);
     pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);

@@ -27,6 +27,7 @@
 #include "inode.h"
 #include "mixview.h"
 #include "util/json.h"
+#include "util/optparse.h"
 
 static uint64_t h64(uint64_t x)
 {
@@ -120,15 +121,49 @@ static void set_weights(struct mix *m)
     }
 }
 
-static int parse_u64(const char *s, uint64_t *out)
+/* "LO-HI": the syntax of both levels. @return 0, or -1 with one line in @msg. */
+static int check_range(const char *val, char *msg, size_t len)
 {
-    char *e;
+    const char *dash = strchr(val, '-');
+    char lo[16];
+    uint32_t k;
 
-    if (!*s || *s == '-' || *s == '+' || *s == ' ')
+    if (dash && (size_t)(dash - val) < sizeof(lo)) {
+        memcpy(lo, val, (size_t)(dash - val));
+        lo[dash - val] = '\0';
+        if (pcr_opt_level("mix", lo, &k, NULL, 0) == 0 &&
+            pcr_opt_level("mix", dash + 1, &k, NULL, 0) == 0)
+            return 0;
+    }
+    pcr_opt_msg(msg, len, "mix", val, "want LO-HI, two levels (1..L or full) with LO <= HI");
+    return -1;
+}
+
+int pcrfs_mix_opt(struct mix_args *a, const char *name, const char *val, char *msg, size_t len)
+{
+    char **slot;
+    uint64_t seed;
+    double mean;
+    int rc;
+
+    if (!strcmp(name, "mix")) {
+        slot = &a->range;
+        rc = check_range(val, msg, len);
+    } else if (!strcmp(name, "mix_mean")) {
+        slot = &a->mean; /* its range needs LO and HI: pcrfs_mix_init */
+        rc = pcr_opt_real(name, val, 1, PCR_MAX_LEVELS, 0, NULL, &mean, msg, len);
+    } else if (!strcmp(name, "mix_seed")) {
+        slot = &a->seed;
+        rc = pcr_opt_uint(name, val, 0, UINT64_MAX, NULL, &seed, msg, len);
+    } else {
+        pcr_opt_msg(msg, len, name, val, "not a mix option");
         return -1;
-    errno = 0;
-    *out = strtoull(s, &e, 0);
-    return errno || *e ? -1 : 0;
+    }
+    if (rc)
+        return -1;
+    free(*slot); /* the last one given counts */
+    *slot = strdup(val);
+    return *slot ? 0 : -ENOMEM;
 }
 
 int pcrfs_mix_init(const struct mix_args *a, struct pcrfs *fs)
@@ -137,6 +172,8 @@ int pcrfs_mix_init(const struct mix_args *a, struct pcrfs *fs)
     const char *dash;
     unsigned lo, hi;
     uint64_t seed = 0;
+    double mean = 0;
+    char msg[512];
 
     fs->mix = NULL;
     if (!a->range) {
@@ -146,12 +183,16 @@ int pcrfs_mix_init(const struct mix_args *a, struct pcrfs *fs)
         }
         return 0;
     }
+    /* the syntax was checked as the options came (pcrfs_mix_opt): here the ranges
+     * that need the store */
     dash = strchr(a->range, '-');
     lo = dash ? pcrfs_parse_level(fs, a->range, (size_t)(dash - a->range)) : 0;
     hi = dash ? pcrfs_parse_level(fs, dash + 1, strlen(dash + 1)) : 0;
     if (!lo || !hi || lo > hi) {
-        fprintf(stderr, "pcrfs: mix=%s: want LO-HI, two levels of this store (1..%u or full), "
-                        "LO <= HI\n", a->range, fs->levels);
+        pcr_opt_msg(msg, sizeof(msg), "mix", a->range,
+                    "want LO-HI, two levels of this store (1..%u or full) with LO <= HI",
+                    fs->levels);
+        fprintf(stderr, "pcrfs: %s\n", msg);
         return -1;
     }
     /* files of level K are inode view VIEW_MIX + K (inode.h): 8 bits */
@@ -160,8 +201,14 @@ int pcrfs_mix_init(const struct mix_args *a, struct pcrfs *fs)
                 fs->levels, 0xff - VIEW_MIX);
         return -1;
     }
-    if (a->seed && parse_u64(a->seed, &seed) != 0) {
-        fprintf(stderr, "pcrfs: mix_seed=%s: want an integer 0..2^64-1\n", a->seed);
+    if (a->seed &&
+        pcr_opt_uint("mix_seed", a->seed, 0, UINT64_MAX, NULL, &seed, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "pcrfs: %s\n", msg);
+        return -1;
+    }
+    if (a->mean && pcr_opt_real("mix_mean", a->mean, lo, hi, PCR_OPT_GT_MIN | PCR_OPT_LT_MAX, NULL,
+                                &mean, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "pcrfs: %s\n", msg);
         return -1;
     }
     m = calloc(1, sizeof(*m));
@@ -171,19 +218,7 @@ int pcrfs_mix_init(const struct mix_args *a, struct pcrfs *fs)
     m->hi = hi;
     m->seed = seed;
     m->uniform = !a->mean;
-    m->mean = (lo + hi) / 2.0;
-    if (a->mean) {
-        char *e;
-        double mean = strtod(a->mean, &e);
-
-        if (*e || e == a->mean || !(mean > lo && mean < hi)) {
-            fprintf(stderr, "pcrfs: mix_mean=%s: want a number strictly between %u and %u\n",
-                    a->mean, lo, hi);
-            free(m);
-            return -1;
-        }
-        m->mean = mean;
-    }
+    m->mean = a->mean ? mean : (lo + hi) / 2.0;
     set_weights(m);
     m->nfiles = pcr_store_nfiles(fs->store);
     /* untouched pages of a calloc'ed array cost no memory: a pass touches them */

@@ -27,7 +27,7 @@ struct pcrfs;
 struct pcr_json;
 struct view_file_ops;
 
-/* The -o mix=LO-HI, mix_mean=M and mix_seed=N options as given (or NULL). */
+/* The -o mix=LO-HI, mix_mean=M and mix_seed=N options as given (checked, or NULL). */
 struct mix_args {
     char *range, *mean, *seed;
 };
@@ -44,6 +44,11 @@ struct mix {
     atomic_uint_fast64_t served[PCR_MAX_LEVELS + 1]; /* [k] opens served at level k */
 };
 
+/* Take one -o mix* option (@name without the '=', @val its value) into @a as it is
+ * given: its syntax is checked now (ranges need the store: pcrfs_mix_init), so a
+ * malformed value is refused even if a later one replaces it; the last one given
+ * counts. @return 0; -1 a bad value (one line in @msg); -ENOMEM. */
+int pcrfs_mix_opt(struct mix_args *a, const char *name, const char *val, char *msg, size_t len);
 /* Check @a and set up fs->mix (NULL without mix=) once the store is open (levels
  * known). Prints what is wrong. @return 0, -1 a usage error, -ENOMEM. */
 int pcrfs_mix_init(const struct mix_args *a, struct pcrfs *fs);

@@ -32,6 +32,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,7 @@
 #include "fs.h"
 #include "inode.h"
 #include "util/json.h"
+#include "util/optparse.h"
 
 #define REFURB_XATTR      "user.pcrfs.refurb"
 #define REFURB_XATTR_NEXT "user.pcrfs.refurb_next"
@@ -289,125 +292,138 @@ void pcrfs_refurb_free(struct pcrfs *fs)
 
 /* ---- the command line (main.c) --------------------------------------------------------- */
 
-/* A number as refurb_scale= and refurb_ratio= take it: "0.08", "1", "3/4".
- * @return 0 or -1. */
-static int parse_frac(const char *s, const char *end, double *out)
-{
-    char buf[64], *e, *slash;
-    double num, den = 1.0;
-    size_t n = (size_t)(end - s);
+#define REFURB_MAX_R          1000
+#define REFURB_MAX_THREADS    256
+#define REFURB_MAX_CACHE_SIZE UINT64_C(1000000000000000) /* 10^15 bytes */
 
-    if (n == 0 || n >= sizeof(buf))
-        return -1;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    slash = strchr(buf, '/');
-    if (slash)
-        *slash = '\0';
-    errno = 0;
-    num = strtod(buf, &e);
-    if (e == buf || *e || errno)
-        return -1;
-    if (slash) {
-        den = strtod(slash + 1, &e);
-        if (e == slash + 1 || *e || errno || !(den > 0))
+/* Where each -o refurb* option's value is kept in struct refurb_args. */
+static const struct {
+    const char *name;
+    size_t off;
+} refurb_opts[] = {
+    {"refurb", offsetof(struct refurb_args, r)},
+    {"refurb_size", offsetof(struct refurb_args, size)},
+    {"refurb_scale", offsetof(struct refurb_args, scale)},
+    {"refurb_ratio", offsetof(struct refurb_args, ratio)},
+    {"refurb_flip", offsetof(struct refurb_args, flip)},
+    {"refurb_level", offsetof(struct refurb_args, level)},
+    {"refurb_seed", offsetof(struct refurb_args, seed)},
+    {"refurb_threads", offsetof(struct refurb_args, threads)},
+    {"refurb_cache", offsetof(struct refurb_args, cache)},
+    {"refurb_cache_size", offsetof(struct refurb_args, cache_size)},
+};
+
+/* Option @name's value @val into @set: everything but the level's range, which
+ * needs the store (pcrfs_refurb_parse). The one place that knows what each option
+ * takes (util/optparse.h's forms). @return 0, or -1 with one line in @msg. */
+static int parse_one(struct refurb_setup *set, const char *name, const char *val, char *msg,
+                     size_t len)
+{
+    static const char *const yes_no[] = {"yes", "no", NULL};
+    uint64_t v;
+    unsigned w;
+    uint32_t k;
+
+    if (!strcmp(name, "refurb")) {
+        if (pcr_opt_uint(name, val, 1, REFURB_MAX_R, "opens per version", &v, msg, len))
             return -1;
+        set->r = (unsigned)v;
+    } else if (!strcmp(name, "refurb_size")) {
+        if (pcr_opt_uint(name, val, 1, PCR_REFURB_MAX_SIZE, "pixels", &v, msg, len))
+            return -1;
+        set->conf.size = (unsigned)v;
+    } else if (!strcmp(name, "refurb_scale")) {
+        return pcr_opt_frac_range(name, val, 0, 1, PCR_OPT_GT_MIN, "fractions of the image's area",
+                                  set->conf.scale, msg, len);
+    } else if (!strcmp(name, "refurb_ratio")) {
+        return pcr_opt_frac_range(name, val, 0, INFINITY, PCR_OPT_GT_MIN,
+                                  "aspect ratios width/height", set->conf.ratio, msg, len);
+    } else if (!strcmp(name, "refurb_flip")) {
+        if (pcr_opt_word(name, val, yes_no, &w, msg, len))
+            return -1;
+        set->conf.flip = w == 0;
+    } else if (!strcmp(name, "refurb_level")) {
+        return pcr_opt_level(name, val, &k, msg, len);
+    } else if (!strcmp(name, "refurb_seed")) {
+        return pcr_opt_uint(name, val, 0, UINT64_MAX, NULL, &set->conf.seed, msg, len);
+    } else if (!strcmp(name, "refurb_threads")) {
+        if (pcr_opt_uint(name, val, 0, REFURB_MAX_THREADS, NULL, &v, msg, len))
+            return -1;
+        set->threads = (unsigned)v;
+    } else if (!strcmp(name, "refurb_cache_size")) {
+        return pcr_opt_size(name, val, 1, REFURB_MAX_CACHE_SIZE, "bytes", &set->cache_bytes, msg,
+                            len);
+    } else if (!strcmp(name, "refurb_cache")) {
+        if (!val[0]) {
+            pcr_opt_msg(msg, len, name, val, "want a directory");
+            return -1;
+        }
+        set->cache_dir = val;
     }
-    *out = num / den;
     return 0;
 }
 
-/* "LO:HI" (or "LO,HI", which -o needs written LO\\,HI). @return 0 or -1. */
-static int parse_range(const char *s, double out[2])
+int pcrfs_refurb_opt(struct refurb_args *a, const char *name, const char *val, char *msg,
+                     size_t len)
 {
-    const char *sep = strpbrk(s, ":,");
+    struct refurb_setup scratch;
 
-    if (!sep || parse_frac(s, sep, &out[0]) || parse_frac(sep + 1, sep + strlen(sep), &out[1]))
-        return -1;
-    return 0;
-}
+    for (size_t i = 0; i < sizeof(refurb_opts) / sizeof(refurb_opts[0]); i++) {
+        char **slot = (char **)((char *)a + refurb_opts[i].off);
 
-/* A decimal unsigned integer no larger than @max. @return 0 or -1. */
-static int parse_uint(const char *s, uint64_t max, uint64_t *out)
-{
-    char *e;
-    unsigned long long v;
-
-    if (!s[0] || s[0] == '-' || s[0] == '+')
-        return -1;
-    errno = 0;
-    v = strtoull(s, &e, 10);
-    if (*e || errno || v > max)
-        return -1;
-    *out = v;
-    return 0;
+        if (strcmp(name, refurb_opts[i].name) != 0)
+            continue;
+        memset(&scratch, 0, sizeof(scratch));
+        if (parse_one(&scratch, name, val, msg, len) != 0)
+            return -1;
+        free(*slot); /* the last one given counts */
+        *slot = strdup(val);
+        return *slot ? 0 : -ENOMEM;
+    }
+    pcr_opt_msg(msg, len, name, val, "not a refurb option");
+    return -1;
 }
 
 int pcrfs_refurb_parse(const struct refurb_args *c, const struct pcrfs *fs,
                        struct refurb_setup *set)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t v;
+    bool any = false;
+    char msg[512];
 
     memset(set, 0, sizeof(*set));
     pcr_refurb_conf_default(&set->conf);
     set->level = fs->levels;
     set->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
+    /* each value was checked as it was given (pcrfs_refurb_opt): only the level's
+     * range is new here */
+    for (size_t i = 0; i < sizeof(refurb_opts) / sizeof(refurb_opts[0]); i++) {
+        const char *val = *(char *const *)((const char *)c + refurb_opts[i].off);
+
+        if (!val)
+            continue;
+        any = true;
+        if (parse_one(set, refurb_opts[i].name, val, msg, sizeof(msg)) != 0) {
+            fprintf(stderr, "pcrfs: %s\n", msg);
+            return -1;
+        }
+    }
     if (!c->r) {
-        if (c->size || c->scale || c->ratio || c->flip || c->level || c->seed || c->threads ||
-            c->cache || c->cache_size) {
+        if (any) {
             fprintf(stderr, "pcrfs: refurb_* options need -o refurb=R\n");
             return -1;
         }
         return 0;
     }
-#define BAD(what, val, hint)                                                                       \
-    do {                                                                                           \
-        fprintf(stderr, "pcrfs: %s=%s: %s\n", what, val, hint);                                    \
-        return -1;                                                                                 \
-    } while (0)
-    if (parse_uint(c->r, 1000, &v) || v < 1)
-        BAD("refurb", c->r, "not a reuse count (1..1000)");
-    set->r = (unsigned)v;
-    if (c->size) {
-        if (parse_uint(c->size, PCR_REFURB_MAX_SIZE, &v) || v < 1)
-            BAD("refurb_size", c->size, "not a side in pixels (1..4096)");
-        set->conf.size = (unsigned)v;
-    }
-    if (c->scale && parse_range(c->scale, set->conf.scale))
-        BAD("refurb_scale", c->scale, "not a range LO:HI");
-    if (c->ratio && parse_range(c->ratio, set->conf.ratio))
-        BAD("refurb_ratio", c->ratio, "not a range LO:HI");
-    if (c->flip) {
-        if (strcmp(c->flip, "yes") == 0)
-            set->conf.flip = true;
-        else if (strcmp(c->flip, "no") == 0)
-            set->conf.flip = false;
-        else
-            BAD("refurb_flip", c->flip, "yes or no");
-    }
     if (c->level) {
         set->level = pcrfs_parse_level(fs, c->level, strlen(c->level));
-        if (!set->level)
-            BAD("refurb_level", c->level, "not a level of this store (1..L or full)");
+        if (!set->level) {
+            pcr_opt_msg(msg, sizeof(msg), "refurb_level", c->level,
+                        "want a level of this store: 1..%u or full", fs->levels);
+            fprintf(stderr, "pcrfs: %s\n", msg);
+            return -1;
+        }
     }
-    if (c->seed && parse_uint(c->seed, UINT64_MAX, &set->conf.seed))
-        BAD("refurb_seed", c->seed, "not an unsigned 64-bit integer");
-    if (c->threads) {
-        if (parse_uint(c->threads, 256, &v))
-            BAD("refurb_threads", c->threads, "not a number of threads (0..256)");
-        set->threads = (unsigned)v;
-    }
-    if (c->cache_size &&
-        (pcrfs_parse_rate(c->cache_size, &set->cache_bytes) != 0 || !set->cache_bytes))
-        BAD("refurb_cache_size", c->cache_size, "not a size (bytes, e.g. 2G)");
-    if (c->cache && !c->cache[0])
-        BAD("refurb_cache", c->cache, "no directory");
-    set->cache_dir = c->cache;
-    if (pcr_refurb_conf_check(&set->conf) != 0)
-        BAD("refurb_scale/refurb_ratio", c->scale ? c->scale : "",
-            "a range must have LO <= HI, scale within (0, 1], ratio > 0");
-#undef BAD
     return 0;
 }
 

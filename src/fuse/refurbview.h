@@ -22,7 +22,7 @@ struct pcrfs;
 struct pcr_json;
 struct view_file_ops;
 
-/* The -o refurb=R and refurb_* options as given (fuse_opt's strings, or NULL). */
+/* The -o refurb=R and refurb_* options as given (checked, or NULL). */
 struct refurb_args {
     char *r, *size, *scale, *ratio, *flip, *level, *seed, *threads, *cache, *cache_size;
 };
@@ -55,8 +55,15 @@ struct refurb {
     double scan_s; /* the mount-time scan of the file table */
 };
 
-/* Check @a and turn it into @set (defaults for what is not given; r 0 without
- * refurb=), once the store is open (levels are known). Prints what is wrong.
+/* Take one -o refurb* option (@name without the '=', @val its value) into @a as
+ * it is given: its syntax and every range that needs no store are checked now,
+ * so a malformed value is refused even if a later one replaces it; the last one
+ * given counts. @return 0; -1 a bad value or an unknown name (one line in @msg);
+ * -ENOMEM. */
+int pcrfs_refurb_opt(struct refurb_args *a, const char *name, const char *val, char *msg,
+                     size_t len);
+/* Turn @a into @set (defaults for what is not given; r 0 without refurb=), once
+ * the store is open (levels are known). Prints what is wrong.
  * @return 0 or -1 (a usage error). */
 int pcrfs_refurb_parse(const struct refurb_args *a, const struct pcrfs *fs,
                        struct refurb_setup *set);
