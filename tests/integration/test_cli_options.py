@@ -260,6 +260,11 @@ GOOD = [
             info_after_mount("bwlimit=12.5M,timeout=0.5,read_ahead_kb=0,readahead=record,"
                              "quality=none,max_threads=4,max_idle_threads=2,readdirplus=no"),
             rc=0, mounted=True, check=info_check(bwlimit=12500000)),
+    # the store has no quality table: the views serve the top level, with a warning
+    ct.Case("pcrfs quality=0.95 on a store without quality data warns",
+            info_after_mount("quality=0.95"), rc=0, mounted=True, lines=1,
+            msg=r"^pcrfs: warning: quality=0\.95: the store has no quality table",
+            check=lambda ctx, p: _assert("q95" in json.loads(p.stdout)["views"], p.stdout)),
     ct.Case("pcrfs bwlimit=25K (K as k)", info_after_mount("bwlimit=25K"), rc=0, mounted=True,
             check=info_check(bwlimit=25000)),
     ct.Case("pcrfs the last of a repeated option counts",
