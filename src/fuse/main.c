@@ -47,7 +47,7 @@ struct cli {
     uint64_t cache_size; /* -o cache_size=SIZE (0: the library's default) */
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
-    char *remote_only;  /* "NAME=VALUE", the last of these four: refused for a local STORE */
+    char *remote_only;  /* the message refusing the last of these four for a local STORE */
     char *logfile; /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
@@ -219,12 +219,12 @@ static int cli_value(struct cli *c, int key, const char *arg)
     case KEY_QUALITY:
         rc = parse_quality(val, t, &w, msg, sizeof(msg));
         if (rc == 0 && set_str(&c->quality, val) != 0)
-            return -1;
+            rc = -ENOMEM;
         break;
     case KEY_LEVEL: /* the range needs the store: main() */
         rc = pcr_opt_level(name, val, &k, msg, sizeof(msg));
         if (rc == 0 && set_str(&c->level, val) != 0)
-            return -1;
+            rc = -ENOMEM;
         break;
     case KEY_CACHE:
     case KEY_LOGFILE:
@@ -232,7 +232,7 @@ static int cli_value(struct cli *c, int key, const char *arg)
             pcr_opt_msg(msg, sizeof(msg), name, val, "want a path");
             rc = -1;
         } else if (set_str(key == KEY_CACHE ? &c->cache : &c->logfile, val) != 0) {
-            return -1;
+            rc = -ENOMEM;
         }
         break;
     case KEY_CACHE_SIZE:
@@ -279,16 +279,18 @@ static int cli_value(struct cli *c, int key, const char *arg)
         *(key == KEY_FSNAME ? &c->has_fsname : &c->has_subtype) = true;
         break;
     }
-    if (rc == -ENOMEM)
-        return -1;
+    if (rc == 0 && (key == KEY_CACHE || key == KEY_CACHE_SIZE || key == KEY_HTTP_TIMEOUT ||
+                    key == KEY_HTTP_RETRIES)) {
+        /* main() refuses it for a local STORE, once the arguments are all read */
+        pcr_opt_msg(msg, sizeof(msg), name, val,
+                    "only for a STORE in object storage (s3://, http://, https://)");
+        if (set_str(&c->remote_only, msg) != 0)
+            rc = -ENOMEM;
+    }
     if (rc) {
-        fprintf(stderr, "pcrfs: %s\n", msg);
+        fprintf(stderr, "pcrfs: %s\n", rc == -ENOMEM ? "out of memory" : msg);
         return -1;
     }
-    if ((key == KEY_CACHE || key == KEY_CACHE_SIZE || key == KEY_HTTP_TIMEOUT ||
-         key == KEY_HTTP_RETRIES) &&
-        set_str(&c->remote_only, arg) != 0)
-        return -1;
     return keep;
 }
 
@@ -550,10 +552,7 @@ int main(int argc, char *argv[])
     /* every value was checked as it was given (cli_proc); what is left is what
      * needs STORE */
     if (cli.remote_only && !pcr_url_is_remote(cli.store)) {
-        fprintf(stderr,
-                "pcrfs: %s: only for a STORE in object storage (s3://, http://, "
-                "https://)\n",
-                cli.remote_only);
+        fprintf(stderr, "pcrfs: %s\n", cli.remote_only);
         ret = EXIT_USAGE;
         goto out_opts;
     }
