@@ -142,7 +142,11 @@ int ti_seit_tree(struct tokimport *t)
 
     rc = pcr_seit_open(&paths, &so, &t->seit, err, sizeof(err));
     if (rc) {
-        tool_err("%s", err[0] ? err : strerror(-rc));
+        /* the index is looked for by pcrfs's rule, not SeiT's (pcr_seit_paths) */
+        tool_err("%s%s", err[0] ? err : strerror(-rc),
+                 rc == -ENOENT && !paths.index && strstr(err, "no index file")
+                     ? "; name it with --seit-index"
+                     : "");
         return -1;
     }
     n = pcr_seit_count(t->seit);
