@@ -4,7 +4,8 @@ tree of per-image .npy files; --seit DATA, SeiT's release format), pcrfs serves 
 under MNT/tokens/ as NumPy files and the codebook as MNT/.pcrfs/codebook.npy.
 
 The test data comes from tests/gen/mktokens.py (spatially correlated grids, Zipf-like
-frequencies, ids past 255 and 510, codebooks of 391 and 8192 entries, grids of 16x16
+frequencies, ids past 255 and (in .npy trees) 510, codebooks of 391, 510 (SeiT's format
+holds no more) and 8192 entries, grids of 16x16
 and 32x32) plus odd cases written here with numpy. The oracle is numpy itself: every
 grid read through the mount must equal what numpy.load returns for its source.
 
