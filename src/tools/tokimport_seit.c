@@ -114,8 +114,8 @@ static void warn_odd(struct tokimport *t)
     tool_warn("%s: %" PRIu64 " image%s (the first: image %" PRIu64 ") hold%s %s%s%s; read as "
               "SeiT's reader reads them (a run of 255 bytes is one escape, a final 255 is "
               "dropped)",
-              tool_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first,
-              n == 1 ? "s" : "", kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
+              tool_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first, n == 1 ? "s" : "",
+              kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
               kinds == (PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE) ? " or " : "",
               kinds & PCR_SEIT_TRAILING_ESCAPE ? "a 255 byte at the end" : "");
 }

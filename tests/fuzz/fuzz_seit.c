@@ -242,8 +242,8 @@ static void walk(const struct pcr_seit *s, const uint8_t *raw, size_t rawlen, bo
         uint64_t count = pcr_seit_odd(s, &first, &kinds);
         if (count != odd_seen || (count && first != first_odd) || (!count && kinds))
             TRAP("pcr_seit_odd: %llu odd images from %llu, counted %llu from %llu",
-                 (unsigned long long)count, (unsigned long long)first,
-                 (unsigned long long)odd_seen, (unsigned long long)first_odd);
+                 (unsigned long long)count, (unsigned long long)first, (unsigned long long)odd_seen,
+                 (unsigned long long)first_odd);
     }
     if (pcr_seit_item(s, n, &it) != -ENOENT || pcr_seit_name(s, n, name, sizeof(name)) != -ENOENT ||
         pcr_seit_grid(s, n, grid, err, sizeof(err)) != -ENOENT)

@@ -1201,13 +1201,20 @@ static void test_seit_decode(void)
         {"two-byte form", "\xff\x00\xff\xfe\x05", 5, 3, {255, 509, 5}, 0},
         /* [255, 255, 1, 255, 7, 0]: SeiT reads 256, 262, 0; the store's four-byte
          * extension would read 510 + 0x1ff = 1021, 7, 0 */
-        {"repeated escape", "\xff\xff\x01\xff\x07\x00", 6, 3, {256, 262, 0},
+        {"repeated escape",
+         "\xff\xff\x01\xff\x07\x00",
+         6,
+         3,
+         {256, 262, 0},
          PCR_SEIT_REPEATED_ESCAPE},
         {"redundant escape", "\xff\xff\x2d", 3, 1, {300}, PCR_SEIT_REPEATED_ESCAPE},
-        {"run of escapes", "\x01\xff\xff\xff\xff\x00", 6, 2, {1, 255},
-         PCR_SEIT_REPEATED_ESCAPE},
+        {"run of escapes", "\x01\xff\xff\xff\xff\x00", 6, 2, {1, 255}, PCR_SEIT_REPEATED_ESCAPE},
         {"trailing escape", "\x01\x02\xff", 3, 2, {1, 2}, PCR_SEIT_TRAILING_ESCAPE},
-        {"only escapes", "\xff\xff", 2, 0, {0},
+        {"only escapes",
+         "\xff\xff",
+         2,
+         0,
+         {0},
          PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE},
         {"empty", "", 0, 0, {0}, 0},
     };
@@ -1268,8 +1275,8 @@ static void test_seit_line_ends(void)
     p.labels = tpath("seitle/x-label.txt");
     for (size_t e = 0; e < PCR_ARRAY_SIZE(ends); e++) {
         for (int final = 0; final < 2; final++) {
-            int n = snprintf(lab, sizeof(lab), "7%s 8%s9%s", ends[e], ends[e],
-                             final ? ends[e] : "");
+            int n =
+                snprintf(lab, sizeof(lab), "7%s 8%s9%s", ends[e], ends[e], final ? ends[e] : "");
             write_file(p.labels, lab, (size_t)n);
             CHECK(pcr_seit_open(&p, &o, &s, err, sizeof(err)) == 0);
             if (!s) {

@@ -21,9 +21,9 @@ struct pcr_seit {
     uint32_t *label; /* n labels */
     uint32_t *kin;   /* index within the label */
     unsigned h, w;
-    char *names; /* the names file, lines NUL-terminated in place; or NULL */
-    char **name; /* n pointers into names */
-    int lw, kw;  /* zero-padding widths for generated names */
+    char *names;             /* the names file, lines NUL-terminated in place; or NULL */
+    char **name;             /* n pointers into names */
+    int lw, kw;              /* zero-padding widths for generated names */
     uint64_t odd, first_odd; /* images whose bytes SeiT's encoder would not write */
     unsigned odd_kinds;      /* PCR_SEIT_* of pcr_seit_decode(), over all images */
 };
@@ -230,8 +230,8 @@ static int load_labels(struct pcr_seit *s, const char *path, const char *index_p
         goto out;
     rc = -EINVAL;
     if (nl != s->n) {
-        pcr_errf(err, errlen, "%s has %" PRIu64 " label%s but %s has %" PRIu64 " image%s", path,
-                 nl, nl == 1 ? "" : "s", index_path, s->n, s->n == 1 ? "" : "s");
+        pcr_errf(err, errlen, "%s has %" PRIu64 " label%s but %s has %" PRIu64 " image%s", path, nl,
+                 nl == 1 ? "" : "s", index_path, s->n, s->n == 1 ? "" : "s");
         goto out;
     }
     s->label = malloc(s->n * sizeof(*s->label));
@@ -308,8 +308,8 @@ static int load_names(struct pcr_seit *s, const char *path, char *err, size_t er
     }
     for (uint64_t i = 0; i < nl; i++) {
         if (!clean_relpath(s->name[i])) {
-            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%s' is not a clean relative path",
-                     path, i + 1, quote(q, sizeof(q), s->name[i], 80));
+            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%s' is not a clean relative path", path,
+                     i + 1, quote(q, sizeof(q), s->name[i], 80));
             return -EINVAL;
         }
     }
