@@ -53,9 +53,10 @@ static size_t common_root(char **names, const uint64_t *order, uint64_t n)
  * in directory order. Only a warning: the grids are imported either way. */
 static void check_labels(struct tokimport *t, char **names, const uint64_t *order, uint64_t n)
 {
-    uint64_t i = 0, cls = 0, mixed = 0, renumbered = 0;
+    uint64_t i = 0, cls = 0, mixed = 0, renumbered = 0, renum_cls = 0, renum_label = 0;
     size_t root = n ? common_root(names, order, n) : 0;
-    char first_mixed[300] = "", first_renum[300] = "", where[300] = "";
+    /* names come from the file: escaped for the terminal (tool_escape()) */
+    struct tool_buf first_mixed = {0}, first_renum = {0}, where = {0};
 
     while (i < n) {
         const char *nm = names[order[i]] + root, *slash = strchr(nm, '/');
@@ -76,28 +77,35 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
                 one = false;
         }
         if (clen) {
-            if (!one && mixed++ == 0)
-                snprintf(first_mixed, sizeof(first_mixed), "%.*s", (int)clen, nm);
-            else if (one && label != cls && renumbered++ == 0)
-                snprintf(first_renum, sizeof(first_renum),
-                         "'%.*s' is class %" PRIu64 " but has SeiT label %" PRIu64, (int)clen, nm,
-                         cls, label);
+            if (!one && mixed++ == 0) {
+                tool_escape(&first_mixed, nm, clen);
+            } else if (one && label != cls && renumbered++ == 0) {
+                tool_escape(&first_renum, nm, clen);
+                renum_cls = cls;
+                renum_label = label;
+            }
             cls++;
         }
         i = j;
     }
-    if (root)
-        snprintf(where, sizeof(where), " under tokens/%.*s", (int)(root - 1), names[order[0]]);
+    tool_buf_add(&where, "", 0);
+    if (root) {
+        tool_buf_add(&where, " under tokens/", 14);
+        tool_escape(&where, names[order[0]], root - 1);
+    }
     if (mixed)
         tool_warn("%s: %" PRIu64 " class director%s%s hold%s images of several labels (the "
                   "first: '%s'); DatasetFolder's labels will differ from SeiT's",
-                  tool_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies", where,
-                  mixed == 1 ? "s" : "", first_mixed);
+                  tool_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies", where.s,
+                  mixed == 1 ? "s" : "", first_mixed.s);
     else if (renumbered)
-        tool_warn("%s: DatasetFolder numbers classes by directory name%s: %s (%" PRIu64
-                  " class%s differ%s)",
-                  tool_escaped(&t->esc, t->o.seit_names), where, first_renum, renumbered,
-                  renumbered == 1 ? "" : "es", renumbered == 1 ? "s" : "");
+        tool_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
+                  " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
+                  tool_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
+                  renum_label, renumbered, renumbered == 1 ? "" : "es", renumbered == 1 ? "s" : "");
+    tool_buf_free(&first_mixed);
+    tool_buf_free(&first_renum);
+    tool_buf_free(&where);
 }
 
 /* Bytes SeiT's encoder does not write but its reader accepts are read as its reader

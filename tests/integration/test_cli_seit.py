@@ -14,7 +14,8 @@ back through a mount and compares every grid with it. What each row would catch:
   - label files with CR-only and CRLF line ends: imported, no message; a label count
     that differs names both counts;
   - names under train/<class>/: no warning when each class holds one label, and the
-    warning for a mixed class names the class under tokens/train;
+    warning for a mixed class names the class under tokens/train (escaped: a name
+    from the file never reaches the terminal raw);
   - SeiT's codebook.ckpt (a torch.save file) and an .npz: refused in one line saying
     what they are; the conversion the message prints works (its output is accepted);
   - the index file: found by pcrfs's rule (the last "data.bin" of the file name),
@@ -203,6 +204,12 @@ class SeitImport(ct.CliTable):
                  names=TRAIN, lines=1,
                  msg=r"numbers classes by directory name under tokens/train: 'a' is class 0 "
                      r"but has SeiT label 1 \(2 classes differ\)"),
+        imported("a class name with an escape sequence is escaped", [FOUR, PLAIN, FOUR],
+                 [0, 1, 1], {"train/\x1b[31m/x.tok": FOUR, "train/\x1b[31m/y.tok": PLAIN,
+                             "train/b/z.tok": FOUR},
+                 names=["train/\x1b[31m/x.JPEG", "train/\x1b[31m/y.JPEG", "train/b/z.JPEG"],
+                 lines=1, msg=r"under tokens/train holds images of several labels \(the "
+                              r"first: '\\x1b\[31m'\)"),
         case("SeiT's codebook.ckpt refused with the conversion",
              ["--codebook", D("SeiT's codebook.ckpt refused with the conversion") +
               "/codebook.ckpt", "{tmp}/nothing"], 1,
