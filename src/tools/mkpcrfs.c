@@ -233,8 +233,13 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
         tool_usage_error("too many arguments: '%s'", argv[optind + 2]);
     /* With tokens, SRC may be omitted (or "-"): a store of tokens only. */
     b->src = argc - optind == 2 ? argv[optind] : NULL;
-    if (tokens && b->src && strcmp(b->src, "-") == 0)
+    if (b->src && strcmp(b->src, "-") == 0) {
+        if (!tokens)
+            tool_usage_error("SRC '-' means no images (a store of tokens only) and needs "
+                             "--tokens or --seit; to build from a directory named '-', "
+                             "write ./-");
         b->src = NULL;
+    }
     b->store = argv[argc - 1];
     load_scripts(scans_arg, &b->scripts);
     b->progress = force_progress || (!b->quiet && isatty(STDERR_FILENO));
@@ -272,6 +277,8 @@ static int start(struct build *b, const struct pcr_writer_opts *wopts)
     if (rc < 0) {
         if (rc == -EEXIST)
             tool_err("%s: already exists (--force replaces a pcrfs store)", b->store);
+        else if ((rc == -ENOTDIR || rc == -EINVAL) && err[0])
+            tool_err("%s", err);
         else if (rc == -ENOTDIR || rc == -EINVAL)
             tool_err("%s: exists and is not a pcrfs store; not replacing it", b->store);
         else
