@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -29,17 +28,6 @@ volatile sig_atomic_t mk_interrupted;
 /* The temporary directory, for the allocation failure path (see on_oom()). */
 static char *tmpdir_copy;
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* Out of memory, maybe in a worker while the main thread uses the writer: the
  * writer cannot be aborted safely from here, so remove its directory by path;
  * the process exits right after. (A leftover would also be removed by the next
@@ -47,7 +35,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static void on_oom(void)
 {
     if (tmpdir_copy)
-        nftw(tmpdir_copy, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        tool_remove_tree(tmpdir_copy);
 }
 
 static void on_signal(int sig)

@@ -41,8 +41,13 @@ static void usage(FILE *f)
           "      --verify    read every file at the highest level, check its checksum,\n"
           "                  decode every JPEG; exit 1 on any failure\n"
           "      --list      one line per file: path, kind, chunks, size at each level\n"
-          "      --cat PATH  write the file PATH to standard output (at --level)\n"
-          "      --extract DIR  write the whole tree into the new directory DIR (at --level)\n"
+          "                  (token files too, as tokens/PATH.tok)\n"
+          "      --cat PATH  write the file PATH to standard output (at --level); PATH is\n"
+          "                  from the store's root, '..' is refused; tokens/... names a\n"
+          "                  token file\n"
+          "      --extract DIR  write the whole tree (and tokens/) into the new directory\n"
+          "                  DIR (at --level); DIR inside the store is refused; on failure\n"
+          "                  DIR is removed\n"
           "      --level K   1..L or 'full' (default: full)\n"
           "      --fidelity  per level: mean luma MS-SSIM against full fidelity, mean bytes,\n"
           "                  decode time, and the recommended level (with --json: JSON)\n"
@@ -274,7 +279,7 @@ int main(int argc, char **argv)
         rc = do_cat(s, o.arg, level);
         break;
     case MODE_EXTRACT:
-        rc = do_extract(s, o.arg, level);
+        rc = do_extract(s, path, o.arg, level);
         break;
     case MODE_FIDELITY:
         rc = do_fidelity(s, &o.fa);
