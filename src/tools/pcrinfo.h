@@ -35,6 +35,7 @@ struct fid_args {
     double threshold;
     unsigned jobs;
     bool json;
+    bool progress; /* the progress line on stderr (a terminal, no -q) */
 };
 int do_fidelity(struct pcr_store *s, const struct fid_args *a);
 
