@@ -383,6 +383,7 @@ int do_fidelity(struct pcr_store *s, const struct fid_args *a)
         progress_update(atomic_load(&fx.done), atomic_load(&fx.done_sz), false);
         nanosleep(&tick, NULL);
     }
+    progress_update(atomic_load(&fx.done), atomic_load(&fx.done_sz), true);
     progress_finish();
     if (!started)
         fid_worker(&fx);
