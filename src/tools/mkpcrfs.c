@@ -91,7 +91,8 @@ static void usage(FILE *f)
             "      --drop-markers    drop APPn/COM markers (EXIF, ICC, comments)\n"
             "      --quality         measure each JPEG's luma MS-SSIM at every level and\n"
             "                        store it in the index (per-image levels); the build\n"
-            "                        takes about 8x the CPU time\n"
+            "                        takes 8 to 17 times the CPU time (larger, smoother\n"
+            "                        images cost more: mkpcrfs(1))\n"
             "      --no-quality      do not measure it (the default)\n"
             "  -q, --quiet           no progress bar, no summary\n"
             "      --progress        show the progress bar even if stderr is not a terminal\n"
@@ -294,7 +295,7 @@ static int start(struct build *b, const struct pcr_writer_opts *wopts)
 
 int main(int argc, char **argv)
 {
-    /* --quality is opt-in: the build takes about 8x the CPU with it (mkpcrfs(1)) */
+    /* --quality is opt-in: the build takes 8 to 17 times the CPU with it (mkpcrfs(1)) */
     struct build b = {.per_record = DEFAULT_PER_RECORD, .quality = false};
     struct tokimport_opts topts = {0};
     struct tokimport *tok = NULL;
