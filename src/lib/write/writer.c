@@ -109,8 +109,10 @@ static unsigned long long proc_start(long pid)
     fclose(f);
     buf[n] = '\0';
     p = strrchr(buf, ')');
-    if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-                            "%*d %*d %llu", &t) != 1)
+    if (!p || sscanf(p + 1,
+                     " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu",
+                     &t) != 1)
         return 0;
     return t;
 }
@@ -166,8 +168,8 @@ static bool stale_build(struct pcr_writer *w, const char *name, long pid)
     if (n <= 0)
         return false;
     text[n] = '\0';
-    ours = sscanf(text, MARKER_MAGIC "\npid %ld\nboot %63s\nstart %llu\n", &mpid, mboot,
-                  &mstart) == 3 &&
+    ours = sscanf(text, MARKER_MAGIC "\npid %ld\nboot %63s\nstart %llu\n", &mpid, mboot, &mstart) ==
+               3 &&
            mpid == pid;
     if (!ours)
         return false;
