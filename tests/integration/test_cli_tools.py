@@ -95,8 +95,9 @@ def check_users_things(ctx, proc):
 
 
 def setup_stale(ctx):
-    """Three marked directories: a build whose PID ended, one whose PID now belongs to
-    a process started at another time (reused), and a live one (this test)."""
+    """Marked directories: a build whose PID ended and one whose PID now belongs to a
+    process started at another time (reused), both removed; a live one (this test),
+    one whose marker names another PID and one of another user, all kept."""
     d = os.path.join(ctx["tmp"], "t_stale")
     os.makedirs(d)
     pid = dead_pid()
@@ -107,7 +108,13 @@ def setup_stale(ctx):
     write_marker(os.path.join(d, ".y.tmp.%d" % me), me, start_time(me))  # alive: kept
     # a marker naming another PID than the directory's name: not this build's
     write_marker(os.path.join(d, ".y.tmp.4000004"), 4000005, 1)
-    ctx["case"].kept = sorted([".y.tmp.%d" % me, ".y.tmp.4000004", "y"])
+    # a dead build of another user (uid 65534): not ours to remove
+    other = os.path.join(d, ".y.tmp.4000006")
+    write_marker(other, 4000006, 1)
+    for dp, dns, fns in os.walk(other):
+        for n in [dp] + [os.path.join(dp, f) for f in dns + fns]:
+            os.lchown(n, 65534, 65534)
+    ctx["case"].kept = sorted([".y.tmp.%d" % me, ".y.tmp.4000004", ".y.tmp.4000006", "y"])
 
 
 def check_stale(ctx, proc):
