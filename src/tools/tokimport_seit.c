@@ -152,7 +152,7 @@ int ti_seit_tree(struct tokimport *t)
     if (rc) {
         /* the index is looked for by pcrfs's rule, not SeiT's (pcr_seit_paths) */
         tool_err("%s%s", err[0] ? err : strerror(-rc),
-                 rc == -ENOENT && !paths.index && strstr(err, "no index file")
+                 !paths.index && (strstr(err, "no index file") || strstr(err, "no 'data.bin'"))
                      ? "; name it with --seit-index"
                      : "");
         return -1;

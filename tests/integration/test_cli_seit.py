@@ -237,6 +237,15 @@ class SeitImport(ct.CliTable):
                 setup=lambda ctx: write_seit(
                     os.path.join(ctx["tmp"], "seit-idx2", "data.bin.d"), [FOUR], [0],
                     index_dir=os.path.join(ctx["tmp"], "seit-idx2", "index.npy.d"))),
+        ct.Case("no data.bin in DATA's name: --seit-index named",
+                ["{mkpcrfs}", "-q", "--seit", D("idx3") + "/tokens.bin", "--seit-labels",
+                 D("idx3") + "/x-label.txt", "--seit-shape", "2x2", "{tmp}/nothing"], 1,
+                msg=r"tokens\.bin: no 'data\.bin' in the name to derive the index file from; "
+                    r"name it with --seit-index$",
+                setup=lambda ctx: (write_seit(os.path.join(ctx["tmp"], "seit-idx3"), [FOUR], [0]),
+                                   os.rename(os.path.join(ctx["tmp"], "seit-idx3",
+                                                          "x-token.data.bin"),
+                                             os.path.join(ctx["tmp"], "seit-idx3", "tokens.bin")))),
         case("an image of the wrong size is named", ["{tmp}/nothing"], 1, lines=2,
              msg=r"image 0 \(label 0, bytes 0\.\.5\): decodes to 5 tokens, expected 2x2 = 4",
              setup=setup_release([bytes([1, 2, 3, 4, 5]), FOUR], [0, 1])),

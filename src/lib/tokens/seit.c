@@ -385,10 +385,7 @@ static int find_index(const char *data, char *out, size_t cap, char *err, size_t
     for (p = base; (p = strstr(p, "data.bin")) != NULL; p++)
         hit = p;
     if (!hit || strlen(data) + 8 >= 4096) {
-        pcr_errf(err, errlen,
-                 "%s: no 'data.bin' in the name to derive the index file from; "
-                 "give it explicitly",
-                 data);
+        pcr_errf(err, errlen, "%s: no 'data.bin' in the name to derive the index file from", data);
         return -EINVAL;
     }
     snprintf(cand[0], sizeof(cand[0]), "%.*sindex.npy%s", (int)(hit - data), data, hit + 8);
