@@ -20,14 +20,15 @@ file (pcrfs computes it from the file's view and id, see pcrfs(1), "INODE NUMBER
 and MNT/.pcrfs/records.
 
 How each rank's share is cut (pcrfs(1), "PYTHON MODULE"): each epoch, the records are
-put in an order (shuffled by a hash of (seed, epoch), or the store's order with
-shuffle=False) and their samples laid end to end; that list is padded by repeating
-its start up to a multiple of world_size (or cut to one with drop_last=True), exactly
-the counts of torch's DistributedSampler, and rank r takes the r-th of world_size
-contiguous shares. So every rank yields len() samples, every sample is yielded at
-least once per epoch (the only repeats are the padding), drop_last leaves out at most
-world_size - 1, and each rank reads a run of whole records: only a record at a share
-boundary (at most world_size - 1 of them, plus the padding's) is read by two ranks.
+put in an order (shuffled by a hash of (seed, epoch); with shuffle=False the order of
+their first samples in the dataset, the store's for an ImageFolder) and their samples
+laid end to end; that list is padded by repeating its start up to a multiple of
+world_size (or cut to one with drop_last=True), exactly the counts of torch's
+DistributedSampler, and rank r takes the r-th of world_size contiguous shares. So
+every rank yields len() samples, every sample is yielded at least once per epoch (the
+only repeats are the padding), drop_last leaves out at most world_size - 1, and each
+rank reads a run of whole records: only a record at a share boundary (at most
+world_size - 1 of them, plus the padding's) is read by two ranks.
 Inside its share a rank shuffles the samples of each window of @window records.
 """
 
