@@ -251,6 +251,12 @@ class Module(unittest.TestCase):
         got = self.keys_by_index(cat)[1]
         self.assertEqual([got[i] for i in range(3)], [None] * 3)
         self.assertEqual({i - 3: k for i, k in got.items() if i >= 3}, want)
+        # a local tree of symbolic links to the mount's files: each link followed
+        links = os.path.join(self.tmp, "links", "c")
+        os.makedirs(links)
+        for i, (p, _) in enumerate(ds.samples):
+            os.symlink(p, os.path.join(links, "%03d.JPEG" % i))
+        self.assertEqual(self.keys_by_index(ImageFolder(os.path.dirname(links)))[1], want)
 
     def test_plain_directory_and_tokens(self):
         """Files in no record are one record each (the old sampler looked tokens/ ids
