@@ -4,7 +4,7 @@ Pure Python, standard library only: `import pcrfs` imports neither torch nor PIL
 torch is imported the first time pcrfs.RecordSampler is looked up (the class derives
 from torch's Sampler), PIL on the first pil_loader() call.
 
-    import os, pcrfs
+    import pcrfs
     ds = torchvision.datasets.ImageFolder("/mnt/in1k/scan5", loader=pcrfs.pil_loader)
     sampler = pcrfs.RecordSampler(ds, window=4, seed=0)   # record by record
     loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=256, num_workers=8)
@@ -310,37 +310,48 @@ def plan_epoch(groups, world_size, seed=0, epoch=0, shuffle=True, drop_last=Fals
     indices, one per record (a sample in no record is a group of one).
 
     The groups are ordered (shuffled by (seed, epoch), or kept with shuffle=False),
-    their samples laid end to end (each group's own order shuffled too), the list
-    padded by repeating its start up to a multiple of world_size, or cut to one with
-    drop_last (DistributedSampler's counts), then cut into world_size contiguous
-    shares of equal length."""
+    their samples laid end to end, the list padded by repeating its start up to a
+    multiple of world_size, or cut to one with drop_last (DistributedSampler's
+    counts), then cut into world_size contiguous shares of equal length. A group
+    that a cut splits has its samples shuffled first, so that which of them go to
+    which rank changes with the epoch; the others are shuffled by the window shuffle
+    alone (one pass over the samples per epoch, not two)."""
     if window < 1 or world_size < 1:
         raise ValueError("window and world_size must be >= 1")
     rng = _rng(seed, epoch)
-    order = list(range(len(groups)))
+    order = [g for g in range(len(groups)) if len(groups[g])]
     if shuffle:
         rng.shuffle(order)
-    seq = []  # (group, index) pairs of the epoch, record by record
-    for g in order:
-        idx = list(groups[g])
-        if shuffle:
-            rng.shuffle(idx)
-        seq.extend((g, i) for i in idx)
-    n = len(seq)
+    n = sum(len(groups[g]) for g in order)
     per_rank = n // world_size if drop_last else -(-n // world_size)
+    if per_rank == 0:
+        return [[] for _ in range(world_size)]
     total = per_rank * world_size
-    if total > n:  # DistributedSampler's padding: the start of the list, again
-        seq = (seq * -(-total // n))[:total]
-    else:
-        seq = seq[:total]
-    shares = []
-    for r in range(world_size):
-        pieces = []
-        for g, i in seq[r * per_rank:(r + 1) * per_rank]:
+    # where the list is cut, as offsets into the unpadded list
+    cuts = sorted({c % n for c in range(per_rank, total + 1, per_rank)} - {0})
+    runs, at = [], 0
+    for g in order:
+        idx = groups[g]
+        k = bisect.bisect_right(cuts, at)
+        if shuffle and k < len(cuts) and cuts[k] < at + len(idx):
+            idx = list(idx)
+            rng.shuffle(idx)
+        runs.append((g, idx))
+        at += len(idx)
+    shares, ri, off = [], 0, 0
+    for _ in range(world_size):
+        need, pieces = per_rank, []
+        while need:  # the padding wraps round to the list's start
+            g, idx = runs[ri]
+            take = idx[off:off + need]
             if pieces and pieces[-1][0] == g:
-                pieces[-1][1].append(i)
+                pieces[-1][1].extend(take)
             else:
-                pieces.append((g, [i]))
+                pieces.append((g, list(take)))
+            need -= len(take)
+            off += len(take)
+            if off == len(idx):
+                ri, off = (ri + 1) % len(runs), 0
         shares.append(pieces)
     return shares
 
