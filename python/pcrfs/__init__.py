@@ -23,7 +23,16 @@ import os
 import random
 
 __all__ = ["RecordSampler", "find_mount", "info", "stats", "levels", "level", "set_level",
-           "records", "file_id", "pil_loader"]
+           "records", "file_id", "pil_loader", "Autotuner"]
+
+
+def __getattr__(name):
+    # pcrfs.Autotuner (autotune.py) is loaded on first use: `import pcrfs` stays
+    # standard library only.
+    if name == "Autotuner":
+        from .autotune import Autotuner
+        return Autotuner
+    raise AttributeError("module 'pcrfs' has no attribute %r" % name)
 
 _CTL = ".pcrfs"
 _INO_FILE_BIT = 1 << 55
