@@ -47,15 +47,15 @@ Where it departs from PCR, and why:
   compared with > (a difference only at equality); when no level reaches it the
   full level is kept (PCR's script raised an error).
 
-The probe's cost is (number of levels scored + 1) forward and backward passes over
-`probe` images per tuning: on a CPU with resnet18 at 224 px, about 11 x 1,280
-images per epoch. Lower `probe`, `levels=` or `every` to pay less, at the price of
-a noisier choice (at fixed weights, three 96-image probes of one model scored the
-same level 0.86, 0.52 and 0.70).
+The cost of a tuning is one forward and backward pass over the probe per level
+scored plus one at full fidelity: ten passes over 1,280 images for a store of the
+default scan script (10 levels), every `every` epochs. On a CPU, a smaller `probe`,
+fewer `levels=` or a larger `every` cost less, for a noisier choice: the
+similarity is measured on `probe` images only.
 
 The chance guard: when the model does no better than chance on the probe at full
 fidelity, its gradient does not depend on the images (e.g. only the output bias
-learns the class frequencies), every level scores near 1.0, and the rule would pick
+learns the class frequencies), every level can score near 1.0, and the rule would pick
 level 1 for good. So when the probe accuracy is within two standard errors of the
 trivial classifier's (the most frequent class of the probe), or the full gradient
 is zero or not finite, step() chooses nothing: it writes the full level and says
@@ -236,17 +236,21 @@ class Autotuner:
         was_training = model.training
         py_state = random.getstate()
         rng_devices = [device.index or 0] if device.type == "cuda" else []
+        views = ["full"] + ["scan%d" % k for k in self.levels]
+        batches = None
         try:
             with torch.random.fork_rng(devices=rng_devices):
-                full, stats = self._gradient("full", params, device, True)
+                batches = self._batches(views)
+                full, stats = self._gradient(batches, params, device, True)
                 model.load_state_dict(saved_state)
                 sims = {}
                 for k in self.levels:
-                    g, _ = self._gradient("scan%d" % k, params, device, False)
+                    g, _ = self._gradient(batches, params, device, False)
                     model.load_state_dict(saved_state)
                     sims[k] = _cosine(g, full)
                 sims[self.L] = 1.0
         finally:
+            del batches  # stops the DataLoader's workers
             model.load_state_dict(saved_state)
             for p, g in zip(params, saved_grads):
                 p.grad = g
@@ -275,21 +279,29 @@ class Autotuner:
                           loss=stats["loss"], grad_norm=norm, probe=len(self.probe),
                           seconds=time.monotonic() - t0)
 
-    def _gradient(self, view, params, device, count):
-        """The probe's loss gradient in @view (train mode, summed over the batches of
-        mean losses as PCR's script did), one flat vector; with @count also the
-        probe's loss, accuracy and the trivial classifier's accuracy."""
-        import torch
+    def _batches(self, views):
+        """An iterator of the probe's (images, targets) batches in each of @views in
+        turn, from one DataLoader (one set of workers for the whole tuning)."""
         from torch.utils.data import DataLoader
+        n, bs = len(self.probe), self.batch_size
+        order = [[v * n + i for i in range(s, min(s + bs, n))]
+                 for v in range(len(views)) for s in range(0, n, bs)]
+        return iter(DataLoader(_ProbeView(self, views), batch_sampler=order,
+                               num_workers=self.num_workers))
+
+    def _gradient(self, batches, params, device, count):
+        """The probe's loss gradient over its next view's batches from @batches (train
+        mode, summed over the batches of mean losses as PCR's script did), one flat
+        vector; with @count also the probe's loss, accuracy and the trivial
+        classifier's accuracy."""
+        import itertools
+        import torch
         torch.manual_seed(self.seed)  # dropout masks: the same draws at every level
-        ds = _ProbeView(self, view)
-        dl = DataLoader(ds, batch_size=self.batch_size, shuffle=False,
-                        num_workers=self.num_workers)
         self.model.train()
         for p in params:
             p.grad = None
         loss_sum, right, n, freq, is_cls = 0.0, 0, 0, {}, True
-        for x, y in dl:
+        for x, y in itertools.islice(batches, -(-len(self.probe) // self.batch_size)):
             x, y = x.to(device), y.to(device)
             out = self.model(x)
             loss = self.loss_fn(out, y)
@@ -322,27 +334,33 @@ def _cosine(a, b):
 
 
 class _ProbeView:
-    """The probe's images in one view, as (tensor, target), each image's transform
-    run under a seed of its own: the same crops and flips at every level and every
-    tuning, in the main process or in DataLoader workers."""
+    """The probe's images in @views, view after view, as (tensor, target); each
+    image's transform runs under a seed of its own (its place in the probe): the
+    same crops and flips at every level and every tuning, in the main process or in
+    DataLoader workers."""
 
-    def __init__(self, tuner, view):
-        self.root = os.path.join(tuner.mnt, view)
+    def __init__(self, tuner, views):
+        self.roots = [os.path.join(tuner.mnt, v) for v in views]
         self.items = [tuner.rel[i] for i in tuner.probe]
         self.loader, self.transform = tuner.loader, tuner.transform
         self.target_transform, self.seed = tuner.target_transform, tuner.seed
 
     def __len__(self):
-        return len(self.items)
+        return len(self.roots) * len(self.items)
 
-    def __getitem__(self, i):
+    def __getitem__(self, j):
         import torch
+        v, i = divmod(j, len(self.items))
         rel, target = self.items[i]
-        img = self.loader(os.path.join(self.root, rel))
+        img = self.loader(os.path.join(self.roots[v], rel))
         if self.transform is not None:
-            torch.manual_seed(self.seed * 1000003 + i)
-            random.seed(self.seed * 1000003 + i)
-            img = self.transform(img)
+            # Seeded apart from the caller's draws (dropout in the main process).
+            state = random.getstate()
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed * 1000003 + i)
+                random.seed(self.seed * 1000003 + i)
+                img = self.transform(img)
+            random.setstate(state)
         if self.target_transform is not None:
             target = self.target_transform(target)
         return img, target

@@ -238,6 +238,14 @@ class Autotune(unittest.TestCase):
         r2 = tuner.step(0)
         self.assertEqual(r1.similarity, r2.similarity)
         self.assertEqual(sorted(r1.similarity), [1, 2, 5, self.L])
+        # A random transform draws the same crops and flips at every level, in the
+        # main process or in DataLoader workers.
+        aug = transforms.Compose([transforms.RandomCrop(SIZE, padding=4),
+                                  transforms.RandomHorizontalFlip(), TF])
+        r3 = self.tuner(model, levels=[1, 2, 5], transform=aug).step(0)
+        r4 = self.tuner(model, levels=[1, 2, 5], transform=aug, num_workers=2).step(0)
+        self.assertEqual(r3.similarity, r4.similarity)
+        self.assertNotEqual(r3.similarity, r1.similarity)
         pcrfs.set_level(self.mnt, "full")
 
     def test_schedule(self):
