@@ -13,7 +13,8 @@ made with -o level=K, normally MNT/dynamic/train:
     examples/autotune.py /mnt/p/dynamic/train --val /mnt/p/full/val
 
 It trains a small CNN (or torchvision's resnet18) on the CPU with an unmodified
-torchvision ImageFolder and DataLoader over DATA. Before each epoch it calls
+torchvision ImageFolder and DataLoader over DATA, from full fidelity (it writes
+"full" to MNT/.pcrfs/level at the start). Before each epoch it calls
 Autotuner.step(epoch): after --warmup epochs, and then every --every epochs, the
 tuner scores the levels on a fixed probe of training images read from MNT/scanK/
 and MNT/full/, and writes the chosen level to MNT/.pcrfs/level, so the loader's
@@ -129,8 +130,9 @@ def main():
                             batch_size=a.batch, transform=eval_tf, levels=levels,
                             seed=a.seed, guard=not a.no_guard, num_workers=a.workers)
     mnt = tuner.mnt
-    print("%s: %d images, %d classes; store of %d levels; dynamic/ at level %d" % (
-        a.data, len(train), ncls, tuner.L, pcrfs.level(mnt)))
+    pcrfs.set_level(mnt, "full")  # the warm-up epochs read full fidelity
+    print("%s: %d images, %d classes; store of %d levels; dynamic/ at level %d until "
+          "epoch %d" % (a.data, len(train), ncls, tuner.L, pcrfs.level(mnt), a.warmup))
 
     for epoch in range(a.epochs):
         r = tuner.step(epoch)
