@@ -166,8 +166,8 @@ class Autotuner:
         if any(not 1 <= k <= self.L for k in self.levels):
             raise ValueError("levels must be in 1..%d" % self.L)
         self.levels = [k for k in self.levels if k != self.L]
-        # Each sample as (view, path below the view): the probe reads the same path
-        # in scanK/ and full/, whatever view the training reads.
+        # Each sample as (path below its view, target): the probe reads the same
+        # path in scanK/ and full/, whatever view the training reads.
         self.rel = []
         for path, target in samples:
             parts = os.path.relpath(path, self.mnt).split(os.sep, 1)
