@@ -89,7 +89,7 @@ def main():
     ap.add_argument("--threshold", type=float, default=0.8,
                     help="cosine similarity a level must reach (default 0.8, PCR's)")
     ap.add_argument("--probe", type=int, default=1280,
-                    help="probe images, whole records (default 1280, PCR's 10 batches)")
+                    help="probe images (default 1280, PCR's 10 batches)")
     ap.add_argument("--levels", help="levels to score, e.g. 1,2,5 (default: all below full)")
     ap.add_argument("--no-guard", action="store_true",
                     help="choose a level even when the model is at chance on the probe")

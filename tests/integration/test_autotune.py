@@ -12,7 +12,8 @@ What each test asserts, and would be false if the feature broke:
   guard the same model's rule picks level 1;
 - step() leaves the model as it found it: weights, gradients, BatchNorm buffers,
   eval mode, torch's and Python's RNG; two tunings give the same similarities;
-- the schedule (warmup, every), the probe (whole records, at most one cut), and the
+- the schedule (warmup, every), the probe (random images fixed by the seed, or whole
+  records with at most one cut), and the
   errors: a mount without -o level, a dataset not on a mount, a level out of range;
 - autotune.py imports without torch (pcrfs.Autotuner is loaded on first use) and
   meson installs it beside __init__.py.
@@ -261,9 +262,19 @@ class Autotune(unittest.TestCase):
         self.assertIsNone(tuner.step(3))
         pcrfs.set_level(self.mnt, "full")
 
+    def test_probe_random(self):
+        ds = self.dataset("detail")
+        tuner = self.tuner(Net(), probe=40, seed=5)
+        self.assertEqual(len(set(tuner.probe)), 40)
+        self.assertEqual(set(ds.samples[i][1] for i in tuner.probe), {0, 1})
+        self.assertEqual(self.tuner(Net(), probe=40, seed=5).probe, tuner.probe)
+        self.assertNotEqual(sorted(self.tuner(Net(), probe=40, seed=6).probe),
+                            sorted(tuner.probe))
+        self.assertEqual(sorted(self.tuner(Net(), probe=10 ** 6).probe), list(range(len(ds))))
+
     def test_probe_whole_records(self):
         probe = 40
-        tuner = self.tuner(Net(), probe=probe, seed=5)
+        tuner = self.tuner(Net(), probe=probe, seed=5, whole_records=True)
         ds = self.dataset("detail")
         self.assertEqual(len(tuner.probe), probe)
         self.assertEqual(len(set(tuner.probe)), probe)
@@ -276,9 +287,10 @@ class Autotune(unittest.TestCase):
         self.assertLessEqual(len(cut), 1, in_probe)       # whole records but the last
         self.assertGreaterEqual(len(in_probe), probe // PER_RECORD)
         # the seed picks the records; another seed picks others
-        other = self.tuner(Net(), probe=probe, seed=6).probe
+        other = self.tuner(Net(), probe=probe, seed=6, whole_records=True).probe
         self.assertNotEqual(sorted(other), sorted(tuner.probe))
-        self.assertEqual(self.tuner(Net(), probe=probe, seed=5).probe, tuner.probe)
+        self.assertEqual(self.tuner(Net(), probe=probe, seed=5, whole_records=True).probe,
+                         tuner.probe)
 
     def test_errors(self):
         with self.assertRaisesRegex(ValueError, "levels must be in"):
