@@ -299,11 +299,21 @@ class Autotuner:
         """An iterator of the probe's (images, targets) batches in each of @views in
         turn, from one DataLoader (one set of workers for the whole tuning)."""
         from torch.utils.data import DataLoader
-        n, bs = len(self.probe), self.batch_size
-        order = [[v * n + i for i in range(s, min(s + bs, n))]
-                 for v in range(len(views)) for s in range(0, n, bs)]
+        n = len(self.probe)
+        order = [[v * n + i for i in range(a, b)] for v in range(len(views))
+                 for a, b in self._spans()]
         return iter(DataLoader(_ProbeView(self, views), batch_sampler=order,
                                num_workers=self.num_workers))
+
+    def _spans(self):
+        """The probe's batches as [start, end) ranges; a last batch of one image is
+        joined to the one before (BatchNorm1d cannot train on a batch of one)."""
+        n, bs = len(self.probe), self.batch_size
+        spans = [[a, min(a + bs, n)] for a in range(0, n, bs)]
+        if len(spans) > 1 and spans[-1][1] - spans[-1][0] == 1:
+            spans[-2][1] = spans[-1][1]
+            del spans[-1]
+        return spans
 
     def _gradient(self, batches, params, device, count):
         """The probe's loss gradient over its next view's batches from @batches (train
@@ -317,7 +327,7 @@ class Autotuner:
         for p in params:
             p.grad = None
         loss_sum, right, n, freq, is_cls = 0.0, 0, 0, {}, True
-        for x, y in itertools.islice(batches, -(-len(self.probe) // self.batch_size)):
+        for x, y in itertools.islice(batches, len(self._spans())):
             x, y = x.to(device), y.to(device)
             out = self.model(x)
             loss = self.loss_fn(out, y)
