@@ -135,7 +135,8 @@ class Autotuner:
 
     data        a dataset with .samples = [(path, class index), ...] on a view of a
                 pcrfs mount (torchvision's ImageFolder or DatasetFolder over
-                MNT/dynamic/train), or the path of such an ImageFolder tree
+                MNT/dynamic/train), or the path of such an ImageFolder tree (then
+                transform= is needed)
     model       a torch.nn.Module; its state is the same after step() as before
     loss_fn     loss_fn(model(x), y) -> a scalar tensor (e.g. nn.CrossEntropyLoss())
     probe       probe images, fixed for the tuner's life (PCR 1,280)
@@ -160,6 +161,9 @@ class Autotuner:
         import torch  # noqa: F401  (fail here, not in the middle of training)
         from . import find_mount, levels as store_levels, pil_loader
         if isinstance(data, (str, bytes, os.PathLike)):
+            if transform is None:
+                raise ValueError("a path needs transform= (an image -> a tensor of one "
+                                 "size for every image)")
             from torchvision.datasets import ImageFolder
             data = ImageFolder(os.fsdecode(data), loader=pil_loader)
         if probe < 1 or batch_size < 1 or every < 1 or warmup < 0:

@@ -302,12 +302,20 @@ class Autotune(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "not inside a pcrfs mount"):
             pcrfs.Autotuner(ImageFolder(os.path.join(self.tmp, "src", "detail")), Net(),
                             nn.CrossEntropyLoss())
+        with self.assertRaisesRegex(ValueError, "transform="):
+            pcrfs.Autotuner(os.path.join(self.mnt, "dynamic", "detail"), Net(),
+                            nn.CrossEntropyLoss())
+        # A path with a transform works as its ImageFolder does.
+        r = pcrfs.Autotuner(os.path.join(self.mnt, "dynamic", "detail"), Net(),
+                            nn.CrossEntropyLoss(), transform=TF, probe=16, levels=[1],
+                            guard=False).tune(write=False)
+        self.assertEqual(sorted(r.similarity), [1, self.L])
         cls = type(self)
         cls.plain = mu.Mount(self.store, os.path.join(self.tmp, "plain")).start()
         try:
             with self.assertRaisesRegex(ValueError, "-o level=K"):
                 pcrfs.Autotuner(os.path.join(self.tmp, "plain", "full", "detail"), Net(),
-                                nn.CrossEntropyLoss())
+                                nn.CrossEntropyLoss(), transform=TF)
         finally:
             self.assertEqual(cls.plain.unmount(), 0)
             cls.plain = None
