@@ -44,7 +44,7 @@ import warnings
 
 __all__ = ["RecordSampler", "find_mount", "info", "stats", "levels", "level", "set_level",
            "records", "file_id", "inode_parts", "pil_loader", "record_keys", "plan_epoch",
-           "rank_indices"]
+           "rank_indices", "Autotuner"]
 
 _CTL = ".pcrfs"
 _INO_VIEW_SHIFT = 56
@@ -460,9 +460,13 @@ _SAMPLER = None
 
 
 def __getattr__(name):
-    """pcrfs.RecordSampler, built on first use so that `import pcrfs` does not import
-    torch: _RecordSampler with torch's Sampler as a base when torch is there."""
+    """pcrfs.RecordSampler and pcrfs.Autotuner (autotune.py), made or loaded on first
+    use so that `import pcrfs` does not import torch: RecordSampler is _RecordSampler
+    with torch's Sampler as a base when torch is there."""
     global _SAMPLER
+    if name == "Autotuner":
+        from .autotune import Autotuner
+        return Autotuner
     if name != "RecordSampler":
         raise AttributeError("module %r has no attribute %r" % (__name__, name))
     if _SAMPLER is None:
