@@ -194,3 +194,14 @@ class Mount:
 
     def __exit__(self, *exc):
         self.cleanup()
+
+
+def record_of_id(store):
+    """{file id: record} from STORE/index.db: the oracle a mount's records are
+    checked against."""
+    import sqlite3
+    db = sqlite3.connect("file:%s/index.db?immutable=1" % store, uri=True)
+    try:
+        return dict(db.execute("SELECT id, record FROM files"))
+    finally:
+        db.close()
