@@ -224,9 +224,12 @@ class CliTable(unittest.TestCase):
         self.assertTrue(self.CASES, "no rows")
         names = [c.name for c in self.CASES]
         self.assertEqual(len(names), len(set(names)), "row names must be unique")
+        start = time.monotonic()
         for i, case in enumerate(self.CASES):
             with self.subTest(case.name):
                 self.run_row(i, case)
+        sys.stderr.write("%s: %d rows run in %.1f s\n" % (type(self).__name__, len(self.CASES),
+                                                          time.monotonic() - start))
 
     def run_row(self, i, case):
         ctx = self.context(i)
