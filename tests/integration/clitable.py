@@ -28,7 +28,8 @@ After every row the harness asserts, whatever the row says:
     FUSE daemon anything, so a hung daemon cannot hang the check) unless `mounted`,
     and then the mount is up at {mnt}, serves /.pcrfs/info, and goes away with
     fusermount3 -u together with its daemon;
-  - no pcrfs process is left that was not there before;
+  - no pcrfs process that the row started is left (rows carry PCRFS_CLITABLE in
+    their environment, so daemons of tests running beside it are not counted);
   - the tree under {tmp} is as it was (paths, types, sizes, mtimes), but for the paths
     matching `changes` (fnmatch patterns); the store's files are byte-identical.
 Leftovers are cleaned up after a failing row (aborting a hung FUSE connection
@@ -111,16 +112,26 @@ def mounts_under(root):
     return out
 
 
-def pcrfs_pids():
-    """PIDs of the processes running the pcrfs under test."""
+MARK = "PCRFS_CLITABLE"
+
+
+def pcrfs_pids(tag):
+    """PIDs of the processes running the pcrfs under test that a row of the table
+    tagged @tag started: the harness puts PCRFS_CLITABLE=@tag in every row's
+    environment, which a daemon keeps when it detaches. Other tests' daemons, run in
+    parallel with the same binary, are never counted (nor killed)."""
     exe = os.path.realpath(mu.program("PCRFS"))
+    want = ("%s=%s" % (MARK, tag)).encode() + b"\0"
     pids = set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            if os.path.realpath("/proc/%s/exe" % d) == exe:
-                pids.add(int(d))
+            if os.path.realpath("/proc/%s/exe" % d) != exe:
+                continue
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if want in f.read():
+                    pids.add(int(d))
         except OSError:
             pass
     return pids
@@ -173,8 +184,8 @@ def kill_all(pids):
             pass
 
 
-def gone(pids, timeout):
-    return mu.wait_for(lambda: not (pcrfs_pids() & pids), timeout)
+def gone(tag, pids, timeout):
+    return mu.wait_for(lambda: not (pcrfs_pids(tag) & pids), timeout)
 
 
 # ---- the fixture and the runner -----------------------------------------------------
@@ -239,8 +250,9 @@ class CliTable(unittest.TestCase):
             case.setup(ctx)
         before = tree(self.tmp, hash_under=self.store)
         mounts_before = {m[0] for m in mounts_under(self.tmp)}
-        pids_before = pcrfs_pids()
+        pids_before = pcrfs_pids(self.tmp)
         env = dict(os.environ)
+        env[MARK] = self.tmp
         for k, v in case.env.items():
             v = expand(v, ctx) if v is not None else None
             if v is None:
@@ -281,8 +293,8 @@ class CliTable(unittest.TestCase):
             left = [m for m in mounts_under(self.tmp) if m[0] not in mounts_before]
             if left:
                 problems.append("left mounted: %s" % ", ".join(m[0] for m in left))
-            new_pids = pcrfs_pids() - pids_before
-            if new_pids and not gone(new_pids, 5):
+            new_pids = pcrfs_pids(self.tmp) - pids_before
+            if new_pids and not gone(self.tmp, new_pids, 5):
                 problems.append("pcrfs processes left: %s" % sorted(new_pids))
             after = tree(self.tmp, hash_under=self.store)
             allowed = [expand(c, ctx) for c in case.changes]
@@ -308,8 +320,8 @@ class CliTable(unittest.TestCase):
         u = subprocess.run([mu.FUSERMOUNT, "-u", mnt], stderr=subprocess.PIPE, timeout=10)
         if u.returncode != 0:
             problems.append("fusermount3 -u: %s" % u.stderr.decode(errors="replace").strip())
-        new = pcrfs_pids() - pids_before
-        if new and not gone(new, 10):
+        new = pcrfs_pids(self.tmp) - pids_before
+        if new and not gone(self.tmp, new, 10):
             problems.append("the daemon did not exit after fusermount3 -u")
         return problems
 
@@ -332,10 +344,10 @@ class CliTable(unittest.TestCase):
         for mp, devno, _ in sorted(mounts_under(self.tmp), reverse=True):
             if mp not in mounts_before:
                 abort_and_unmount(mp, devno)
-        new = pcrfs_pids() - pids_before
-        if new and not gone(new, 3):
+        new = pcrfs_pids(self.tmp) - pids_before
+        if new and not gone(self.tmp, new, 3):
             kill_all(new)
-            gone(new, 5)
+            gone(self.tmp, new, 5)
 
 
 def main():
