@@ -21,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "fs.h"
+#include "mountcheck.h"
 #include "pcrfs/backend.h"
 #include "pcrfs/log.h"
 
@@ -137,11 +139,15 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 /* ---- logging -----------------------------------------------------------------------
  * The library's hook and libfuse's go to stderr while the daemon has a terminal and
  * to syslog once it has detached, or with -o logfile=PATH to that file (containers
- * often have no syslog). log_fd and log_syslog are written once, before the session
- * loop starts any worker thread, and only read afterwards. */
+ * often have no syslog). log_fd is written once, before the session loop starts any
+ * worker thread; log_syslog when the mount is up (log_up(), from the first request's
+ * thread), after which the terminal is gone. Until then an error from libfuse (a
+ * mount that fails) goes to the terminal as well as the log file: the caller waits
+ * for it (daemon.c). */
 
-static bool log_syslog;
+static atomic_bool log_syslog;
 static int log_fd = -1;
+static bool log_detach; /* not -f: syslog once the mount is up, unless logfile= */
 
 /* One line, written with one write(2) to a file opened with O_APPEND, so lines from
  * several threads (or daemons sharing the file) never interleave:
@@ -180,7 +186,7 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
     (void)ctx;
     if (log_fd >= 0)
         log_line(tag[l], msg);
-    else if (log_syslog)
+    else if (atomic_load(&log_syslog))
         syslog(prio[l], "%s", msg);
     else
         fprintf(stderr, "pcrfs: %s%s\n", tag[l], msg);
@@ -192,11 +198,34 @@ static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap
     char msg[1024];
 
     if (log_fd < 0) {
-        vsyslog((int)level, fmt, ap);
+        if (atomic_load(&log_syslog))
+            vsyslog((int)level, fmt, ap);
+        else
+            vfprintf(stderr, fmt, ap);
         return;
     }
     vsnprintf(msg, sizeof(msg), fmt, ap);
     log_line(level <= FUSE_LOG_ERR ? "error: " : level == FUSE_LOG_WARNING ? "warning: " : "", msg);
+    if (level <= FUSE_LOG_ERR && !pcrfs_daemon_is_up())
+        fprintf(stderr, "%s%s", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+}
+
+/* The mount serves (daemon.c): a detached daemon's terminal goes away now. */
+static void log_up(void)
+{
+    if (!log_detach || log_fd >= 0)
+        return;
+    openlog("pcrfs", LOG_PID, LOG_DAEMON);
+    atomic_store(&log_syslog, true);
+}
+
+/* A failure of the mount itself: to the log, and to the terminal while someone
+ * waits for the outcome (a log file alone would leave the caller with nothing). */
+static void mount_failed(const char *msg)
+{
+    log_hook(PCR_LOG_ERR, msg, NULL);
+    if (log_fd >= 0 && !pcrfs_daemon_is_up())
+        fprintf(stderr, "pcrfs: %s\n", msg);
 }
 
 /* "12500000", "12.5M", "100k": bytes per second (or bytes). @return 0 or -1. */
@@ -340,29 +369,6 @@ static bool fuse_args_ok(const struct fuse_args *args)
     return true;
 }
 
-/* The kernel mounts a FUSE filesystem on a regular file as readily as on a directory,
- * and every access then fails with EIO: refuse anything but a directory. libfuse has
- * already resolved the path (a missing one is a usage error); "/dev/fd/N" (a
- * descriptor of /dev/fuse passed by a privileged mounter) is not a path. */
-static int check_mountpoint(const char *mnt)
-{
-    struct stat st;
-    unsigned fd;
-    char c;
-
-    if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
-        return 0;
-    if (stat(mnt, &st) != 0) {
-        fprintf(stderr, "pcrfs: %s: %s\n", mnt, strerror(errno));
-        return -1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "pcrfs: %s: not a directory\n", mnt);
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -375,6 +381,7 @@ int main(int argc, char *argv[])
     struct timespec now;
     char err[512] = "";
     char *store_abs = NULL;
+    bool nonempty;
     int ret = 1, rc;
 
     memset(&opts, 0, sizeof(opts));
@@ -383,6 +390,10 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_args;
     }
+    if (pcrfs_mc_take_opts(&args, &nonempty) != 0)
+        goto out_args;
+    if (pcrfs_mc_stale(&args) != 0)
+        goto out_args;
     /* Before fuse_parse_cmdline(), which would otherwise name the type after argv[0]:
      * mount(8) and /proc/mounts then show "fuse.pcrfs" however we were started. */
     if (!cli.has_subtype && !cli.has_fsname && fuse_opt_add_arg(&args, "-osubtype=pcrfs") != 0)
@@ -468,8 +479,18 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_conn;
     }
-    if (check_mountpoint(opts.mountpoint) != 0)
-        goto out_conn;
+    /* The mount point, the paths the daemon writes (absolute now: it works from "/"),
+     * and its descriptors, before anything is opened or made. */
+    {
+        const char *local = pcr_url_is_remote(cli.store) ? NULL : cli.store;
+
+        if (pcrfs_mc_mountpoint(opts.mountpoint, local, nonempty) != 0 ||
+            pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
+            pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
+            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0 ||
+            pcrfs_mc_resources(opts.mountpoint) != 0)
+            goto out_conn;
+    }
     if (cli.level && cli.has_ro)
         fprintf(stderr, "pcrfs: warning: -o ro: the kernel will refuse every write, so the "
                         "level of dynamic/ cannot be changed\n");
@@ -484,8 +505,8 @@ int main(int argc, char *argv[])
             fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile, strerror(errno));
             goto out_conn;
         }
-        fuse_set_log_func(fuse_log_hook);
     }
+    fuse_set_log_func(fuse_log_hook);
 
     pcr_log_set_hook(log_hook, NULL, opts.debug ? PCR_LOG_DEBUG : PCR_LOG_INFO);
 
@@ -611,6 +632,14 @@ int main(int argc, char *argv[])
     }
     if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
         goto out_store;
+    /* Without syslog (containers), a detached daemon's messages would go nowhere. */
+    log_detach = !opts.foreground;
+    if (log_detach && log_fd < 0 && !pcrfs_mc_have_syslog())
+        fprintf(stderr, "pcrfs: warning: no syslog (/dev/log): the detached daemon's messages "
+                        "are lost; give -o logfile=PATH, or -f to keep them on standard error\n");
+    /* From here on the child works and the parent waits for "serving" (daemon.c). */
+    if (pcrfs_daemon_start(opts.foreground, log_up) != 0)
+        goto out_store;
     se = fuse_session_new(&args, &pcrfs_ops, sizeof(pcrfs_ops), &fs);
     if (!se)
         goto out_store; /* libfuse said why (e.g. an unknown option) */
@@ -618,19 +647,15 @@ int main(int argc, char *argv[])
         goto out_session;
     if (fuse_session_mount(se, opts.mountpoint) != 0)
         goto out_signals;
-    if (fuse_daemonize(opts.foreground) != 0)
-        goto out_unmount;
-    if (!opts.foreground && log_fd < 0) {
-        openlog("pcrfs", LOG_PID, LOG_DAEMON);
-        fuse_set_log_func(fuse_log_hook);
-        log_syslog = true;
-    }
-    /* after the fork of fuse_daemonize(), which would leave the workers behind */
+    /* after the fork (daemon.c), which would leave the workers behind; before the
+     * parent is told the mount serves, so that a failure is its exit status */
     if (fs.refurb && (rc = pcrfs_refurb_start(&fs)) != 0) {
-        char msg[128];
+        char msg[600];
 
-        snprintf(msg, sizeof(msg), "refurb: cannot start: %s", strerror(-rc));
-        log_hook(PCR_LOG_ERR, msg, NULL);
+        snprintf(msg, sizeof(msg), "refurb: cannot start%s%s: %s",
+                 cli.refurb.cache ? " in " : "", cli.refurb.cache ? cli.refurb.cache : "",
+                 strerror(-rc));
+        mount_failed(msg);
         goto out_unmount;
     }
 
@@ -655,7 +680,7 @@ int main(int argc, char *argv[])
     } else {
         loop_cfg = fuse_loop_cfg_create();
         if (!loop_cfg) {
-            log_hook(PCR_LOG_ERR, "out of memory", NULL);
+            mount_failed("out of memory");
             goto out_unmount;
         }
         fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
@@ -670,7 +695,7 @@ int main(int argc, char *argv[])
      * channel failed. */
     ret = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 1;
     if (ret)
-        log_hook(PCR_LOG_ERR, "session loop failed", NULL);
+        mount_failed("session loop failed");
 
 out_unmount:
     fuse_session_unmount(se);
@@ -708,7 +733,7 @@ out_args:
     free(cli.logfile);
     pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);
-    if (log_syslog)
+    if (atomic_load(&log_syslog))
         closelog();
     if (log_fd >= 0)
         close(log_fd);
