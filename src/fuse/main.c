@@ -652,9 +652,14 @@ int main(int argc, char *argv[])
     if (fs.refurb && (rc = pcrfs_refurb_start(&fs)) != 0) {
         char msg[600];
 
-        snprintf(msg, sizeof(msg), "refurb: cannot start%s%s: %s",
-                 cli.refurb.cache ? " in " : "", cli.refurb.cache ? cli.refurb.cache : "",
-                 strerror(-rc));
+        if (rc == -EAGAIN) /* pthread_create(): RLIMIT_NPROC or a cgroup's pids.max */
+            snprintf(msg, sizeof(msg), "refurb: cannot start %u worker threads: %s (the "
+                     "process limit: ulimit -u, or fewer refurb_threads=)", refurb_set.threads,
+                     strerror(-rc));
+        else
+            snprintf(msg, sizeof(msg), "refurb: cannot start%s%s: %s",
+                     cli.refurb.cache ? " in " : "", cli.refurb.cache ? cli.refurb.cache : "",
+                     strerror(-rc));
         mount_failed(msg);
         goto out_unmount;
     }
