@@ -215,6 +215,11 @@ static void log_up(void)
 {
     if (!log_detach || log_fd >= 0)
         return;
+    /* without syslog (containers) a detached daemon's messages would go nowhere: said
+     * while the caller's terminal is still there */
+    if (!pcrfs_mc_have_syslog())
+        fprintf(stderr, "pcrfs: warning: no syslog (/dev/log): the detached daemon's messages "
+                        "are lost; give -o logfile=PATH, or -f to keep them on standard error\n");
     openlog("pcrfs", LOG_PID, LOG_DAEMON);
     atomic_store(&log_syslog, true);
 }
@@ -484,11 +489,15 @@ int main(int argc, char *argv[])
     {
         const char *local = pcr_url_is_remote(cli.store) ? NULL : cli.store;
 
-        if (pcrfs_mc_mountpoint(opts.mountpoint, local, nonempty) != 0 ||
-            pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
+        if (pcrfs_mc_mountpoint(opts.mountpoint, local, nonempty) != 0)
+            goto out_conn;
+        if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
             pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
-            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0 ||
-            pcrfs_mc_resources(opts.mountpoint) != 0)
+            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0) {
+            ret = EXIT_USAGE;
+            goto out_conn;
+        }
+        if (pcrfs_mc_resources(opts.mountpoint) != 0)
             goto out_conn;
     }
     if (cli.level && cli.has_ro)
@@ -632,11 +641,7 @@ int main(int argc, char *argv[])
     }
     if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
         goto out_store;
-    /* Without syslog (containers), a detached daemon's messages would go nowhere. */
     log_detach = !opts.foreground;
-    if (log_detach && log_fd < 0 && !pcrfs_mc_have_syslog())
-        fprintf(stderr, "pcrfs: warning: no syslog (/dev/log): the detached daemon's messages "
-                        "are lost; give -o logfile=PATH, or -f to keep them on standard error\n");
     /* From here on the child works and the parent waits for "serving" (daemon.c). */
     if (pcrfs_daemon_start(opts.foreground, log_up) != 0)
         goto out_store;

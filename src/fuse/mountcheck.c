@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -61,11 +62,20 @@ static void stale_line(const char *mnt)
                     "fusermount3 -u %s, then mount again\n", mnt, mnt);
 }
 
+/* A FUSE mount whose daemon is gone. stat(2) can still succeed from the kernel's
+ * cached attributes of the root (pcrfs caches them for a day); statfs(2) always asks
+ * the daemon, and an aborted connection answers ENOTCONN. */
+static bool is_stale(const char *mnt)
+{
+    struct statfs sf;
+
+    return statfs(mnt, &sf) != 0 && (errno == ENOTCONN || errno == ECONNABORTED);
+}
+
 int pcrfs_mc_stale(const struct fuse_args *args)
 {
     struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
     const char *mnt = NULL;
-    struct stat st;
     int rc = 0;
 
     for (int i = 0; i < args->argc; i++)
@@ -74,8 +84,7 @@ int pcrfs_mc_stale(const struct fuse_args *args)
             return 0; /* out of memory: fuse_parse_cmdline() will say so */
         }
     /* the program's name is argv[0], never a non-option */
-    if (fuse_opt_parse(&copy, &mnt, NULL, first_nonopt) == 0 && mnt && stat(mnt, &st) != 0 &&
-        errno == ENOTCONN) {
+    if (fuse_opt_parse(&copy, &mnt, NULL, first_nonopt) == 0 && mnt && is_stale(mnt)) {
         stale_line(mnt);
         rc = -1;
     }
@@ -219,11 +228,12 @@ int pcrfs_mc_mountpoint(const char *mnt, const char *store, bool nonempty)
 
     if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
         return 0; /* a descriptor of /dev/fuse passed by a privileged mounter */
+    if (is_stale(mnt)) {
+        stale_line(mnt);
+        return -1;
+    }
     if (stat(mnt, &st) != 0) {
-        if (errno == ENOTCONN)
-            stale_line(mnt);
-        else
-            fprintf(stderr, "pcrfs: %s: %s\n", mnt, strerror(errno));
+        fprintf(stderr, "pcrfs: %s: %s\n", mnt, strerror(errno));
         return -1;
     }
     /* The kernel mounts a FUSE filesystem on a regular file as readily as on a
