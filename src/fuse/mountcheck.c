@@ -22,28 +22,55 @@
  * refurb cache file or an HTTP connection). Fewer cannot serve one file. */
 #define MIN_FREE_FDS 8
 
-enum { KEY_NONEMPTY };
+enum { KEY_NONEMPTY, KEY_AUTO_UNMOUNT, KEY_ALLOW };
 
 static const struct fuse_opt mc_spec[] = {
     FUSE_OPT_KEY("nonempty", KEY_NONEMPTY),
+    FUSE_OPT_KEY("auto_unmount", KEY_AUTO_UNMOUNT),
+    FUSE_OPT_KEY("allow_other", KEY_ALLOW),
+    FUSE_OPT_KEY("allow_root", KEY_ALLOW),
     FUSE_OPT_END,
+};
+
+struct seen {
+    bool nonempty, auto_unmount, allow;
 };
 
 static int take_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
+    struct seen *s = data;
+
     (void)arg;
     (void)outargs;
-    if (key == KEY_NONEMPTY) {
-        *(bool *)data = true;
+    switch (key) {
+    case KEY_NONEMPTY:
+        s->nonempty = true;
         return 0; /* taken out: fusermount3 and the kernel do not know it */
+    case KEY_AUTO_UNMOUNT:
+        s->auto_unmount = true;
+        return 1; /* libfuse's: kept */
+    case KEY_ALLOW:
+        s->allow = true;
+        return 1;
+    default:
+        return 1;
     }
-    return 1;
 }
 
 int pcrfs_mc_take_opts(struct fuse_args *args, bool *nonempty)
 {
-    *nonempty = false;
-    return fuse_opt_parse(args, nonempty, mc_spec, take_proc) == 0 ? 0 : -1;
+    struct seen s = {0};
+
+    if (fuse_opt_parse(args, &s, mc_spec, take_proc) != 0)
+        return -1;
+    *nonempty = s.nonempty;
+    /* fusermount3 unmounts as root after checking that it can open the mount point,
+     * which root cannot on an ordinary user's mount without allow_other/allow_root
+     * (libfuse 3.14, Debian 12): the mount would stay behind, stale */
+    if (s.auto_unmount && !s.allow && geteuid() != 0)
+        fprintf(stderr, "pcrfs: warning: auto_unmount: for an ordinary user it takes effect "
+                        "only with allow_other or allow_root (see pcrfs(1))\n");
+    return 0;
 }
 
 static int first_nonopt(void *data, const char *arg, int key, struct fuse_args *outargs)

@@ -10,7 +10,8 @@ struct fuse_args;
 
 /* Take pcrfs's own mount-point option out of @args (libfuse 3 no longer knows it):
  * "-o nonempty", mount over a directory that is not empty or already a mount point.
- * @return 0, or -1 (out of memory). */
+ * Warns when auto_unmount cannot work (an ordinary user without allow_other or
+ * allow_root). @return 0, or -1 (out of memory). */
 int pcrfs_mc_take_opts(struct fuse_args *args, bool *nonempty);
 
 /* Before fuse_parse_cmdline(), whose realpath() of the mount point would fail with a

@@ -21,6 +21,7 @@ sys.path.insert(0, HERE)
 
 import clitable as ct  # noqa: E402
 import mount_util as mu  # noqa: E402
+from test_mount import _syslog_answers as have_syslog  # noqa: E402
 
 PCRFS = ["{pcrfs}", "{store}", "{mnt}"]
 UNREACHABLE = "http://127.0.0.1:9/store"  # the discard port: refused at once
@@ -28,19 +29,6 @@ UNREACHABLE = "http://127.0.0.1:9/store"  # the discard port: refused at once
 
 def skip_note(why):
     print("test_cli_mount: row left out: %s" % why, file=sys.stderr)
-
-
-def have_syslog():
-    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-        s = socket.socket(socket.AF_UNIX, kind)
-        try:
-            s.connect("/dev/log")
-            return True
-        except OSError:
-            pass
-        finally:
-            s.close()
-    return False
 
 
 # ---- helpers for setup/check ---------------------------------------------------------
