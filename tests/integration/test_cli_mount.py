@@ -216,6 +216,72 @@ def helper_type_check(ctx, proc):
                                timeout=10)
 
 
+# ---- an object store (s3rver, as test_s3.py runs it; its data outside {tmp}) --------
+
+S3 = {}
+
+
+def s3_store(ctx):
+    """s3rver with the fixture store at s3://BUCKET/ds; AWS_* set for the row."""
+    import tempfile
+    import test_s3 as ts3
+    if not os.access(ts3.S3RVER, os.X_OK):
+        skip_note("no s3rver (%s; tests/s3/setup.sh installs it): the relative cache= row"
+                  % ts3.S3RVER)
+        raise unittest.SkipTest("no s3rver")
+    if "srv" not in S3:
+        S3["dir"] = tempfile.mkdtemp(prefix="pcrfs-cli-s3-")
+        S3["srv"] = srv = ts3.Server(os.path.join(S3["dir"], "data")).start()
+        srv.upload(ctx["store"], "ds")
+        S3["url"] = "s3://%s/ds" % ts3.BUCKET
+        S3["env"] = {"AWS_ENDPOINT_URL": srv.endpoint, "AWS_ACCESS_KEY_ID": ts3.KEY,
+                     "AWS_SECRET_ACCESS_KEY": ts3.KEY, "AWS_REGION": "us-east-1"}
+    os.environ.update(S3["env"])  # the harness builds the row's environment after setup
+
+
+def s3_stop():
+    if "srv" in S3:
+        S3.pop("srv").stop()
+        for k in S3.pop("env"):
+            os.environ.pop(k, None)
+        subprocess.run(["rm", "-rf", S3.pop("dir")], timeout=30)
+
+
+def find_key(doc, key):
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        doc = list(doc.values())
+    if isinstance(doc, list):
+        for v in doc:
+            r = find_key(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+def s3_cache_check(ctx, proc):
+    """The relative cache= is the caller's directory, also for the detached daemon:
+    record prefixes are cached there (before the fix: a GET per range, no bytes)."""
+    mnt = ctx["mnt"]
+    try:
+        full = os.path.join(mnt, "full")
+        n = 0
+        for d in sorted(os.listdir(full)):
+            for f in sorted(os.listdir(os.path.join(full, d))):
+                with open(os.path.join(full, d, f), "rb") as fh:
+                    fh.read()
+                n += 1
+        assert n >= 2, "too few files read"
+        with open(os.path.join(mnt, ".pcrfs", "stats")) as fh:
+            stats = json.load(fh)
+        cached = find_key(stats, "cache_bytes")
+        assert cached and cached > 0, "nothing cached in cache=s3cache: %s" % cached
+        assert os.listdir(os.path.join(ctx["tmp"], "s3cache")), "no store directory in the cache"
+    finally:
+        unmount(mnt)
+
+
 # ---- the thread limit (a pids cgroup: root ignores RLIMIT_NPROC) -----------------------
 
 CGROUP = "/sys/fs/cgroup/pids/pcrfs-cli-mount-%d" % os.getpid()
@@ -248,6 +314,7 @@ class MountLife(ct.CliTable):
 
     @classmethod
     def tearDownClass(cls):
+        s3_stop()
         if os.path.isdir(CGROUP):
             try:
                 os.rmdir(CGROUP)
@@ -294,6 +361,10 @@ class MountLife(ct.CliTable):
                 "cache={tmp}/NEW/a/b,http_retries=0"], rc=1, msg=r"cannot connect"),
         ct.Case("cache relative, unreachable URL", ["{pcrfs}", UNREACHABLE, "{mnt}", "-o",
                 "cache=NEW2/x,http_retries=0"], rc=1, cwd="{tmp}", msg=r"cannot connect"),
+        ct.Case("cache relative, s3 store", ["{pcrfs}", "s3://pcrfs-test/ds", "{mnt}", "-o",
+                "cache=s3cache,logfile={tmp}/s3.log"], rc=0, lines=0, cwd="{tmp}",
+                setup=s3_store, check=s3_cache_check,
+                changes=["{tmp}/s3cache", "{tmp}/s3cache/*", "{tmp}/s3.log"]),
         ct.Case("cache existing, unreachable URL", ["{pcrfs}", UNREACHABLE, "{mnt}", "-o",
                 "cache={tmp}/have,http_retries=0"], rc=1, setup=make_dir("have"),
                 msg=r"cannot connect"),
