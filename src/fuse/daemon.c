@@ -11,9 +11,9 @@
 
 #include "daemon.h"
 
-static int ready_fd = -1;        /* the pipe's write end (child), or -1 */
-static atomic_bool up;           /* pcrfs_daemon_ready() ran */
-static bool detached;            /* forked: stdio goes to /dev/null when up */
+static int ready_fd = -1; /* the pipe's write end (child), or -1 */
+static atomic_bool up;    /* pcrfs_daemon_ready() ran */
+static bool detached;     /* forked: stdio goes to /dev/null when up */
 static void (*up_hook)(void);
 
 /* The parent: wait for 'R' (exit 0) or the end of the pipe (the child's status). */
@@ -40,8 +40,10 @@ static _Noreturn void wait_for_child(pid_t pid, int fd)
     if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
         _exit(WEXITSTATUS(st)); /* its message is on standard error already */
     if (WIFSIGNALED(st))
-        fprintf(stderr, "pcrfs: the daemon was killed by signal %d (%s) before the mount "
-                        "was up\n", WTERMSIG(st), strsignal(WTERMSIG(st)));
+        fprintf(stderr,
+                "pcrfs: the daemon was killed by signal %d (%s) before the mount "
+                "was up\n",
+                WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
         fprintf(stderr, "pcrfs: the daemon stopped before the mount was up\n");
     _exit(1);

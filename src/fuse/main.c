@@ -2,10 +2,13 @@
  *
  *   pcrfs STORE MOUNTPOINT [-o opts] [-f] [-d] [-s]
  *
- * Order matters: the store is opened and validated before anything is mounted or
- * the process detaches, so a bad store fails with a message on the terminal, exit
- * status 1 and no mount left behind. Then: mount, detach (unless -f), serve until
- * fusermount3 -u or SIGTERM/SIGINT/SIGHUP, unmount, exit 0.
+ * Order matters: the mount point, the paths the daemon writes and its descriptors
+ * are checked (mountcheck.c), then the store is opened and validated, all before
+ * anything is mounted or the process detaches, so a bad store fails with a message
+ * on the terminal, exit status 1 and no mount left behind. Then: detach (unless -f;
+ * daemon.c: the parent waits), mount, start the workers, serve; the first request
+ * tells the parent to exit 0. Serve until fusermount3 -u or SIGTERM/SIGINT/SIGHUP,
+ * unmount, exit 0.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -73,20 +73,23 @@ int pcrfs_mc_take_opts(struct fuse_args *args, bool *nonempty)
     return 0;
 }
 
+/* Copied: fuse_opt_parse() frees the arguments it was given when it is done. */
 static int first_nonopt(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
-    const char **mnt = data;
+    char **mnt = data;
 
     (void)outargs;
     if (key == FUSE_OPT_KEY_NONOPT && !*mnt)
-        *mnt = arg;
+        *mnt = strdup(arg);
     return 1;
 }
 
 static void stale_line(const char *mnt)
 {
-    fprintf(stderr, "pcrfs: %s: a stale FUSE mount (its daemon has exited): run "
-                    "fusermount3 -u %s, then mount again\n", mnt, mnt);
+    fprintf(stderr,
+            "pcrfs: %s: a stale FUSE mount (its daemon has exited): run "
+            "fusermount3 -u %s, then mount again\n",
+            mnt, mnt);
 }
 
 /* A FUSE mount whose daemon is gone. stat(2) can still succeed from the kernel's
@@ -102,7 +105,7 @@ static bool is_stale(const char *mnt)
 int pcrfs_mc_stale(const struct fuse_args *args)
 {
     struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
-    const char *mnt = NULL;
+    char *mnt = NULL;
     int rc = 0;
 
     for (int i = 0; i < args->argc; i++)
@@ -115,6 +118,7 @@ int pcrfs_mc_stale(const struct fuse_args *args)
         stale_line(mnt);
         rc = -1;
     }
+    free(mnt);
     fuse_opt_free_args(&copy);
     return rc;
 }
@@ -155,8 +159,7 @@ static char *canonical(const char *path)
         slash = strrchr(buf, '/');
         if (!slash)
             return NULL;
-        if (snprintf(t, sizeof(t), "%s%s%s", slash + 1, tail[0] ? "/" : "", tail) >=
-            (int)sizeof(t))
+        if (snprintf(t, sizeof(t), "%s%s%s", slash + 1, tail[0] ? "/" : "", tail) >= (int)sizeof(t))
             return errno = ENAMETOOLONG, NULL;
         memcpy(tail, t, strlen(t) + 1);
         if (slash == buf) {
@@ -281,14 +284,18 @@ int pcrfs_mc_mountpoint(const char *mnt, const char *store, bool nonempty)
         return 0;
     /* a second pcrfs on a mounted point would stack a second mount and daemon */
     if (mounted_at(mnt, type, sizeof(type))) {
-        fprintf(stderr, "pcrfs: %s: already a mount point (%s): unmount it first, or give "
-                        "-o nonempty to mount over it\n", mnt, type);
+        fprintf(stderr,
+                "pcrfs: %s: already a mount point (%s): unmount it first, or give "
+                "-o nonempty to mount over it\n",
+                mnt, type);
         return -1;
     }
     n = entries(mnt, 1000);
     if (n > 0) {
-        fprintf(stderr, "pcrfs: %s: not empty (%d%s entries would be hidden): give -o "
-                        "nonempty to mount over them\n", mnt, n, n >= 1000 ? "+" : "");
+        fprintf(stderr,
+                "pcrfs: %s: not empty (%d%s entries would be hidden): give -o "
+                "nonempty to mount over them\n",
+                mnt, n, n >= 1000 ? "+" : "");
         return -1;
     }
     return 0;
@@ -315,8 +322,8 @@ int pcrfs_mc_path(const char *name, char **path, const char *mnt, const char *st
     else if (store && (st_abs = realpath(store, NULL)) != NULL && inside(abs, st_abs))
         where = "the store";
     if (where) {
-        fprintf(stderr, "pcrfs: %s=%s: inside %s %s (pcrfs does not write there)\n", name,
-                *path, where, where[4] == 'm' ? mnt : st_abs);
+        fprintf(stderr, "pcrfs: %s=%s: inside %s %s (pcrfs does not write there)\n", name, *path,
+                where, where[4] == 'm' ? mnt : st_abs);
         free(st_abs);
         free(abs);
         return -1;
@@ -352,8 +359,9 @@ int pcrfs_mc_resources(const char *mnt)
 
     if (used >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (long long)rl.rlim_cur - used < MIN_FREE_FDS) {
-        fprintf(stderr, "pcrfs: too few file descriptors: the open-file limit is %llu and %ld "
-                        "are in use; pcrfs needs %d more (raise the limit: ulimit -n)\n",
+        fprintf(stderr,
+                "pcrfs: too few file descriptors: the open-file limit is %llu and %ld "
+                "are in use; pcrfs needs %d more (raise the limit: ulimit -n)\n",
                 (unsigned long long)rl.rlim_cur, used, MIN_FREE_FDS);
         return -1;
     }
@@ -366,8 +374,9 @@ int pcrfs_mc_resources(const char *mnt)
             fprintf(stderr, "pcrfs: /dev/fuse: no such device (load the fuse module: "
                             "modprobe fuse)\n");
         else
-            fprintf(stderr, "pcrfs: /dev/fuse: %s: mounting needs read and write access to "
-                            "it (as root, or a mode such as 0666; see pcrfs(1))\n",
+            fprintf(stderr,
+                    "pcrfs: /dev/fuse: %s: mounting needs read and write access to "
+                    "it (as root, or a mode such as 0666; see pcrfs(1))\n",
                     strerror(errno));
         return -1;
     }

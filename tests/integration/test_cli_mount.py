@@ -420,8 +420,16 @@ class MountLife(ct.CliTable):
     if devfuse_closed():
         CASES.append(ct.Case("/dev/fuse closed to the user", PCRFS, rc=1, user=NOBODY,
                              group=NOBODY, msg=r"^pcrfs: /dev/fuse: Permission denied: "))
+        # auto_unmount for an ordinary user without allow_other/allow_root: warned
+        CASES.append(ct.Case("auto_unmount, ordinary user", PCRFS + ["-o", "auto_unmount"],
+                             rc=1, lines=2, user=NOBODY, group=NOBODY,
+                             msg=r"(?m)^pcrfs: warning: auto_unmount: for an ordinary user it "
+                                 r"takes effect only with allow_other or allow_root"))
+        CASES.append(ct.Case("auto_unmount with allow_other, ordinary user", PCRFS + [
+                             "-o", "auto_unmount,allow_other"], rc=1, user=NOBODY,
+                             group=NOBODY, msg=r"^pcrfs: /dev/fuse: Permission denied"))
     else:
-        skip_note("/dev/fuse is open to every user here: the permission row")
+        skip_note("/dev/fuse is open to every user here: the permission and auto_unmount rows")
 
 
 if __name__ == "__main__":
