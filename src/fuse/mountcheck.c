@@ -95,10 +95,18 @@ static void stale_line(const char *mnt)
 /* A FUSE mount whose daemon is gone. stat(2) can still succeed from the kernel's
  * cached attributes of the root (pcrfs caches them for a day); statfs(2) always asks
  * the daemon, and an aborted connection answers ENOTCONN. */
+static bool mounted_at(const char *mnt, char *type, size_t len);
+
 static bool is_stale(const char *mnt)
 {
     struct statfs sf;
+    char type[64], *real = realpath(mnt, NULL); /* lstat()s only: triggers nothing */
+    bool autofs = real && mounted_at(real, type, sizeof(type)) && !strcmp(type, "autofs");
 
+    free(real);
+    /* statfs(2) would trigger an automount, which waits for this very mount */
+    if (autofs)
+        return false;
     return statfs(mnt, &sf) != 0 && (errno == ENOTCONN || errno == ECONNABORTED);
 }
 
@@ -254,10 +262,16 @@ int pcrfs_mc_mountpoint(const char *mnt, const char *store, bool nonempty)
     struct stat st;
     unsigned fd;
     char c;
+    bool mounted;
     int n;
 
     if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
         return 0; /* a descriptor of /dev/fuse passed by a privileged mounter */
+    mounted = mounted_at(mnt, type, sizeof(type));
+    /* An autofs trigger (x-systemd.automount) is there to be mounted over, and
+     * looking into it would trigger the automount, which waits for this mount. */
+    if (mounted && !strcmp(type, "autofs"))
+        return 0;
     if (is_stale(mnt)) {
         stale_line(mnt);
         return -1;
@@ -283,7 +297,7 @@ int pcrfs_mc_mountpoint(const char *mnt, const char *store, bool nonempty)
     if (nonempty)
         return 0;
     /* a second pcrfs on a mounted point would stack a second mount and daemon */
-    if (mounted_at(mnt, type, sizeof(type))) {
+    if (mounted) {
         fprintf(stderr,
                 "pcrfs: %s: already a mount point (%s): unmount it first, or give "
                 "-o nonempty to mount over it\n",

@@ -73,6 +73,45 @@ def tmpfs_off(ctx, proc):
     subprocess.run(["umount", ctx["mnt"]], check=True, timeout=10)
 
 
+AUTOFS = {}
+
+
+def autofs_first(ctx):
+    """An autofs trigger at {mnt}, as x-systemd.automount leaves one: nobody answers
+    its pipe, so anything that looks into it (opendir, statfs) would wait for good."""
+    r, w = os.pipe()
+    AUTOFS["fds"] = (r, w)
+    subprocess.run(["mount", "-t", "autofs", "-o",
+                    "fd=%d,pgrp=%d,minproto=5,maxproto=5,direct" % (w, os.getpgrp()),
+                    "pcrfs-cli-autofs", ctx["mnt"]], pass_fds=(w,), check=True, timeout=10)
+
+
+def autofs_check(ctx, proc):
+    mnt = ctx["mnt"]
+    try:
+        types = [m[2] for m in ct.mounts_under(mnt) if m[0] == mnt]
+        assert types == ["autofs", "fuse.pcrfs"], "mounts at %s: %s" % (mnt, types)
+        assert info(mnt)["levels"] >= 1
+    finally:
+        if any(m[2] == "fuse.pcrfs" for m in ct.mounts_under(mnt) if m[0] == mnt):
+            unmount_top(mnt)
+        autofs_off(ctx)
+
+
+def unmount_top(mnt):
+    pid = daemon_of(mnt)
+    subprocess.run([mu.FUSERMOUNT, "-u", mnt], stderr=subprocess.DEVNULL, timeout=10)
+    if pid:
+        assert mu.wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), \
+            "the daemon did not exit"
+
+
+def autofs_off(ctx):
+    subprocess.run(["umount", "-l", ctx["mnt"]], stderr=subprocess.DEVNULL, timeout=10)
+    for fd in AUTOFS.pop("fds", ()):
+        os.close(fd)
+
+
 def stale_first(ctx):
     """A FUSE mount whose daemon was killed: every access says ENOTCONN."""
     p = subprocess.Popen([ctx["pcrfs"], ctx["store"], ctx["mnt"], "-f"],
@@ -375,6 +414,8 @@ class MountLife(ct.CliTable):
                     r"or give -o nonempty"),
         ct.Case("mount point mounted by tmpfs", PCRFS, rc=1, setup=tmpfs_first,
                 check=tmpfs_off, msg=r"already a mount point \(tmpfs\)"),
+        ct.Case("mount point an autofs trigger", PCRFS + ["-o", "logfile=/dev/null"], rc=0,
+                lines=0, setup=autofs_first, check=autofs_check, timeout=20),
         ct.Case("mount point not empty", PCRFS, rc=1, setup=one_file,
                 msg=r"^pcrfs: \S+: not empty \(1 entries would be hidden\): give -o nonempty"),
         ct.Case("mount point not empty, -o nonempty", PCRFS + ["-o", "nonempty"], rc=0,
@@ -417,6 +458,9 @@ class MountLife(ct.CliTable):
              "sh", CGROUP, "{pcrfs}", "{store}", "{mnt}", "-o",
              "refurb=2,refurb_threads=8,logfile=/dev/null"], rc=1, setup=make_cgroup,
             msg=r"^pcrfs: refurb: cannot start 8 worker threads: .*ulimit -u"))
+    else:
+        skip_note("not root or no pids cgroup (v1) at %s: the refurb thread-limit row"
+                  % os.path.dirname(CGROUP))
     if devfuse_closed():
         CASES.append(ct.Case("/dev/fuse closed to the user", PCRFS, rc=1, user=NOBODY,
                              group=NOBODY, msg=r"^pcrfs: /dev/fuse: Permission denied: "))
