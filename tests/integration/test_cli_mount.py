@@ -34,11 +34,12 @@ def skip_note(why):
 # ---- helpers for setup/check ---------------------------------------------------------
 
 def unmount(mnt):
-    """Unmount what a check found mounted and wait for its daemon to exit (it removes
-    its caches on the way out)."""
+    """Unmount the pcrfs a check found mounted at @mnt and wait for its daemon to exit
+    (it removes its caches on the way out)."""
     pid = daemon_of(mnt)
     subprocess.run([mu.FUSERMOUNT, "-u", mnt], stderr=subprocess.DEVNULL, timeout=10)
-    assert mu.wait_for(lambda: not any(m[0] == mnt for m in ct.mounts_under(mnt)), 10), \
+    assert mu.wait_for(lambda: not any(m[0] == mnt and m[2] == "fuse.pcrfs"
+                                       for m in ct.mounts_under(mnt)), 10), \
         "still mounted: " + mnt
     if pid:
         assert mu.wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), \
@@ -94,16 +95,8 @@ def autofs_check(ctx, proc):
         assert info(mnt)["levels"] >= 1
     finally:
         if any(m[2] == "fuse.pcrfs" for m in ct.mounts_under(mnt) if m[0] == mnt):
-            unmount_top(mnt)
+            unmount(mnt)
         autofs_off(ctx)
-
-
-def unmount_top(mnt):
-    pid = daemon_of(mnt)
-    subprocess.run([mu.FUSERMOUNT, "-u", mnt], stderr=subprocess.DEVNULL, timeout=10)
-    if pid:
-        assert mu.wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10), \
-            "the daemon did not exit"
 
 
 def autofs_off(ctx):
