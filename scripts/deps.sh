@@ -4,7 +4,8 @@
 #                          dependencies, fuse3, and what the demo runs (Python with
 #                          Pillow and numpy for the sample images, djpeg)
 #   scripts/deps.sh test   (the default) everything: also clang and libFuzzer,
-#                          valgrind, torchvision, the sqlite3 CLI and docutils, for
+#                          valgrind, torchvision, the sqlite3 CLI, docutils and attr
+#                          (getfattr/setfattr of the docs' examples), for
 #                          scripts/test.sh and CI
 # Runs apt-get only when a package is missing (so a prepared machine needs no
 # network); uses sudo when not root. When another apt-get or dpkg holds the package
@@ -30,12 +31,14 @@ test_pkgs=(
     clang libclang-rt-14-dev valgrind
     # man pages from reStructuredText
     python3-docutils
+    # getfattr/setfattr, which README and pcrfs(1) use for user.pcrfs.* attributes
+    attr
 )
 case $what in
     demo) pkgs=("${demo_pkgs[@]}") ;;
     test) pkgs=("${demo_pkgs[@]}" "${test_pkgs[@]}") ;;
     -h | --help)
-        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)

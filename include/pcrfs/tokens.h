@@ -27,9 +27,11 @@
  *   v < 255           one byte  [v]
  *   255 <= v < 510    two bytes [255, v - 255]                  (SeiT's code)
  *   510 <= v <= 65535 four bytes [255, 255, (v - 510) >> 8, (v - 510) & 255]
- * The third form is our extension for codebooks over 510 entries: SeiT's encoder
- * never writes [255, 255] (its second byte is v - 255 <= 254 for v < 510), so every
- * stream SeiT writes decodes identically; values 510..65535 get a second escape level.
+ * The third form is our extension for codebooks over 510 entries, used only inside
+ * the store (the zstd coder's ranks): SeiT's encoder never writes [255, 255] (its
+ * second byte is v - 255 <= 254 for v < 510), but SeiT's reader accepts it and
+ * decodes it otherwise, so SeiT's files are read with SeiT's rule instead
+ * (pcr_seit_decode() below).
  *
  * Thread safety: a loaded model, an open shard and an open SeiT reader are read-only
  * and may be used from any number of threads at once. Every function that takes
@@ -307,10 +309,11 @@ void pcr_tokshard_close(struct pcr_tokshard *s);
 /* ===== SeiT release format ==================================================== */
 
 /* SeiT's published token files:
- *   data.bin[.gz]   concatenated escape-coded images (the code above; SeiT's own
- *                   files only use its first two forms);
+ *   data.bin[.gz]   concatenated escape-coded images, read as SeiT's reader reads
+ *                   them (pcr_seit_decode(): the code above without its third form);
  *   index.npy[.gz]  N + 1 non-decreasing integer start offsets into data.bin;
- *   labels          text, one non-negative integer per line, N lines;
+ *   labels          text, one non-negative integer per line, N lines (lines end
+ *                   in LF, CRLF or a lone CR, as Python's universal newlines);
  *   names           optional text, one relative path per line, N lines
  *                   ("n01440764/n01440764_10026.JPEG").
  * Gzip is recognised by its magic bytes, not the file name. Without names, image i
@@ -321,9 +324,11 @@ void pcr_tokshard_close(struct pcr_tokshard *s);
  */
 struct pcr_seit_paths {
     const char *data;   /* required */
-    const char *index;  /* NULL: data's path with "data.bin" replaced by "index.npy"
-                         * in its last component, as SeiT's loader does; with or
-                         * without a ".gz" suffix, whichever exists */
+    const char *index;  /* NULL: data's path with the last "data.bin" of its last
+                         * component replaced by "index.npy" (SeiT's loader replaces
+                         * every "data.bin" in the whole path, directories too: the
+                         * same file for SeiT's own names); with or without a ".gz"
+                         * suffix, whichever exists */
     const char *labels; /* required */
     const char *names;  /* optional */
 };
@@ -347,6 +352,19 @@ int pcr_seit_open(const struct pcr_seit_paths *paths, const struct pcr_seit_opts
 void pcr_seit_close(struct pcr_seit *s);
 
 uint64_t pcr_seit_count(const struct pcr_seit *s);
+
+/* SeiT's reader on one image's bytes: a byte b < 255 is the value b, or 255 + b right
+ * after a 255; a 255 only marks the next value (a run of them counts as one) and a
+ * 255 at the end is dropped, so every value is in 0..509 and every byte string
+ * decodes. Writes at most @cap values to @out (NULL if @cap is 0) but counts them all.
+ * *@odd (if not NULL) gets the PCR_SEIT_* bits below of what SeiT's encoder would
+ * not have written. @return the number of values. */
+#define PCR_SEIT_REPEATED_ESCAPE 1u /* 255 right after 255 */
+#define PCR_SEIT_TRAILING_ESCAPE 2u /* 255 at the end */
+size_t pcr_seit_decode(const uint8_t *in, size_t len, uint16_t *out, size_t cap, unsigned *odd);
+/* The images holding such bytes (found at open): their number, the first one and
+ * the PCR_SEIT_* bits seen over all of them. */
+uint64_t pcr_seit_odd(const struct pcr_seit *s, uint64_t *first, unsigned *kinds);
 void pcr_seit_shape(const struct pcr_seit *s, unsigned *h, unsigned *w);
 
 struct pcr_seit_item {
@@ -361,9 +379,9 @@ int pcr_seit_item(const struct pcr_seit *s, uint64_t i, struct pcr_seit_item *ou
  * @return its length (copied NUL-terminated); -ENAMETOOLONG @len too small; -ENOENT. */
 ssize_t pcr_seit_name(const struct pcr_seit *s, uint64_t i, char *buf, size_t len);
 
-/* Decode image @i into @grid[0..h*w).
- * @return 0; -ENOENT @i >= count; -EINVAL (message in @err naming the image) it is
- *         not a valid escape sequence of exactly h*w values. */
+/* Decode image @i into @grid[0..h*w) with pcr_seit_decode().
+ * @return 0; -ENOENT @i >= count; -EINVAL (message in @err naming the image) it does
+ *         not hold exactly h*w values. */
 int pcr_seit_grid(const struct pcr_seit *s, uint64_t i, uint16_t *grid, char *err, size_t errlen);
 
 #ifdef __cplusplus

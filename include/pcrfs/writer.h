@@ -37,8 +37,16 @@ struct pcr_writer_opts {
 };
 
 /* Start a store at @path. @path must not exist, unless opts->force and it is a
- * pcrfs store (a directory holding index.db): then it is replaced at finish.
- * A stale ".NAME.tmp.PID" left by a killed build whose PID is gone is removed.
+ * pcrfs store (a directory holding index.db): then it is replaced at finish. With
+ * force, a symbolic link to a store has the store it points to replaced (built
+ * beside it, swapped in atomically); the link itself is kept. A dangling link is
+ * never replaced.
+ * The temporary directory holds a marker file (".pcrfs-build": PID, boot id,
+ * process start time) until finish. A ".NAME.tmp.PID" beside the target is
+ * removed only when it is a directory owned by the caller's effective uid, holds
+ * such a marker naming the same PID, and that build is gone (its PID ended, or
+ * belongs to an earlier boot or to a process started at another time); anything
+ * else there is left alone.
  * @return 0; -EEXIST (exists, no force); -ENOTDIR/-EINVAL (exists and is not a
  *         store: never replaced); -errno of mkdir/open; message in @err. */
 int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,

@@ -229,19 +229,16 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
 unsigned pcrfs_parse_level(const struct pcrfs *fs, const char *s, size_t len)
 {
     unsigned k = 0;
-    size_t i = 0, digits = 0;
+    size_t i;
 
-    while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == ' ' || s[len - 1] == '\t' ||
-                       s[len - 1] == '\r' || s[len - 1] == '\0'))
-        len--;
     if (len == 4 && memcmp(s, "full", 4) == 0)
         return fs->levels;
-    for (; i < len; i++) {
+    if (len == 0 || len > 3)
+        return 0; /* 3 digits hold any level (PCR_MAX_LEVELS) and stop overflow */
+    for (i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return 0;
         k = k * 10 + (unsigned)(s[i] - '0');
-        if (++digits > 3 || k > fs->levels)
-            return 0; /* also stops overflow */
     }
-    return digits && k >= 1 ? k : 0;
+    return k >= 1 && k <= fs->levels ? k : 0;
 }

@@ -142,9 +142,10 @@ int pcrfs_info_render(struct pcrfs *fs);
 /* Render a snapshot of /.pcrfs/stats into a malloc()ed buffer.
  * @return 0 and *out / *len; -ENOMEM. */
 int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len);
-/* Parse a level as /.pcrfs/level, -o level= and user.pcrfs.level take it: "K"
- * (1..L, decimal, no sign) or "full", optionally followed by white space (echo's
- * newline). @return the level, or 0 if @s is not one. */
+/* Parse a level as -o level=, /.pcrfs/level and user.pcrfs.level take it: exactly
+ * "K" (1..L, decimal, at most 3 digits, no sign, no white space) or "full"; the
+ * control file and the attribute strip one trailing newline first (pcrfsdir.c).
+ * @return the level, or 0 if @s is not one. */
 unsigned pcrfs_parse_level(const struct pcrfs *fs, const char *s, size_t len);
 
 static inline unsigned pcrfs_level_now(const struct pcrfs *fs)

@@ -51,7 +51,10 @@
  * inode, whose attributes and page cache are the new level's from the start; the
  * old inode keeps serving the old level to whoever still has it open, and its
  * cached pages stay right for it (the store is immutable), so nothing is ever
- * invalidated and nothing stale can be reached by name. mix/ uses the same
+ * invalidated and nothing stale can be reached by name. (Its pages do not outlive
+ * it: FUSE's drop_inode evicts an inode, pages and all, once no dentry or open file
+ * holds it, and a name holds one level's inode at a time, so switching back to a
+ * level reads again what was not held open; test_fidelity.py measures it.) mix/ uses the same
  * mechanism, with a level chosen per file (the one its next open will serve)
  * instead of one for the mount. (Stable inode numbers with
  * fuse_lowlevel_notify_inval_inode() would not do: the page cache and i_size

@@ -52,8 +52,8 @@
  * inode it was opened through, so a read never mixes levels, whatever switches
  * happen while it runs. Costs against a scanK/ view: one LOOKUP per open of a file
  * (the kernel revalidates the name), directory listings not cached by the kernel.
- * Everything else keeps the timeouts and caching above; in particular each level's
- * pages stay in the page cache across switches.
+ * Everything else keeps the timeouts and caching above; in particular a file's pages
+ * are kept across opens at one level (not across a switch and back: inode.h).
  * Such a mount is not read-only (the kernel would refuse the control write itself),
  * and not default_permissions (the kernel would answer EACCES, not EROFS, to writes
  * by other users than root): every other write reaches the daemon and fails with

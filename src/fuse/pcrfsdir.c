@@ -366,36 +366,41 @@ int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_
 
 /* ---- writing the level -------------------------------------------------------------
  *
- * The bytes written through one open file of /.pcrfs/level are one stream, whatever
- * the offsets (O_APPEND, or a second write(2) after a partial value): each line is
- * applied when its newline arrives (`echo 5 >`: at the write, as before), and what
- * follows the last newline when the file is closed: close(2) sends FLUSH and waits
- * for it, so `printf 10 >` and "1" then "0" in two writes both give level 10 before
- * close returns, and no half value is ever applied. A write that cannot be (part of)
- * a level fails with EINVAL at once; a value still incomplete at close fails close. */
+ * One rule for every write (pcrfs(1), CONTROL FILES): a value ("K" or "full"),
+ * optionally followed by one newline, and nothing else: no NUL, no white space,
+ * no second line. A write is checked whole before anything is applied, so it is
+ * applied whole or not at all: "8\n\n\n" or "7\nxyz\n" fail with EINVAL and the
+ * level stays as it was.
+ * The bytes written through one open file since the last applied value are one
+ * stream, whatever the offsets (O_APPEND, or a second write(2) after a partial
+ * value): a value is applied when its newline arrives (`echo 5 >`: at the write),
+ * or, without one, when the file is closed: close(2) sends FLUSH and waits for it,
+ * so `printf 10 >` and "1" then "0" in two writes both give level 10 before close
+ * returns. A write that cannot be (part of) a value fails with EINVAL at once and
+ * drops what was pending; a value still incomplete at close fails close. */
 
-static bool level_ws(char c)
+/* The value in a write (or an xattr value): its length without the one trailing
+ * newline allowed, or -1 if it holds a NUL or a newline anywhere else. */
+static ssize_t level_value_len(const char *buf, size_t size)
 {
-    return c == ' ' || c == '\t' || c == '\r' || c == '\0';
+    size_t n = size > 0 && buf[size - 1] == '\n' ? size - 1 : size;
+
+    if (memchr(buf, '\n', n) || memchr(buf, '\0', n))
+        return -1;
+    return (ssize_t)n;
 }
 
-/* Can @s (no newline) still grow into a level? */
+/* Can @s still grow into a level? */
 static bool level_prefix(const struct pcrfs *fs, const char *s, size_t len)
 {
-    size_t n = len, i;
     unsigned k = 0;
+    size_t i;
 
-    while (n > 0 && level_ws(s[n - 1]))
-        n--;
-    if (n == 0)
+    if (len <= 4 && memcmp(s, "full", len) == 0)
         return true;
-    if (n < len) /* white space ended the value: it must be whole */
-        return pcrfs_parse_level(fs, s, len) != 0;
-    if (n <= 4 && memcmp(s, "full", n) == 0)
-        return true;
-    if (n > 3)
+    if (len > 3)
         return false;
-    for (i = 0; i < n; i++) {
+    for (i = 0; i < len; i++) {
         if (s[i] < '0' || s[i] > '9')
             return false;
         k = k * 10 + (unsigned)(s[i] - '0');
@@ -417,29 +422,22 @@ static int level_apply(struct pcrfs *fs, struct level_write *lw)
 
 int pcrfs_level_write(struct pcrfs *fs, struct level_write *lw, const char *buf, size_t size)
 {
-    const char *nl;
-    size_t n;
+    ssize_t n = level_value_len(buf, size);
     int rc = 0;
 
     pthread_mutex_lock(&fs->open_lock);
-    while (rc == 0 && size > 0) {
-        nl = memchr(buf, '\n', size);
-        n = nl ? (size_t)(nl - buf) : size;
-        if (n > sizeof(lw->buf) - lw->len) {
-            lw->len = 0;
-            rc = -EINVAL;
-            break;
-        }
-        memcpy(lw->buf + lw->len, buf, n);
-        lw->len += n;
-        if (!nl)
-            break;
-        rc = level_apply(fs, lw);
-        buf += n + 1, size -= n + 1;
-    }
-    if (rc == 0 && !level_prefix(fs, lw->buf, lw->len)) {
+    if (n < 0 || (size_t)n > sizeof(lw->buf) - lw->len) {
         lw->len = 0;
         rc = -EINVAL;
+    } else {
+        memcpy(lw->buf + lw->len, buf, (size_t)n);
+        lw->len += (size_t)n;
+        if ((size_t)n < size) /* the newline: the value is complete */
+            rc = level_apply(fs, lw);
+        else if (!level_prefix(fs, lw->buf, lw->len)) {
+            lw->len = 0;
+            rc = -EINVAL;
+        }
     }
     pthread_mutex_unlock(&fs->open_lock);
     return rc;
@@ -447,13 +445,10 @@ int pcrfs_level_write(struct pcrfs *fs, struct level_write *lw, const char *buf,
 
 int pcrfs_level_close(struct pcrfs *fs, struct level_write *lw)
 {
-    size_t n;
     int rc = 0;
 
     pthread_mutex_lock(&fs->open_lock);
-    for (n = lw->len; n > 0 && level_ws(lw->buf[n - 1]); n--)
-        ;
-    if (n > 0)
+    if (lw->len > 0)
         rc = level_apply(fs, lw);
     lw->len = 0;
     pthread_mutex_unlock(&fs->open_lock);
@@ -480,13 +475,16 @@ static bool has_level_xattr(const struct pcrfs *fs, uint64_t ino)
 int pcrfs_level_setxattr(struct pcrfs *fs, fuse_req_t req, uint64_t ino, const char *name,
                          const char *value, size_t size)
 {
+    ssize_t n;
     unsigned k;
 
     if (!has_level_xattr(fs, ino) || strcmp(name, LEVEL_XATTR) != 0)
         return -EROFS;
     if (!pcrfs_may_control(fs, req))
         return -EPERM;
-    k = pcrfs_parse_level(fs, value, size);
+    /* the same rule as a write to /.pcrfs/level: one value, one trailing newline */
+    n = level_value_len(value, size);
+    k = n < 0 ? 0 : pcrfs_parse_level(fs, value, (size_t)n);
     if (!k)
         return -EINVAL;
     set_level(fs, k);

@@ -323,7 +323,7 @@ static const struct view_row rows[] = {
         .level_rule = LEVEL_CURRENT,
         .tree = TREE_IMAGES,
         /* a cached name or listing would carry the inode of an old level (inode.h);
-         * pages stay right: they belong to a level's inode */
+         * pages stay right: they belong to a level's inode (and go with it) */
         .cache = {.names = false, .listings = false, .pages = true},
         .counters = dyn_counters,
         .file_level = dyn_file_level,

@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -29,17 +28,6 @@ volatile sig_atomic_t mk_interrupted;
 /* The temporary directory, for the allocation failure path (see on_oom()). */
 static char *tmpdir_copy;
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
 /* Out of memory, maybe in a worker while the main thread uses the writer: the
  * writer cannot be aborted safely from here, so remove its directory by path;
  * the process exits right after. (A leftover would also be removed by the next
@@ -47,7 +35,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 static void on_oom(void)
 {
     if (tmpdir_copy)
-        nftw(tmpdir_copy, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+        tool_remove_tree(tmpdir_copy);
 }
 
 static void on_signal(int sig)
@@ -103,7 +91,8 @@ static void usage(FILE *f)
             "      --drop-markers    drop APPn/COM markers (EXIF, ICC, comments)\n"
             "      --quality         measure each JPEG's luma MS-SSIM at every level and\n"
             "                        store it in the index (per-image levels); the build\n"
-            "                        takes about 8x the CPU time\n"
+            "                        takes 8 to 17 times the CPU time (larger, smoother\n"
+            "                        images cost more: mkpcrfs(1))\n"
             "      --no-quality      do not measure it (the default)\n"
             "  -q, --quiet           no progress bar, no summary\n"
             "      --progress        show the progress bar even if stderr is not a terminal\n"
@@ -233,8 +222,13 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
         tool_usage_error("too many arguments: '%s'", argv[optind + 2]);
     /* With tokens, SRC may be omitted (or "-"): a store of tokens only. */
     b->src = argc - optind == 2 ? argv[optind] : NULL;
-    if (tokens && b->src && strcmp(b->src, "-") == 0)
+    if (b->src && strcmp(b->src, "-") == 0) {
+        if (!tokens)
+            tool_usage_error("SRC '-' means no images (a store of tokens only) and needs "
+                             "--tokens or --seit; to build from a directory named '-', "
+                             "write ./-");
         b->src = NULL;
+    }
     b->store = argv[argc - 1];
     load_scripts(scans_arg, &b->scripts);
     b->progress = force_progress || (!b->quiet && isatty(STDERR_FILENO));
@@ -272,6 +266,8 @@ static int start(struct build *b, const struct pcr_writer_opts *wopts)
     if (rc < 0) {
         if (rc == -EEXIST)
             tool_err("%s: already exists (--force replaces a pcrfs store)", b->store);
+        else if ((rc == -ENOTDIR || rc == -EINVAL) && err[0])
+            tool_err("%s", err);
         else if (rc == -ENOTDIR || rc == -EINVAL)
             tool_err("%s: exists and is not a pcrfs store; not replacing it", b->store);
         else
@@ -299,7 +295,7 @@ static int start(struct build *b, const struct pcr_writer_opts *wopts)
 
 int main(int argc, char **argv)
 {
-    /* --quality is opt-in: the build takes about 8x the CPU with it (mkpcrfs(1)) */
+    /* --quality is opt-in: the build takes 8 to 17 times the CPU with it (mkpcrfs(1)) */
     struct build b = {.per_record = DEFAULT_PER_RECORD, .quality = false};
     struct tokimport_opts topts = {0};
     struct tokimport *tok = NULL;

@@ -25,7 +25,9 @@ int file_path(struct pcr_store *s, uint64_t id, struct tool_buf *b);
 int do_list(struct pcr_store *s);
 int do_verify(struct pcr_store *s);
 int do_cat(struct pcr_store *s, const char *path, unsigned level);
-int do_extract(struct pcr_store *s, const char *dest, unsigned level);
+/* --extract: refuses a DEST inside @store (its path); on failure or interrupt
+ * removes DEST whole (or says it could not); exit 130 when interrupted. */
+int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigned level);
 
 struct fid_args {
     size_t sample;
@@ -33,6 +35,7 @@ struct fid_args {
     double threshold;
     unsigned jobs;
     bool json;
+    bool progress; /* the progress line on stderr (a terminal, no -q) */
 };
 int do_fidelity(struct pcr_store *s, const struct fid_args *a);
 

@@ -14,6 +14,7 @@
 #include "pcrfs/fidelity.h"
 #include "pcrfs/jpeg.h"
 #include "pcrinfo.h"
+#include "progress.h"
 #include "util/json.h"
 
 /* MS-SSIM holds two double-precision pyramids of an image per thread (about 21 bytes
@@ -42,6 +43,7 @@ struct fid_image {
     double *ssim;    /* [1..L] */
     double *dec;     /* [1..L], seconds */
     uint64_t *bytes; /* [1..L] */
+    uint64_t size;   /* at level L, as the index gives it: the progress bar's weight */
 };
 
 struct fidelity {
@@ -49,7 +51,9 @@ struct fidelity {
     unsigned L;
     struct fid_image *img;
     size_t n;
-    atomic_size_t next; /* next image a worker takes */
+    atomic_size_t next;           /* next image a worker takes */
+    atomic_size_t done;           /* images finished (measured, failed or left out) */
+    atomic_uint_fast64_t done_sz; /* their fid_image.size, for the progress bar */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -192,8 +196,11 @@ static void *fid_worker(void *arg)
     uint8_t *buf = NULL, *full = NULL;
     size_t cap = 0, fullcap = 0, i;
 
-    while ((i = atomic_fetch_add(&fx->next, 1)) < fx->n)
+    while ((i = atomic_fetch_add(&fx->next, 1)) < fx->n) {
         fid_one(fx, &fx->img[i], &buf, &cap, &full, &fullcap);
+        atomic_fetch_add(&fx->done_sz, fx->img[i].size);
+        atomic_fetch_add(&fx->done, 1);
+    }
     free(buf);
     free(full);
     return NULL;
@@ -242,6 +249,7 @@ static ssize_t fid_sample(struct pcr_store *s, size_t want, uint64_t seed, struc
             continue;
         pcr_file_info(f, &fi);
         if (fi.kind == PCR_KIND_JPEG) {
+            img[got].size = pcr_file_size(f, pcr_store_levels(s));
             img[got++].id = ids[i];
             (*njpeg_seen)++;
         }
@@ -332,7 +340,7 @@ int do_fidelity(struct pcr_store *s, const struct fid_args *a)
     struct fidelity fx = {.s = s, .L = pcr_store_levels(s)};
     unsigned L = fx.L, k, t, started = 0, reduced = 0, large = 0, recommended;
     size_t i, ok = 0, failures = 0;
-    uint64_t njpeg = 0;
+    uint64_t njpeg = 0, total_sz;
     pthread_t tids[MAX_JOBS];
     double *sum_ssim, *min_ssim, *sum_dec, *sum_bytes;
     char script[128] = "";
@@ -359,11 +367,24 @@ int do_fidelity(struct pcr_store *s, const struct fid_args *a)
         if (!fx.img[i].ssim || !fx.img[i].dec || !fx.img[i].bytes)
             tool_oom();
     }
+    for (i = 0, total_sz = 0; i < fx.n; i++)
+        total_sz += fx.img[i].size;
     for (t = 0; t < a->jobs && t < MAX_JOBS && (t == 0 || t < fx.n); t++) {
         if (pthread_create(&tids[t], NULL, fid_worker, &fx) != 0)
             break;
         started++;
     }
+    /* The progress line (on a terminal, as mkpcrfs's build shows it): a sample of
+     * large images takes minutes. The workers end when the sample is done. */
+    progress_start(a->progress && started, fx.n, total_sz);
+    while (started && atomic_load(&fx.done) < fx.n) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+
+        progress_update(atomic_load(&fx.done), atomic_load(&fx.done_sz), false);
+        nanosleep(&tick, NULL);
+    }
+    progress_update(atomic_load(&fx.done), atomic_load(&fx.done_sz), true);
+    progress_finish();
     if (!started)
         fid_worker(&fx);
     for (t = 0; t < started; t++)

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +35,31 @@ int file_path(struct pcr_store *s, uint64_t id, struct tool_buf *b)
 
 static const char *kind_name(enum pcr_kind k)
 {
-    return k == PCR_KIND_JPEG ? "jpeg" : k == PCR_KIND_VERBATIM ? "verbatim" : "unknown";
+    return k == PCR_KIND_JPEG       ? "jpeg"
+           : k == PCR_KIND_VERBATIM ? "verbatim"
+           : k == PCR_KIND_TOKENS   ? "tokens"
+                                    : "unknown";
 }
 
-int do_list(struct pcr_store *s)
+/* The token tree of @s (the files a mount serves under tokens/) in *@t, or NULL
+ * when the store holds none. @return 0, or -1 with a message (a damaged tree). */
+static int open_tokens(struct pcr_store *s, struct pcr_store **t)
+{
+    char err[512] = "";
+    int e = pcr_store_open_tokens(s, t, err, sizeof(err));
+
+    if (e == 0 || e == -ENOENT) {
+        if (e)
+            *t = NULL;
+        return 0;
+    }
+    *t = NULL;
+    tool_err("tokens/: %s", err[0] ? err : strerror(-e));
+    return -1;
+}
+
+/* One line per file of @s, its paths under @prefix. @return 0 or 1 (reported). */
+static int list_tree(struct pcr_store *s, const char *prefix)
 {
     struct tool_buf path = {0}, esc = {0};
     unsigned levels = pcr_store_levels(s), k;
@@ -50,12 +72,13 @@ int do_list(struct pcr_store *s)
         int e;
 
         if ((e = pcr_store_file(s, id, &f)) < 0 || (e = file_path(s, id, &path)) < 0) {
-            tool_err("file %" PRIu64 ": %s", id, strerror(-e));
+            tool_err("%sfile %" PRIu64 ": %s", prefix, id, strerror(-e));
             rc = 1;
             continue;
         }
         pcr_file_info(f, &fi);
         tool_buf_reset(&esc);
+        tool_escape(&esc, prefix, strlen(prefix));
         tool_escape(&esc, path.s, path.len);
         printf("%s\t%s\t%u\t", esc.s, kind_name(fi.kind), fi.nchunks);
         for (k = 1; k <= levels; k++)
@@ -64,6 +87,20 @@ int do_list(struct pcr_store *s)
     }
     tool_buf_free(&path);
     tool_buf_free(&esc);
+    return rc;
+}
+
+int do_list(struct pcr_store *s)
+{
+    struct pcr_store *t;
+    int rc = list_tree(s, "");
+
+    if (open_tokens(s, &t) < 0)
+        return 1;
+    if (t) {
+        rc |= list_tree(t, "tokens/");
+        pcr_store_close(t);
+    }
     return rc;
 }
 
@@ -242,57 +279,95 @@ static int copy_file(struct pcr_store *s, const struct pcr_file *f, unsigned lev
     return rc;
 }
 
-int do_cat(struct pcr_store *s, const char *path, unsigned level)
+/* Find @path in @s as --cat names it: from the root, component by component;
+ * empty components and "." are skipped, as in a path name; a trailing '/' names a
+ * directory. @return 0 and *@node, or a negative errno. */
+static int lookup_path(struct pcr_store *s, const char *path, struct pcr_node *node)
 {
-    struct pcr_node node = {.is_dir = true, .id = PCR_ROOT_DIR};
-    const struct pcr_file *f;
-    char *copy = strdup(path), *p, *save = NULL;
-    uint8_t *buf = malloc(IO_CHUNK);
-    bool reading;
-    int rc;
+    char *copy = tool_xstrdup(path), *p, *save = NULL;
+    int rc = 0;
 
-    if (!copy || !buf) {
-        tool_err("out of memory");
-        free(copy);
-        free(buf);
-        return 1;
-    }
-    /* Component by component from the root; empty components and "." are
-     * skipped, as in a path name; ".." is refused (nothing above the root). */
-    rc = 0;
+    *node = (struct pcr_node){.is_dir = true, .id = PCR_ROOT_DIR};
     for (p = strtok_r(copy, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
         if (strcmp(p, ".") == 0)
             continue;
-        if (!node.is_dir) {
+        if (!node->is_dir) {
             rc = -ENOTDIR;
             break;
         }
-        if (strcmp(p, "..") == 0) {
-            rc = -ENOENT;
-            break;
-        }
-        rc = pcr_store_lookup(s, node.id, p, &node);
+        rc = pcr_store_lookup(s, node->id, p, node);
         if (rc < 0)
             break;
     }
     free(copy);
+    if (rc == 0 && !node->is_dir && path[0] && path[strlen(path) - 1] == '/')
+        rc = -ENOTDIR; /* "FILE/", as open(2) says */
+    return rc;
+}
+
+/* Is ".." a component of @path? */
+static bool has_dotdot(const char *path)
+{
+    const char *p = path;
+
+    while ((p = strstr(p, "..")) != NULL) {
+        if ((p == path || p[-1] == '/') && (p[2] == '\0' || p[2] == '/'))
+            return true;
+        p += 2;
+    }
+    return false;
+}
+
+int do_cat(struct pcr_store *s, const char *path, unsigned level)
+{
+    struct pcr_store *t = NULL, *in = s;
+    struct pcr_node node;
+    struct tool_buf esc = {0};
+    const struct pcr_file *f;
+    const char *rel = path;
+    uint8_t *buf;
+    bool reading;
+    int rc;
+
+    /* Refused before any lookup, so that the message says why (pcrinfo(1)). */
+    if (!path[0]) {
+        tool_err("--cat: an empty PATH (name a file of the store, e.g. cls/img.jpg)");
+        return 1;
+    }
+    if (has_dotdot(path)) {
+        tool_err("%s: '..' is refused: PATH names a file inside the store, from its root",
+                 tool_escaped(&esc, path));
+        tool_buf_free(&esc);
+        return 1;
+    }
+    /* tokens/...: the token tree, as the mount serves it, when the store holds one */
+    while (rel[0] == '/' || (rel[0] == '.' && rel[1] == '/'))
+        rel += rel[0] == '/' ? 1 : 2;
+    if (strncmp(rel, "tokens/", 7) == 0 || strcmp(rel, "tokens") == 0) {
+        if (open_tokens(s, &t) < 0)
+            return 1;
+        if (t) {
+            in = t;
+            rel += 6;
+        }
+    }
+    rc = lookup_path(in, rel, &node);
     if (rc == 0 && node.is_dir)
         rc = -EISDIR;
     if (rc == 0)
-        rc = pcr_store_file(s, node.id, &f);
+        rc = pcr_store_file(in, node.id, &f);
     if (rc < 0) {
-        struct tool_buf esc = {0};
-
         tool_err("%s: %s", tool_escaped(&esc, path), strerror(-rc));
         tool_buf_free(&esc);
-        free(buf);
+        pcr_store_close(t);
         return 1;
     }
-    rc = copy_file(s, f, level, STDOUT_FILENO, buf, &reading);
+    buf = tool_xmalloc(IO_CHUNK);
+    /* a token file has one level: it is served whole at every level */
+    rc = copy_file(in, f, t ? 1 : level, STDOUT_FILENO, buf, &reading);
     free(buf);
+    pcr_store_close(t);
     if (rc < 0) {
-        struct tool_buf esc = {0};
-
         if (reading)
             tool_err("reading %s: %s", tool_escaped(&esc, path), strerror(-rc));
         else
@@ -308,6 +383,9 @@ static bool safe_name(const char *n)
 {
     return n[0] && !strchr(n, '/') && strcmp(n, ".") != 0 && strcmp(n, "..") != 0;
 }
+
+/* SIGINT or SIGTERM during --extract: stop, remove DEST, exit 130. */
+static volatile sig_atomic_t ex_interrupted;
 
 struct extract {
     struct pcr_store *s;
@@ -340,8 +418,13 @@ static int extract_dir(struct extract *x, uint64_t dir, int dfd)
 
     for (pos = 0;; pos++) {
         struct pcr_dirent de;
-        int rc = pcr_store_readdir(x->s, dir, pos, &de);
+        int rc;
 
+        if (ex_interrupted) {
+            tool_err("%s: interrupted; the partial output is removed", x->dest);
+            return -1;
+        }
+        rc = pcr_store_readdir(x->s, dir, pos, &de);
         if (rc == -ENOENT)
             return 0;
         if (rc < 0) {
@@ -403,31 +486,107 @@ static int extract_dir(struct extract *x, uint64_t dir, int dfd)
     }
 }
 
-int do_extract(struct pcr_store *s, const char *dest, unsigned level)
+static void ex_on_signal(int sig)
+{
+    (void)sig;
+    ex_interrupted = 1;
+}
+
+/* Would the new directory @dest be inside the store directory @store? Both are
+ * resolved (symbolic links, "..") through @dest's parent, which must exist. A
+ * store that is not a local directory (a URL) has nothing inside. */
+static bool inside_store(const char *store, const char *dest)
+{
+    char *copy = tool_xstrdup(dest), *slash, *parent, *rs, *rp;
+    size_t n = strlen(copy), ls;
+    bool in = false;
+
+    while (n > 1 && copy[n - 1] == '/')
+        copy[--n] = '\0';
+    slash = strrchr(copy, '/');
+    if (!slash)
+        parent = ".";
+    else if (slash == copy)
+        parent = "/";
+    else {
+        *slash = '\0';
+        parent = copy;
+    }
+    rs = realpath(store, NULL);
+    rp = realpath(parent, NULL);
+    if (rs && rp) {
+        ls = strlen(rs);
+        in = strncmp(rp, rs, ls) == 0 && (rp[ls] == '\0' || rp[ls] == '/' || ls == 1);
+    }
+    free(rs);
+    free(rp);
+    free(copy);
+    return in;
+}
+
+int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigned level)
 {
     struct extract x = {.s = s, .level = level, .dest = dest};
-    int dfd, rc;
+    struct sigaction sa = {.sa_handler = ex_on_signal}, old_int, old_term;
+    struct pcr_store *t = NULL;
+    int dfd, tfd, rc;
 
-    if (mkdir(dest, 0777) < 0) {
-        tool_err("%s: %s", dest, errno == EEXIST ? "already exists" : strerror(errno));
+    if (inside_store(store, dest)) {
+        tool_err("%s: inside the store %s; refused (extract to a directory outside it)", dest,
+                 store);
         return 1;
     }
+    if (open_tokens(s, &t) < 0)
+        return 1;
+    if (mkdir(dest, 0777) < 0) {
+        tool_err("%s: %s", dest, errno == EEXIST ? "already exists" : strerror(errno));
+        pcr_store_close(t);
+        return 1;
+    }
+    /* From here on DEST is ours: a failure or an interrupt removes it whole, so
+     * that a re-run starts clean. */
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    x.buf = tool_xmalloc(IO_CHUNK);
+    tool_buf_add(&x.path, "", 0);
     dfd = open(dest, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0) {
         tool_err("%s: %s", dest, strerror(errno));
-        return 1;
-    }
-    x.buf = malloc(IO_CHUNK);
-    if (!x.buf) {
-        tool_err("out of memory");
+        rc = -1;
+    } else {
+        rc = extract_dir(&x, PCR_ROOT_DIR, dfd);
+        if (rc == 0 && t) {
+            /* the token tree under tokens/, its .tok files as the mount serves them */
+            x.s = t;
+            x.level = 1;
+            if (mkdirat(dfd, "tokens", 0777) < 0 ||
+                (tfd = openat(dfd, "tokens", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
+                    0) {
+                tool_err("%s/tokens: %s", dest, strerror(errno));
+                rc = -1;
+            } else {
+                tool_buf_add(&x.path, "tokens", 6);
+                rc = extract_dir(&x, PCR_ROOT_DIR, tfd);
+                close(tfd);
+            }
+        }
         close(dfd);
-        return 1;
     }
-    tool_buf_add(&x.path, "", 0);
-    rc = extract_dir(&x, PCR_ROOT_DIR, dfd);
-    close(dfd);
     free(x.buf);
     tool_buf_free(&x.path);
     tool_buf_free(&x.esc);
+    pcr_store_close(t);
+    if (rc < 0) {
+        int e = tool_remove_tree(dest);
+
+        if (e < 0)
+            tool_err("%s: the partial output is left (removing it: %s)", dest, strerror(-e));
+    }
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    if (rc < 0 && ex_interrupted)
+        return 130;
     return rc < 0 ? 1 : 0;
 }

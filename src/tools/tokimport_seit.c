@@ -20,17 +20,46 @@ static int cmp_name_idx(const void *a, const void *b, void *ctx)
     return strcmp(names[*(const uint64_t *)a], names[*(const uint64_t *)b]);
 }
 
+/* The directory DatasetFolder would be given: the leading directories that every
+ * name shares, as long as every name keeps a directory below them ("train/" of
+ * "train/<class>/x.JPEG"; nothing for "<class>/x.JPEG"). @names sorted by @order, so
+ * the first and last share what all share. @return its length, '/' included. */
+static size_t common_root(char **names, const uint64_t *order, uint64_t n)
+{
+    const char *a = names[order[0]], *b = names[order[n - 1]];
+    size_t root = 0;
+
+    for (size_t i = 0; a[i] && a[i] == b[i]; i++)
+        if (a[i] == '/')
+            root = i + 1;
+    while (root > 0) {
+        uint64_t i = 0;
+
+        while (i < n && strchr(names[order[i]] + root, '/'))
+            i++;
+        if (i == n)
+            break;
+        /* a name with no directory below: back to the previous level */
+        do
+            root--;
+        while (root > 0 && a[root - 1] != '/');
+    }
+    return root;
+}
+
 /* Labels that DatasetFolder would not reproduce: it numbers classes by sorted
- * top-level directory, so the class index equals SeiT's label only if each class
- * directory holds one label and the labels go 0, 1, 2, ... in directory order.
- * Only a warning: the grids are imported either way. */
+ * directory name below its root (common_root()), so the class index equals SeiT's
+ * label only if each class directory holds one label and the labels go 0, 1, 2, ...
+ * in directory order. Only a warning: the grids are imported either way. */
 static void check_labels(struct tokimport *t, char **names, const uint64_t *order, uint64_t n)
 {
-    uint64_t i = 0, cls = 0, mixed = 0, renumbered = 0;
-    char first_mixed[300] = "", first_renum[300] = "";
+    uint64_t i = 0, cls = 0, mixed = 0, renumbered = 0, renum_cls = 0, renum_label = 0;
+    size_t root = n ? common_root(names, order, n) : 0;
+    /* names come from the file: escaped for the terminal (tool_escape()) */
+    struct tool_buf first_mixed = {0}, first_renum = {0}, where = {0};
 
     while (i < n) {
-        const char *nm = names[order[i]], *slash = strchr(nm, '/');
+        const char *nm = names[order[i]] + root, *slash = strchr(nm, '/');
         size_t clen = slash ? (size_t)(slash - nm) : 0;
         struct pcr_seit_item it;
         uint64_t label, j;
@@ -39,7 +68,7 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
         pcr_seit_item(t->seit, order[i], &it);
         label = it.label;
         for (j = i + 1; j < n; j++) {
-            const char *m = names[order[j]];
+            const char *m = names[order[j]] + root;
 
             if (!clen || strncmp(m, nm, clen + 1) != 0)
                 break;
@@ -48,24 +77,55 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
                 one = false;
         }
         if (clen) {
-            if (!one && mixed++ == 0)
-                snprintf(first_mixed, sizeof(first_mixed), "%.*s", (int)clen, nm);
-            else if (one && label != cls && renumbered++ == 0)
-                snprintf(first_renum, sizeof(first_renum),
-                         "'%.*s' is class %" PRIu64 " but has SeiT label %" PRIu64, (int)clen, nm,
-                         cls, label);
+            if (!one && mixed++ == 0) {
+                tool_escape(&first_mixed, nm, clen);
+            } else if (one && label != cls && renumbered++ == 0) {
+                tool_escape(&first_renum, nm, clen);
+                renum_cls = cls;
+                renum_label = label;
+            }
             cls++;
         }
         i = j;
     }
+    tool_buf_add(&where, "", 0);
+    if (root) {
+        tool_buf_add(&where, " under tokens/", 14);
+        tool_escape(&where, names[order[0]], root - 1);
+    }
     if (mixed)
-        tool_warn("%s: %" PRIu64 " class directories hold images of several labels (the "
+        tool_warn("%s: %" PRIu64 " class director%s%s hold%s images of several labels (the "
                   "first: '%s'); DatasetFolder's labels will differ from SeiT's",
-                  tool_escaped(&t->esc, t->o.seit_names), mixed, first_mixed);
+                  tool_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies", where.s,
+                  mixed == 1 ? "s" : "", first_mixed.s);
     else if (renumbered)
-        tool_warn("%s: DatasetFolder numbers classes by directory name: %s (%" PRIu64
-                  " classes differ)",
-                  tool_escaped(&t->esc, t->o.seit_names), first_renum, renumbered);
+        tool_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
+                  " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
+                  tool_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
+                  renum_label, renumbered, renumbered == 1 ? "" : "es", renumbered == 1 ? "s" : "");
+    tool_buf_free(&first_mixed);
+    tool_buf_free(&first_renum);
+    tool_buf_free(&where);
+}
+
+/* Bytes SeiT's encoder does not write but its reader accepts are read as its reader
+ * does (pcr_seit_decode()); say so once, since a file holding them may have been
+ * written by another tool with another rule in mind. */
+static void warn_odd(struct tokimport *t)
+{
+    uint64_t first, n;
+    unsigned kinds;
+
+    n = pcr_seit_odd(t->seit, &first, &kinds);
+    if (!n)
+        return;
+    tool_warn("%s: %" PRIu64 " image%s (the first: image %" PRIu64 ") hold%s %s%s%s; read as "
+              "SeiT's reader reads them (a run of 255 bytes is one escape, a final 255 is "
+              "dropped)",
+              tool_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first, n == 1 ? "s" : "",
+              kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
+              kinds == (PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE) ? " or " : "",
+              kinds & PCR_SEIT_TRAILING_ESCAPE ? "a 255 byte at the end" : "");
 }
 
 int ti_seit_tree(struct tokimport *t)
@@ -90,10 +150,15 @@ int ti_seit_tree(struct tokimport *t)
 
     rc = pcr_seit_open(&paths, &so, &t->seit, err, sizeof(err));
     if (rc) {
-        tool_err("%s", err[0] ? err : strerror(-rc));
+        /* the index is looked for by pcrfs's rule, not SeiT's (pcr_seit_paths) */
+        tool_err("%s%s", err[0] ? err : strerror(-rc),
+                 !paths.index && (strstr(err, "no index file") || strstr(err, "no 'data.bin'"))
+                     ? "; name it with --seit-index"
+                     : "");
         return -1;
     }
     n = pcr_seit_count(t->seit);
+    warn_odd(t);
     names = tool_xmalloc((n ? n : 1) * sizeof(*names));
     order = tool_xmalloc((n ? n : 1) * sizeof(*order));
     for (i = 0; i < n; i++) {

@@ -62,11 +62,43 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
     return rc;
 }
 
+/* What a --codebook file that is not a .npy is, when it is something a user is
+ * likely to have (SeiT ships its codebook as a PyTorch file, codebook.ckpt, that
+ * torch.load() returns as a [K, D] tensor), with how to convert it: reading a torch
+ * pickle here is not worth it. @return a message, or NULL. */
+static const char *codebook_kind(struct tokimport *t, const uint8_t *b, size_t len)
+{
+    static char msg[1024];
+    const char *path = t->o.codebook, *shown = "CKPT";
+    bool zip = len >= 30 && memcmp(b, "PK\003\004", 4) == 0;
+    size_t nlen = zip ? (size_t)(b[26] | b[27] << 8) : 0;
+    const char *name = (const char *)b + 30;
+
+    if (zip && 30 + nlen <= len && nlen >= 4 && memcmp(name + nlen - 4, ".npy", 4) == 0)
+        return "a NumPy .npz archive, not a .npy file: save the one [K, D] array with "
+               "numpy.save()";
+    /* torch.save() writes a zip whose first member is "<name>/data.pkl", or (before
+     * PyTorch 1.6, or with _use_new_zipfile_serialization=False) a bare pickle */
+    if (!(zip && 30 + nlen <= len && nlen >= 9 && memcmp(name + nlen - 9, "/data.pkl", 9) == 0) &&
+        !(len >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5))
+        return NULL;
+    if (strspn(path, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._/+-,:=@") ==
+            strlen(path) &&
+        strlen(path) < 300)
+        shown = path;
+    snprintf(msg, sizeof(msg),
+             "a PyTorch file (torch.save), not a .npy file; convert it with: python3 -c "
+             "'import sys, numpy, torch; numpy.save(sys.argv[2], numpy.ascontiguousarray("
+             "torch.load(sys.argv[1], map_location=\"cpu\").float().numpy()))' %s codebook.npy",
+             shown);
+    return msg;
+}
+
 /* Read and check --codebook: first alone (@min_entries 0, before the long pass),
  * then against the largest token value (the bytes are already loaded). */
 static int load_codebook(struct tokimport *t, uint64_t min_entries)
 {
-    const char *path = t->o.codebook;
+    const char *path = t->o.codebook, *kind;
     struct pcr_npy a;
     struct stat st;
     char why[512];
@@ -116,6 +148,10 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
         return -1;
     }
     t->codebook_len = len;
+    if ((kind = codebook_kind(t, t->codebook, len)) != NULL) {
+        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), kind);
+        return -1;
+    }
     if (pcr_npy_parse(t->codebook, len, &a, why, sizeof(why)) < 0 ||
         pcr_npy_check_codebook(&a, min_entries, why, sizeof(why)) < 0) {
         tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), why);

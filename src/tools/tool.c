@@ -1,5 +1,6 @@
 /* pcrfs tools — shared helpers (see tool.h). */
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -370,4 +371,23 @@ int tool_open_rel(int base, const char *rel, int flags)
     free(copy);
     errno = e;
     return fd;
+}
+
+static int remove_err; /* the first error of tool_remove_tree() */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && !remove_err)
+        remove_err = -errno;
+    return 0;
+}
+
+int tool_remove_tree(const char *path)
+{
+    remove_err = 0;
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && !remove_err)
+        remove_err = -errno;
+    return remove_err;
 }

@@ -90,6 +90,10 @@ const char *tool_human_bytes(uint64_t n, char *buf, size_t len);
  * when refused), and open a path relative to @base that may be longer than the
  * kernel takes at once. Both return a descriptor or -1 with errno. */
 int tool_open_noatime(int dirfd, const char *path, int flags);
+/* Remove the tree @path (a directory and everything under it, or a file) without
+ * following symbolic links. Not thread-safe. @return 0, or the first negative
+ * errno met (the rest is still attempted). */
+int tool_remove_tree(const char *path);
 int tool_open_rel(int base, const char *rel, int flags);
 
 #endif

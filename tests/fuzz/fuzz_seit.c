@@ -22,8 +22,10 @@
  *     items with that label;
  *   - a name that is empty, absolute, has an empty, "." or ".." component, is not
  *     unique, or comes back different into a short buffer;
- *   - a grid that decodes but whose escape code, encoded again, is not the image's
- *     bytes (the code is a bijection on valid streams);
+ *   - a grid that decodes to a value above 509 (SeiT's reader has no form for one),
+ *     or, encoded again, is not the image's bytes though they hold nothing odd
+ *     (pcr_seit_decode(): a 255 after a 255, a final 255), or, when they do, does not
+ *     decode to the same grid; odd images other than pcr_seit_odd() counts;
  *   - index @count answered with anything but -ENOENT;
  *   - a log line with a control character.
  * Seeds: tests/fuzz/mkseeds_seit.py writes the corpus in tests/fuzz/corpus/seit.
@@ -168,7 +170,7 @@ static void walk(const struct pcr_seit *s, const uint8_t *raw, size_t rawlen, bo
     static uint16_t grid[32 * 32];
     static uint8_t again[4 * 32 * 32];
     static char names[MAX_UNIQUE][4200];
-    uint64_t n = pcr_seit_count(s), prev_end = 0;
+    uint64_t n = pcr_seit_count(s), prev_end = 0, odd_seen = 0, first_odd = 0;
     struct pcr_seit_item it, first[MAX_CHECK];
     unsigned h, w;
     char err[512], name[4200], small[5];
@@ -208,16 +210,40 @@ static void walk(const struct pcr_seit *s, const uint8_t *raw, size_t rawlen, bo
             memcpy(names[i], name, (size_t)len + 1);
         }
 
+        unsigned odd = 0;
+        if (plain) {
+            pcr_seit_decode(raw + it.offset, it.length, NULL, 0, &odd);
+            if (odd && odd_seen++ == 0)
+                first_odd = i;
+        }
         err[0] = '\0';
         int rc = pcr_seit_grid(s, i, grid, err, sizeof(err));
         if (rc == 0) {
+            static uint16_t back[32 * 32];
             size_t m = pcr_tok_escape_encode(grid, (size_t)h * w, again);
-            if (plain && (m != it.length || memcmp(again, raw + it.offset, m)))
+            unsigned odd2 = 0;
+            for (size_t j = 0; j < (size_t)h * w; j++)
+                if (grid[j] > 509)
+                    TRAP("item %llu: value %u above 509", (unsigned long long)i, grid[j]);
+            if (plain && !odd && (m != it.length || memcmp(again, raw + it.offset, m)))
                 TRAP("item %llu: the grid encodes to other bytes", (unsigned long long)i);
+            if (pcr_seit_decode(again, m, back, (size_t)h * w, &odd2) != (size_t)h * w || odd2 ||
+                memcmp(back, grid, (size_t)h * w * sizeof(*grid)))
+                TRAP("item %llu: the grid encoded again reads back otherwise",
+                     (unsigned long long)i);
         } else if (rc != -EINVAL || !err[0] || !one_clean_line(err)) {
             TRAP("grid %llu: %d without a clean one-line message: %s", (unsigned long long)i, rc,
                  err);
         }
+    }
+    if (plain && n <= MAX_CHECK) {
+        uint64_t first = 0;
+        unsigned kinds;
+        uint64_t count = pcr_seit_odd(s, &first, &kinds);
+        if (count != odd_seen || (count && first != first_odd) || (!count && kinds))
+            TRAP("pcr_seit_odd: %llu odd images from %llu, counted %llu from %llu",
+                 (unsigned long long)count, (unsigned long long)first, (unsigned long long)odd_seen,
+                 (unsigned long long)first_odd);
     }
     if (pcr_seit_item(s, n, &it) != -ENOENT || pcr_seit_name(s, n, name, sizeof(name)) != -ENOENT ||
         pcr_seit_grid(s, n, grid, err, sizeof(err)) != -ENOENT)

@@ -5,7 +5,9 @@ Each seed is a valid SeiT release (or one with a single, typical defect), so tha
 fuzzer starts past the checks and reaches items, names and grids: plain and gzip data
 and index files, concatenated gzip members, offsets of several dtypes and byte
 orders, labels with CRLF and trailing blank lines, a names file, all three forms of
-the escape code (values < 255, 255..509, >= 510), and several grid shapes.
+the escape code (values < 255, 255..509, and the store's four-byte form for >= 510,
+which SeiT's reader, and so pcr_seit_decode(), reads as a repeated escape), and
+several grid shapes.
 
     /usr/bin/python3 tests/fuzz/mkseeds_seit.py tests/fuzz/corpus/seit
 """

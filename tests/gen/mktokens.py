@@ -9,9 +9,10 @@ properties that matter to the codec and the importers:
   (flat areas, textures), which is what a dictionary coder can exploit;
 - Zipf-like global frequencies over a shuffled codebook (so frequent ids are not
   simply the small ones and the re-indexing has work to do);
-- ids >= 255 present (SeiT's two-byte escape), and >= 510 for codebooks over 510
-  entries (the second escape level); the first grid always holds 255 and K-1;
-- codebook sizes such as 391 (SeiT) and 8192, grids 16x16 or 32x32 (any HxW).
+- ids >= 255 present (SeiT's two-byte escape); the first grid always holds 255 and
+  K-1;
+- codebook sizes such as 391 (SeiT) and 8192 (the .npy commands; SeiT's format holds
+  ids 0..509 only, so `seit` refuses K > 510), grids 16x16 or 32x32 (any HxW).
 
 Everything is deterministic for a given --seed.
 
@@ -87,7 +88,7 @@ def gen_grids(n, h, w, k, rng, zipf=0.75, regions=(3, 9), palette=16, local=1.1,
 
 
 def escape_encode(grid):
-    """SeiT's escape byte code, with pcrfs's second level for values >= 510."""
+    """SeiT's escape byte code (its reader knows no form for ids >= 510)."""
     v = grid.reshape(-1).astype(np.int64)
     out = bytearray()
     for x in v.tolist():
@@ -96,8 +97,7 @@ def escape_encode(grid):
         elif x < 510:
             out += bytes((255, x - 255))
         else:
-            y = x - 510
-            out += bytes((255, 255, y >> 8, y & 255))
+            raise ValueError(f"id {x}: SeiT's format holds ids 0..509")
     return bytes(out)
 
 
@@ -157,6 +157,9 @@ def cmd_classes(a, rng):
 
 
 def cmd_seit(a, rng):
+    if a.codebook_size > 510:
+        sys.exit("mktokens.py: seit: -k %d: SeiT's format holds ids 0..509 (-k 510 at most)"
+                 % a.codebook_size)
     h, w = parse_shape(a.grid)
     grids = gen_grids(a.n, h, w, a.codebook_size, rng, **knobs(a))
     labels = rng.integers(0, a.classes, size=a.n)

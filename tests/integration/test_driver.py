@@ -244,12 +244,18 @@ class Driver(StoreFixture, unittest.TestCase):
         size = len(self.oracle(self.rel, "scan10"))
         self.assertEqual(os.stat(os.path.join(os.fsencode(self.mnt), b"dynamic", self.rel)).st_size,
                          size)
-        # lines apply as they come, the rest at close; O_APPEND offsets do not matter
+        # a value applies at its newline, the rest at close; O_APPEND offsets do not matter
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         os.write(fd, b"2\n")
         self.assertEqual(self.level(), "2")
-        os.write(fd, b"7\nfu")
+        os.write(fd, b"7\n")
         self.assertEqual(self.level(), "7")
+        # a write holding more than one value is refused whole (pcrfs(1))
+        with self.assertRaises(OSError) as cm:
+            os.write(fd, b"3\nfu")
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        self.assertEqual(self.level(), "7")
+        os.write(fd, b"fu")
         os.write(fd, b"ll")
         os.close(fd)
         self.assertEqual(self.level(), str(self.levels))

@@ -836,6 +836,39 @@ class Dynamic(unittest.TestCase):
             self.assertEqual(common.read(self.dyn(rel)), hi)
             self.assertEqual(os.stat(self.dyn(rel)).st_size, len(hi))
 
+    def test_5b_pages_across_switches(self):
+        """What a switch costs in re-reads, as pcrfs(1) states it, from the daemon's
+        byte counter: reading a level again without a switch reads nothing (pages
+        kept across opens); after a -> b -> a every file of a is read again (the
+        kernel evicts a FUSE inode with its pages once no name or open file refers
+        to it, and a name of dynamic/ refers to one level's inode at a time), except
+        a file held open across the switches, whose inode and pages survive."""
+        a, b = 4, 2
+        size = {k: sum(self.st["list"][rel][2][k - 1] for rel in self.rels) for k in (a, b)}
+
+        def served():
+            return stats(self.mnt)["views"]["dynamic"]["bytes"]
+
+        def read_all():
+            before = served()
+            for rel in self.rels:
+                common.read(self.dyn(rel))
+            return served() - before
+
+        write_level(self.mnt, "%d" % a)
+        read_all()
+        self.assertEqual(read_all(), 0, "level %d read again without a switch" % a)
+        held = open(self.dyn(self.rels[0]), "rb")
+        try:
+            write_level(self.mnt, "%d" % b)
+            self.assertEqual(read_all(), size[b])
+            write_level(self.mnt, "%d" % a)
+            self.assertEqual(read_all(), size[a] - self.st["list"][self.rels[0]][2][a - 1],
+                             "after %d -> %d -> %d: all of level %d but the held file" %
+                             (a, b, a, a))
+        finally:
+            held.close()
+
     def test_6_live_readers_never_see_a_mix(self):
         """Readers loop over dynamic/ (small reads, so each file takes many READs)
         while the level changes every few milliseconds: every file read is exactly one

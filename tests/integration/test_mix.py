@@ -12,6 +12,8 @@ What each class asserts, and would be false if the feature broke:
   seed another one.
 - No mixed reads: a file opened and read in small pieces while other opens of the
   same file move it on to other levels still reads as one level, whole.
+- Pages: an open at the level of the file's previous open reads nothing from the
+  store, an open at another level the whole file (also a level read before).
 - Bad options are refused (exit 2, one line, no mount); mix/ and q95/ on a
   tokens-only store are empty trees like scanK/; on a store with tokens and a
   quality table, tokens/ is unchanged; ImageFolder + RecordSampler over mix/ loads
@@ -255,6 +257,33 @@ class Draws(Fixture, unittest.TestCase):
         a = sequence("seq-a", 99)
         self.assertEqual(sequence("seq-b", 99), a)
         self.assertNotEqual(sequence("seq-c", 100), a)
+
+    def test_pages_across_draws(self):
+        """What pcrfs(1) says a draw costs in reads, from the daemon's byte counter: an
+        open drawn at its previous open's level reads nothing (the pages are kept), one
+        drawn at another level reads the whole file, even when it is a level read
+        before (the kernel evicts the old level's inode with its pages)."""
+        lo, hi, seed = 2, 3, 17
+        probs = probabilities(lo, hi)
+        m = self.mount(self.store, "pages", "-o", "mix=%d-%d,mix_seed=%d" % (lo, hi, seed))
+        try:
+            prev, seen, back = {}, {}, 0
+            for n in range(6):
+                before = stats(m.mnt)["views"]["mix"]["bytes"]
+                want = 0
+                for rel in self.rel:
+                    data, size, fid = read_pieces(os.path.join(m.mnt, "mix", rel))
+                    k = draw(seed, fid, n, lo, hi, probs)
+                    if prev.get(rel) != k:
+                        want += size
+                        back += k in seen.get(rel, ())
+                    prev[rel] = k
+                    seen.setdefault(rel, set()).add(k)
+                self.assertEqual(stats(m.mnt)["views"]["mix"]["bytes"] - before, want,
+                                 "pass %d: bytes read from the store" % n)
+            self.assertGreater(back, 0, "no draw went back to a level read before")
+        finally:
+            m.cleanup()
 
     def test_no_read_mixes_levels(self):
         m = self.mount(self.store, "race", "-o", "mix=1-full,mix_seed=5")

@@ -4,7 +4,8 @@ tree of per-image .npy files; --seit DATA, SeiT's release format), pcrfs serves 
 under MNT/tokens/ as NumPy files and the codebook as MNT/.pcrfs/codebook.npy.
 
 The test data comes from tests/gen/mktokens.py (spatially correlated grids, Zipf-like
-frequencies, ids past 255 and 510, codebooks of 391 and 8192 entries, grids of 16x16
+frequencies, ids past 255 and (in .npy trees) 510, codebooks of 391, 510 (SeiT's format
+holds no more) and 8192 entries, grids of 16x16
 and 32x32) plus odd cases written here with numpy. The oracle is numpy itself: every
 grid read through the mount must equal what numpy.load returns for its source.
 
@@ -375,8 +376,8 @@ class TokensOnly(Fixture, unittest.TestCase):
 
 
 class Seit(Fixture, unittest.TestCase):
-    """SeiT release files: 32x32, K=391, gzip, with names; 16x16, K=8192, plain,
-    without names (named LABEL/K.tok)."""
+    """SeiT release files: 32x32, K=391, gzip, with names; 16x16, K=510 (the most
+    SeiT's format holds), plain, without names (named LABEL/K.tok)."""
 
     @classmethod
     def setUpClass(cls):
@@ -386,7 +387,7 @@ class Seit(Fixture, unittest.TestCase):
             cls.b = os.path.join(cls.tmp, "b")
             mktokens("--seed", 9, "-k", 391, "--grid", 32, "seit", cls.a, "--n", 300,
                      "--classes", 6, "--gzip", "--names", "--tree", cls.a + "-tree")
-            mktokens("--seed", 10, "-k", 8192, "--grid", 16, "seit", cls.b, "--n", 250,
+            mktokens("--seed", 10, "-k", 510, "--grid", 16, "seit", cls.b, "--n", 250,
                      "--classes", 5, "--tree", cls.b + "-tree")
             pre_a = os.path.join(cls.a, "gen-train")
             pre_b = os.path.join(cls.b, "gen-train")
@@ -667,7 +668,8 @@ class BadInputs(Fixture, unittest.TestCase):
             return change
 
         def escape(pre):
-            # image 3's last byte becomes an escape byte: the code ends inside it
+            # image 3's last byte becomes an escape byte, which SeiT's reader drops: the
+            # image is one token short
             offs = np.load(pre + "-token.index.npy")
             with open(pre + "-token.data.bin", "r+b") as f:
                 f.seek(int(offs[4]) - 1)
@@ -686,7 +688,7 @@ class BadInputs(Fixture, unittest.TestCase):
             ("past the data", index(past), False, ("index.npy", "past the data")),
             ("labels", append("-label.txt", "1\n"), False, ("label.txt", "41 labels", "40")),
             ("names", append("-names.txt", "c000/extra.JPEG\n"), True, ("names.txt", "41")),
-            ("escape", escape, False, ("data.bin", "image 3", "escape")),
+            ("escape", escape, False, ("data.bin", "image 3", "1023 tokens")),
             ("clash", dup_names, True, ("tokens/c000/x.tok", "x.JPEG", "x.png")),
         ]
         for what, change, names, needles in cases:

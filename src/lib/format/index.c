@@ -253,6 +253,11 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         pcr_errf(err, errlen, "%s: not a regular file", path);
         return -EINVAL;
     }
+    /* SQLite takes an empty file for an empty database: say what it is instead */
+    if (sb.st_size == 0) {
+        pcr_errf(err, errlen, "%s: an empty file (0 bytes), not a pcrfs index", path);
+        return -EINVAL;
+    }
     if (index_ref_init() != 0) {
         pcr_errf(err, errlen, "%s: this SQLite cannot parse the pcrfs schema", path);
         return -EIO;

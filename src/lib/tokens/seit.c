@@ -21,9 +21,11 @@ struct pcr_seit {
     uint32_t *label; /* n labels */
     uint32_t *kin;   /* index within the label */
     unsigned h, w;
-    char *names; /* the names file, lines NUL-terminated in place; or NULL */
-    char **name; /* n pointers into names */
-    int lw, kw;  /* zero-padding widths for generated names */
+    char *names;             /* the names file, lines NUL-terminated in place; or NULL */
+    char **name;             /* n pointers into names */
+    int lw, kw;              /* zero-padding widths for generated names */
+    uint64_t odd, first_odd; /* images whose bytes SeiT's encoder would not write */
+    unsigned odd_kinds;      /* PCR_SEIT_* of pcr_seit_decode(), over all images */
 };
 
 #define SEIT_MAX_FILE ((size_t)1 << 40)
@@ -39,9 +41,11 @@ static int digits(uint64_t v)
     return d;
 }
 
-/* Split a text buffer into lines in place ('\n' or "\r\n"); a final newline does not
- * start another line and empty lines at the end of the file are dropped (editors
- * leave them). *lines is malloc()ed. @return 0, -ENOMEM. */
+/* Split a text buffer into lines in place. A line ends at "\n", "\r\n" or a lone "\r",
+ * as in Python's universal newlines, which SeiT's loader reads its label file with
+ * (a file saved with old Mac line ends would otherwise be one long line); a final line
+ * end does not start another line and empty lines at the end of the file are dropped
+ * (editors leave them). *lines is malloc()ed. @return 0, -ENOMEM. */
 static int split_lines(char *text, size_t len, char ***lines, uint64_t *nlines)
 {
     uint64_t n = 0, cap = 0, i = 0;
@@ -49,12 +53,12 @@ static int split_lines(char *text, size_t len, char ***lines, uint64_t *nlines)
 
     while (i < len) {
         size_t start = i;
-        while (i < len && text[i] != '\n')
+        while (i < len && text[i] != '\n' && text[i] != '\r')
             i++;
+        if (i + 1 < len && text[i] == '\r' && text[i + 1] == '\n')
+            text[i++] = 0;
         /* text has one spare byte at [len] for the terminator of the last line */
         text[i] = 0;
-        if (i > start && text[i - 1] == '\r')
-            text[i - 1] = 0;
         if (n == cap) {
             char **p;
             cap = cap ? cap * 2 : 1024;
@@ -226,8 +230,8 @@ static int load_labels(struct pcr_seit *s, const char *path, const char *index_p
         goto out;
     rc = -EINVAL;
     if (nl != s->n) {
-        pcr_errf(err, errlen, "%s has %" PRIu64 " labels but %s has %" PRIu64 " images", path, nl,
-                 index_path, s->n);
+        pcr_errf(err, errlen, "%s has %" PRIu64 " label%s but %s has %" PRIu64 " image%s", path, nl,
+                 nl == 1 ? "" : "s", index_path, s->n, s->n == 1 ? "" : "s");
         goto out;
     }
     s->label = malloc(s->n * sizeof(*s->label));
@@ -298,14 +302,14 @@ static int load_names(struct pcr_seit *s, const char *path, char *err, size_t er
     if (rc)
         return rc;
     if (nl != s->n) {
-        pcr_errf(err, errlen, "%s has %" PRIu64 " names but there are %" PRIu64 " images", path, nl,
-                 s->n);
+        pcr_errf(err, errlen, "%s has %" PRIu64 " name%s but there %s %" PRIu64 " image%s", path,
+                 nl, nl == 1 ? "" : "s", s->n == 1 ? "is" : "are", s->n, s->n == 1 ? "" : "s");
         return -EINVAL;
     }
     for (uint64_t i = 0; i < nl; i++) {
         if (!clean_relpath(s->name[i])) {
-            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%s' is not a clean relative path",
-                     path, i + 1, quote(q, sizeof(q), s->name[i], 80));
+            pcr_errf(err, errlen, "%s: line %" PRIu64 ": '%s' is not a clean relative path", path,
+                     i + 1, quote(q, sizeof(q), s->name[i], 80));
             return -EINVAL;
         }
     }
@@ -326,6 +330,50 @@ static int load_names(struct pcr_seit *s, const char *path, char *err, size_t er
     return 0;
 }
 
+/* SeiT's reader (get_data_index_of() in its datasets.py), byte for byte: a 255 sets
+ * the next value's offset to 255 (a second 255 sets it again, it does not add), any
+ * other byte is a value plus that offset, and a 255 at the end is dropped. Every
+ * byte string is thus valid; pcrfs's four-byte extension for values >= 510
+ * (pcr_tok_escape_decode()) would read [255, 255, a, b] as one value where SeiT
+ * reads 255 + a and then b, so it is not used for SeiT's files. */
+size_t pcr_seit_decode(const uint8_t *in, size_t len, uint16_t *out, size_t cap, unsigned *odd)
+{
+    size_t n = 0;
+    unsigned add = 0, kinds = 0;
+
+    for (size_t i = 0; i < len; i++) {
+        if (in[i] == 255) {
+            if (add)
+                kinds |= PCR_SEIT_REPEATED_ESCAPE;
+            add = 255;
+            continue;
+        }
+        if (n < cap)
+            out[n] = (uint16_t)(add + in[i]);
+        n++;
+        add = 0;
+    }
+    if (add)
+        kinds |= PCR_SEIT_TRAILING_ESCAPE;
+    if (odd)
+        *odd = kinds;
+    return n;
+}
+
+/* Find the images whose bytes SeiT's encoder would not have written, so the import
+ * can say once that they are read as SeiT's reader reads them. */
+static void scan_odd(struct pcr_seit *s)
+{
+    for (uint64_t i = 0; i < s->n; i++) {
+        unsigned kinds;
+
+        pcr_seit_decode(s->data + s->off[i], s->off[i + 1] - s->off[i], NULL, 0, &kinds);
+        if (kinds && s->odd++ == 0)
+            s->first_odd = i;
+        s->odd_kinds |= kinds;
+    }
+}
+
 /* SeiT's loader: token_file.replace("data.bin", "index.npy"), on the last component. */
 static int find_index(const char *data, char *out, size_t cap, char *err, size_t errlen)
 {
@@ -337,10 +385,7 @@ static int find_index(const char *data, char *out, size_t cap, char *err, size_t
     for (p = base; (p = strstr(p, "data.bin")) != NULL; p++)
         hit = p;
     if (!hit || strlen(data) + 8 >= 4096) {
-        pcr_errf(err, errlen,
-                 "%s: no 'data.bin' in the name to derive the index file from; "
-                 "give it explicitly",
-                 data);
+        pcr_errf(err, errlen, "%s: no 'data.bin' in the name to derive the index file from", data);
         return -EINVAL;
     }
     snprintf(cand[0], sizeof(cand[0]), "%.*sindex.npy%s", (int)(hit - data), data, hit + 8);
@@ -411,6 +456,8 @@ int pcr_seit_open(const struct pcr_seit_paths *paths, const struct pcr_seit_opts
         rc = load_labels(s, paths->labels, ipath, err, errlen);
     if (rc == 0 && paths->names)
         rc = load_names(s, paths->names, err, errlen);
+    if (rc == 0)
+        scan_odd(s);
     if (rc)
         goto fail;
     *out = s;
@@ -461,25 +508,24 @@ ssize_t pcr_seit_name(const struct pcr_seit *s, uint64_t i, char *buf, size_t le
 
 int pcr_seit_grid(const struct pcr_seit *s, uint64_t i, uint16_t *grid, char *err, size_t errlen)
 {
-    size_t n = (size_t)s->h * s->w;
-    ssize_t got;
+    size_t n = (size_t)s->h * s->w, got;
 
     if (i >= s->n)
         return -ENOENT;
-    got = pcr_tok_escape_decode(s->data + s->off[i], s->off[i + 1] - s->off[i], grid, n);
-    if (got < 0) {
+    got = pcr_seit_decode(s->data + s->off[i], s->off[i + 1] - s->off[i], grid, n, NULL);
+    if (got != n) {
         pcr_errf(err, errlen,
                  "image %" PRIu64 " (label %" PRIu32 ", bytes %" PRIu64 "..%" PRIu64
-                 "): malformed escape code (ends inside an escape sequence)",
-                 i, s->label[i], s->off[i], s->off[i + 1]);
-        return -EINVAL;
-    }
-    if ((size_t)got != n) {
-        pcr_errf(err, errlen,
-                 "image %" PRIu64 " (label %" PRIu32 ", bytes %" PRIu64 "..%" PRIu64
-                 "): decodes to %zd tokens, expected %ux%u = %zu",
+                 "): decodes to %zu tokens, expected %ux%u = %zu",
                  i, s->label[i], s->off[i], s->off[i + 1], got, s->h, s->w, n);
         return -EINVAL;
     }
     return 0;
+}
+
+uint64_t pcr_seit_odd(const struct pcr_seit *s, uint64_t *first, unsigned *kinds)
+{
+    *first = s->first_odd;
+    *kinds = s->odd_kinds;
+    return s->odd;
 }

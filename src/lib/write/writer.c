@@ -69,8 +69,121 @@ static int rm_tree(int at, const char *name, int depth)
     return ret;
 }
 
-/* Remove ".NAME.tmp.PID" directories left by builds that were killed: only those
- * whose process is gone, so a concurrent build of the same target is left alone. */
+/* The marker a build writes first into its temporary directory. A directory
+ * beside the target that only looks like ".NAME.tmp.PID" may be a user's: the
+ * marker, its owner and the PID in its name together say it is a build's, and
+ * the boot id with the process start time say whether that build is still
+ * running (a PID alone may since have been reused). */
+#define MARKER       ".pcrfs-build"
+#define MARKER_MAGIC "pcrfs build temporary directory v1"
+#define MARKER_MAX   512
+
+/* This boot's id, or "" when the kernel does not say. */
+static void boot_id(char *buf, size_t len)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+
+    buf[0] = '\0';
+    if (!f)
+        return;
+    if (!fgets(buf, (int)len, f))
+        buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* The start time of process @pid in clock ticks since boot (field 22 of
+ * /proc/PID/stat, after the parenthesised name, which may hold spaces), or 0. */
+static unsigned long long proc_start(long pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long t = 0;
+    size_t n;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    f = fopen(path, "re");
+    if (!f)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    if (!p || sscanf(p + 1,
+                     " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu",
+                     &t) != 1)
+        return 0;
+    return t;
+}
+
+/* Write the marker into the new temporary directory (w->tmpfd). */
+static int write_marker(struct pcr_writer *w)
+{
+    char boot[64], text[MARKER_MAX];
+    int fd, n, ret = 0;
+
+    boot_id(boot, sizeof(boot));
+    n = snprintf(text, sizeof(text), "%s\npid %ld\nboot %s\nstart %llu\n", MARKER_MAGIC,
+                 (long)getpid(), boot[0] ? boot : "-", proc_start((long)getpid()));
+    fd = openat(w->tmpfd, MARKER, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    if (write(fd, text, (size_t)n) != n)
+        ret = errno ? -errno : -EIO;
+    if (close(fd) != 0 && !ret)
+        ret = -errno;
+    return ret;
+}
+
+/* Is @name (in w->parentfd, named ".NAME.tmp.@pid") the temporary directory of a
+ * build of ours that is no longer running? Only a directory owned by us, holding
+ * a marker owned by us that names the same PID, and whose process is gone: ended
+ * (ESRCH), from an earlier boot, or its PID reused by a process started at
+ * another time. Anything else beside the store is left alone. */
+static bool stale_build(struct pcr_writer *w, const char *name, long pid)
+{
+    char text[MARKER_MAX], boot[64], mboot[64] = "";
+    unsigned long long mstart = 0;
+    long mpid = 0;
+    struct stat st;
+    ssize_t n;
+    int dfd, fd;
+    bool ours;
+
+    if (fstatat(w->parentfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != geteuid())
+        return false;
+    dfd = openat(w->parentfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return false;
+    fd = openat(dfd, MARKER, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    close(dfd);
+    if (fd < 0)
+        return false;
+    n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
+            ? read(fd, text, sizeof(text) - 1)
+            : -1;
+    close(fd);
+    if (n <= 0)
+        return false;
+    text[n] = '\0';
+    ours = sscanf(text, MARKER_MAGIC "\npid %ld\nboot %63s\nstart %llu\n", &mpid, mboot, &mstart) ==
+               3 &&
+           mpid == pid;
+    if (!ours)
+        return false;
+    boot_id(boot, sizeof(boot));
+    if (boot[0] && strcmp(boot, mboot) != 0)
+        return true; /* every process of an earlier boot is gone */
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return true;
+    /* alive: the same build only if it started when the marker says */
+    return mstart && proc_start(pid) != mstart;
+}
+
+/* Remove the temporary directories of builds of the same target that were killed
+ * (stale_build()); a concurrent build's, and anything not a build's, stay. */
 static void remove_stale(struct pcr_writer *w, const char *base)
 {
     char prefix[NAME_MAX + 8];
@@ -86,15 +199,15 @@ static void remove_stale(struct pcr_writer *w, const char *base)
     }
     pl = (size_t)snprintf(prefix, sizeof(prefix), ".%s.tmp.", base);
     while ((e = readdir(d)) != NULL) {
+        const char *digits = e->d_name + pl;
         char *end;
         long pid;
-        if (strncmp(e->d_name, prefix, pl) != 0)
+
+        if (strncmp(e->d_name, prefix, pl) != 0 || digits[0] < '1' || digits[0] > '9')
             continue;
         errno = 0;
-        pid = strtol(e->d_name + pl, &end, 10);
-        if (errno || *end || pid <= 0 || pid == getpid())
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        pid = strtol(digits, &end, 10);
+        if (errno || *end || pid <= 0 || pid == getpid() || !stale_build(w, e->d_name, pid))
             continue;
         if (rm_tree(w->parentfd, e->d_name, 0) == 0)
             pcr_log(PCR_LOG_INFO, "removed %s left by an interrupted build", e->d_name);
@@ -148,6 +261,10 @@ static int check_target(const char *path, bool force, char *err, size_t errlen)
     if (stat(path, &sb) != 0) {
         int e = errno;
 
+        if (e == ENOENT && lstat(path, &sb) == 0) {
+            pcr_errf(err, errlen, "%s: a symbolic link to nothing; not replacing it", path);
+            return -ENOTDIR;
+        }
         if (e == ENOENT)
             return 0;
         pcr_errf(err, errlen, "%s: %s", path, strerror(e));
@@ -194,7 +311,8 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, stru
                       char *err, size_t errlen)
 {
     struct pcr_writer *w;
-    char *tmp1 = NULL, *tmp2 = NULL, *base;
+    char *tmp1 = NULL, *tmp2 = NULL, *base, *resolved = NULL;
+    struct stat lst;
     int ret;
 
     if (!path || !*path || !opts || opts->levels < 1 || opts->levels > PCR_MAX_LEVELS) {
@@ -204,6 +322,11 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, stru
     w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
+    /* --force on a symbolic link to a store replaces the store it points to (built
+     * beside it, on its file system, swapped in atomically); the link stays. */
+    if (opts->force && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) &&
+        (resolved = realpath(path, NULL)) != NULL)
+        path = resolved;
     w->parentfd = w->tmpfd = w->recfd = w->wfd = w->tokfd = -1;
     w->force = opts->force;
     w->levels = opts->levels;
@@ -246,11 +369,12 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, stru
         pcr_errf(err, errlen, "%s: %s", w->tmppath, strerror(errno));
         goto fail;
     }
-    w->tmpfd = openat(w->parentfd, w->tmpname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (w->tmpfd < 0 || mkdirat(w->tmpfd, "records", 0755) != 0 ||
+    w->tmpfd = openat(w->parentfd, w->tmpname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* the marker before any content: what a killed build leaves is then recognised */
+    if (w->tmpfd < 0 || (ret = write_marker(w)) < 0 || mkdirat(w->tmpfd, "records", 0755) != 0 ||
         (w->recfd = openat(w->tmpfd, "records", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        ret = -errno;
-        pcr_errf(err, errlen, "%s: %s", w->tmppath, strerror(errno));
+        ret = ret < 0 ? ret : -errno;
+        pcr_errf(err, errlen, "%s: %s", w->tmppath, strerror(-ret));
         goto fail_rm;
     }
     ret = create_index(w, opts, err, errlen);
@@ -258,6 +382,7 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, stru
         goto fail_rm;
     free(tmp1);
     free(tmp2);
+    free(resolved);
     *out = w;
     return 0;
 fail_rm:
@@ -267,6 +392,7 @@ fail_rm:
 fail:
     free(tmp1);
     free(tmp2);
+    free(resolved);
     writer_free(w);
     return ret;
 }
@@ -686,6 +812,12 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
     if ((ret = sync_dir(w->recfd)) || (w->tokfd >= 0 && (ret = sync_dir(w->tokfd))) ||
         (ret = sync_dir(w->tmpfd))) {
         pcr_errf(err, errlen, "%s: %s", w->tmppath, strerror(-ret));
+        goto fail;
+    }
+    /* The marker goes before the store is checked and renamed: it is no part of it. */
+    if (unlinkat(w->tmpfd, MARKER, 0) != 0 || (ret = sync_dir(w->tmpfd))) {
+        ret = ret ? ret : -errno;
+        pcr_errf(err, errlen, "%s/%s: %s", w->tmppath, MARKER, strerror(-ret));
         goto fail;
     }
     /* What leaves the writer must pass the reader's validation. */
