@@ -105,7 +105,8 @@ void pcrfs_help(void)
            "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
            "unless given otherwise (with -o level=K: only fsname and subtype).\n"
            "\n"
-           "FUSE options:\n");
+           "FUSE options (auto_unmount: for an ordinary user only with allow_other or\n"
+           "allow_root, see pcrfs(1)):\n");
     fuse_cmdline_help();
     fuse_lowlevel_help();
 }
