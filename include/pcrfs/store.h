@@ -39,6 +39,12 @@ struct pcr_store;
 struct pcr_file;
 struct pcr_handle;
 
+/* Descriptors a store leaves free under RLIMIT_NOFILE when it holds its records open
+ * (local stores hold every record open from open to close, up to the limit): what
+ * the program around it needs besides (FUSE's /dev/fuse, the index, logs, sockets,
+ * cache files). Records beyond the budget open on first use. */
+#define PCR_STORE_FD_RESERVE 32
+
 /* Open a store read-only and validate its index (format, version, directory table,
  * record table). Files are loaded lazily, a directory at a time, so the cost of
  * opening does not grow with the number of files.

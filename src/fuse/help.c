@@ -20,6 +20,10 @@ void pcrfs_help(void)
            "(with -o mix=LO-HI), refurb/ (with -o refurb=R), .pcrfs/info and\n"
            ".pcrfs/stats (JSON).\n"
            "Unmount with: fusermount3 -u MOUNTPOINT\n"
+           "Without -f the command returns once the mount serves (exit 0), or prints\n"
+           "why it failed (exit 1). MOUNTPOINT must be an empty directory that is not a\n"
+           "mount point and not inside STORE; logfile=, cache= and refurb_cache= are made\n"
+           "absolute and may not lie inside MOUNTPOINT or STORE.\n"
            "\n"
            "Values are strict: whole numbers are decimal digits only (no sign, hex,\n"
            "octal, exponent or trailing bytes), decimals add an optional fraction; a\n"
@@ -65,6 +69,8 @@ void pcrfs_help(void)
            "                           largest entropy) instead of uniformly\n"
            "    -o mix_seed=N          the draws' seed (0..2^64-1, default 0): the same\n"
            "                           seed, the same levels pass after pass\n"
+           "    -o nonempty            mount over a directory that is not empty or is\n"
+           "                           already a mount point\n"
            "    -o logfile=PATH        append the daemon's messages to PATH, one line\n"
            "                           each with a UTC timestamp, instead of syslog\n"
            "                           (detached) or standard error (-f)\n"
@@ -111,7 +117,8 @@ void pcrfs_help(void)
            "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
            "unless given otherwise (with -o level=K: only fsname and subtype).\n"
            "\n"
-           "FUSE options:\n");
+           "FUSE options (auto_unmount: for an ordinary user only with allow_other or\n"
+           "allow_root, see pcrfs(1)):\n");
     fuse_cmdline_help();
     fuse_lowlevel_help();
 }

@@ -2,10 +2,13 @@
  *
  *   pcrfs STORE MOUNTPOINT [-o opts] [-f] [-d] [-s]
  *
- * Order matters: the store is opened and validated before anything is mounted or
- * the process detaches, so a bad store fails with a message on the terminal, exit
- * status 1 and no mount left behind. Then: mount, detach (unless -f), serve until
- * fusermount3 -u or SIGTERM/SIGINT/SIGHUP, unmount, exit 0.
+ * Order matters: the mount point, the paths the daemon writes and its descriptors
+ * are checked (mountcheck.c), then the store is opened and validated, all before
+ * anything is mounted or the process detaches, so a bad store fails with a message
+ * on the terminal, exit status 1 and no mount left behind. Then: detach (unless -f;
+ * daemon.c: the parent waits), mount, start the workers, serve; the first request
+ * tells the parent to exit 0. Serve until fusermount3 -u or SIGTERM/SIGINT/SIGHUP,
+ * unmount, exit 0.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "fs.h"
+#include "mountcheck.h"
 #include "pcrfs/backend.h"
 #include "pcrfs/log.h"
 #include "util/optparse.h"
@@ -327,11 +332,15 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 /* ---- logging -----------------------------------------------------------------------
  * The library's hook and libfuse's go to stderr while the daemon has a terminal and
  * to syslog once it has detached, or with -o logfile=PATH to that file (containers
- * often have no syslog). log_fd and log_syslog are written once, before the session
- * loop starts any worker thread, and only read afterwards. */
+ * often have no syslog). log_fd is written once, before the session loop starts any
+ * worker thread; log_syslog when the mount is up (log_up(), from the first request's
+ * thread), after which the terminal is gone. Until then an error from libfuse (a
+ * mount that fails) goes to the terminal as well as the log file: the caller waits
+ * for it (daemon.c). */
 
-static bool log_syslog;
+static atomic_bool log_syslog;
 static int log_fd = -1;
+static bool log_detach; /* not -f: syslog once the mount is up, unless logfile= */
 
 /* One line, written with one write(2) to a file opened with O_APPEND, so lines from
  * several threads (or daemons sharing the file) never interleave:
@@ -370,7 +379,7 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
     (void)ctx;
     if (log_fd >= 0)
         log_line(tag[l], msg);
-    else if (log_syslog)
+    else if (atomic_load(&log_syslog))
         syslog(prio[l], "%s", msg);
     else
         fprintf(stderr, "pcrfs: %s%s\n", tag[l], msg);
@@ -382,11 +391,39 @@ static void fuse_log_hook(enum fuse_log_level level, const char *fmt, va_list ap
     char msg[1024];
 
     if (log_fd < 0) {
-        vsyslog((int)level, fmt, ap);
+        if (atomic_load(&log_syslog))
+            vsyslog((int)level, fmt, ap);
+        else
+            vfprintf(stderr, fmt, ap);
         return;
     }
     vsnprintf(msg, sizeof(msg), fmt, ap);
     log_line(level <= FUSE_LOG_ERR ? "error: " : level == FUSE_LOG_WARNING ? "warning: " : "", msg);
+    if (level <= FUSE_LOG_ERR && !pcrfs_daemon_is_up())
+        fprintf(stderr, "%s%s", msg, msg[0] && msg[strlen(msg) - 1] == '\n' ? "" : "\n");
+}
+
+/* The mount serves (daemon.c): a detached daemon's terminal goes away now. */
+static void log_up(void)
+{
+    if (!log_detach || log_fd >= 0)
+        return;
+    /* without syslog (containers) a detached daemon's messages would go nowhere: said
+     * while the caller's terminal is still there */
+    if (!pcrfs_mc_have_syslog())
+        fprintf(stderr, "pcrfs: warning: no syslog (/dev/log): the detached daemon's messages "
+                        "are lost; give -o logfile=PATH, or -f to keep them on standard error\n");
+    openlog("pcrfs", LOG_PID, LOG_DAEMON);
+    atomic_store(&log_syslog, true);
+}
+
+/* A failure of the mount itself: to the log, and to the terminal while someone
+ * waits for the outcome (a log file alone would leave the caller with nothing). */
+static void mount_failed(const char *msg)
+{
+    log_hook(PCR_LOG_ERR, msg, NULL);
+    if (log_fd >= 0 && !pcrfs_daemon_is_up())
+        fprintf(stderr, "pcrfs: %s\n", msg);
 }
 
 /* "pcrfs: STORE: message". The library's messages mostly start with the path
@@ -479,29 +516,6 @@ static bool fuse_args_ok(const struct fuse_args *args)
     return true;
 }
 
-/* The kernel mounts a FUSE filesystem on a regular file as readily as on a directory,
- * and every access then fails with EIO: refuse anything but a directory. libfuse has
- * already resolved the path (a missing one is a usage error); "/dev/fd/N" (a
- * descriptor of /dev/fuse passed by a privileged mounter) is not a path. */
-static int check_mountpoint(const char *mnt)
-{
-    struct stat st;
-    unsigned fd;
-    char c;
-
-    if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
-        return 0;
-    if (stat(mnt, &st) != 0) {
-        fprintf(stderr, "pcrfs: %s: %s\n", mnt, strerror(errno));
-        return -1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "pcrfs: %s: not a directory\n", mnt);
-        return -1;
-    }
-    return 0;
-}
-
 int main(int argc, char *argv[])
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -514,6 +528,7 @@ int main(int argc, char *argv[])
     struct timespec now;
     char err[512] = "";
     char *store_abs = NULL;
+    bool nonempty;
     int ret = 1, rc;
 
     memset(&opts, 0, sizeof(opts));
@@ -522,6 +537,10 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_args;
     }
+    if (pcrfs_mc_take_opts(&args, &nonempty) != 0)
+        goto out_args;
+    if (pcrfs_mc_stale(&args) != 0)
+        goto out_args;
     /* Before fuse_parse_cmdline(), which would otherwise name the type after argv[0]:
      * mount(8) and /proc/mounts then show "fuse.pcrfs" however we were started. */
     if (!cli.has_subtype && !cli.has_fsname && fuse_opt_add_arg(&args, "-osubtype=pcrfs") != 0)
@@ -583,8 +602,22 @@ int main(int argc, char *argv[])
         ret = EXIT_USAGE;
         goto out_conn;
     }
-    if (check_mountpoint(opts.mountpoint) != 0)
-        goto out_conn;
+    /* The mount point, the paths the daemon writes (absolute now: it works from "/"),
+     * and its descriptors, before anything is opened or made. */
+    {
+        const char *local = pcr_url_is_remote(cli.store) ? NULL : cli.store;
+
+        if (pcrfs_mc_mountpoint(opts.mountpoint, local, nonempty) != 0)
+            goto out_conn;
+        if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
+            pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
+            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0) {
+            ret = EXIT_USAGE;
+            goto out_conn;
+        }
+        if (pcrfs_mc_resources(opts.mountpoint) != 0)
+            goto out_conn;
+    }
     if (cli.level && cli.has_ro)
         fprintf(stderr, "pcrfs: warning: -o ro: the kernel will refuse every write, so the "
                         "level of dynamic/ cannot be changed\n");
@@ -599,8 +632,8 @@ int main(int argc, char *argv[])
             fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile, strerror(errno));
             goto out_conn;
         }
-        fuse_set_log_func(fuse_log_hook);
     }
+    fuse_set_log_func(fuse_log_hook);
 
     pcr_log_set_hook(log_hook, NULL, opts.debug ? PCR_LOG_DEBUG : PCR_LOG_INFO);
 
@@ -719,6 +752,10 @@ int main(int argc, char *argv[])
     }
     if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
         goto out_store;
+    log_detach = !opts.foreground;
+    /* From here on the child works and the parent waits for "serving" (daemon.c). */
+    if (pcrfs_daemon_start(opts.foreground, log_up) != 0)
+        goto out_store;
     se = fuse_session_new(&args, &pcrfs_ops, sizeof(pcrfs_ops), &fs);
     if (!se)
         goto out_store; /* libfuse said why (e.g. an unknown option) */
@@ -726,19 +763,20 @@ int main(int argc, char *argv[])
         goto out_session;
     if (fuse_session_mount(se, opts.mountpoint) != 0)
         goto out_signals;
-    if (fuse_daemonize(opts.foreground) != 0)
-        goto out_unmount;
-    if (!opts.foreground && log_fd < 0) {
-        openlog("pcrfs", LOG_PID, LOG_DAEMON);
-        fuse_set_log_func(fuse_log_hook);
-        log_syslog = true;
-    }
-    /* after the fork of fuse_daemonize(), which would leave the workers behind */
+    /* after the fork (daemon.c), which would leave the workers behind; before the
+     * parent is told the mount serves, so that a failure is its exit status */
     if (fs.refurb && (rc = pcrfs_refurb_start(&fs)) != 0) {
-        char msg[128];
+        char msg[600];
 
-        snprintf(msg, sizeof(msg), "refurb: cannot start: %s", strerror(-rc));
-        log_hook(PCR_LOG_ERR, msg, NULL);
+        if (rc == -EAGAIN) /* pthread_create(): RLIMIT_NPROC or a cgroup's pids.max */
+            snprintf(msg, sizeof(msg), "refurb: cannot start %u worker threads: %s (the "
+                     "process limit: ulimit -u, or fewer refurb_threads=)", refurb_set.threads,
+                     strerror(-rc));
+        else
+            snprintf(msg, sizeof(msg), "refurb: cannot start%s%s: %s",
+                     cli.refurb.cache ? " in " : "", cli.refurb.cache ? cli.refurb.cache : "",
+                     strerror(-rc));
+        mount_failed(msg);
         goto out_unmount;
     }
 
@@ -763,7 +801,7 @@ int main(int argc, char *argv[])
     } else {
         loop_cfg = fuse_loop_cfg_create();
         if (!loop_cfg) {
-            log_hook(PCR_LOG_ERR, "out of memory", NULL);
+            mount_failed("out of memory");
             goto out_unmount;
         }
         fuse_loop_cfg_set_clone_fd(loop_cfg, (unsigned)opts.clone_fd);
@@ -778,7 +816,7 @@ int main(int argc, char *argv[])
      * channel failed. */
     ret = (rc == 0 || rc == SIGTERM || rc == SIGINT || rc == SIGHUP) ? 0 : 1;
     if (ret)
-        log_hook(PCR_LOG_ERR, "session loop failed", NULL);
+        mount_failed("session loop failed");
 
 out_unmount:
     fuse_session_unmount(se);
@@ -814,7 +852,7 @@ out_args:
     free(cli.logfile);
     pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);
-    if (log_syslog)
+    if (atomic_load(&log_syslog))
         closelog();
     if (log_fd >= 0)
         close(log_fd);

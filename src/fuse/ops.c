@@ -70,6 +70,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "fs.h"
 #include "inode.h"
 
@@ -570,6 +571,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
         fuse_apply_conn_info_opts(fs->conn_opts, conn);
     if (!(conn->want & FUSE_CAP_READDIRPLUS)) /* readdirplus=no leaves "auto" offered */
         conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    /* the kernel's first request: the mount serves, the waiting parent may exit 0 */
+    pcrfs_daemon_ready();
 }
 
 /* The kernel's readahead for the mount's files (bdi.c) can only be set once INIT has

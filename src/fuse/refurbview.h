@@ -74,7 +74,7 @@ void pcrfs_refurb_args_free(struct refurb_args *a);
  * cache directory included). Before the mount, so errors reach the terminal.
  * @return 0; -errno with a message in @err. */
 int pcrfs_refurb_init(struct pcrfs *fs, const struct refurb_setup *set, char *err, size_t errlen);
-/* Start the context and its worker threads: after fuse_daemonize(), whose fork would
+/* Start the context and its worker threads: after the fork of daemon.c, which would
  * leave threads behind. @return 0 or -errno. */
 int pcrfs_refurb_start(struct pcrfs *fs);
 /* Stop the workers and free everything (no file may be open any more). */

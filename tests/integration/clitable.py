@@ -115,11 +115,11 @@ def mounts_under(root):
 MARK = "PCRFS_CLITABLE"
 
 
-def pcrfs_pids(tag):
-    """PIDs of the processes running the pcrfs under test that a row of the table
-    tagged @tag started: the harness puts PCRFS_CLITABLE=@tag in every row's
-    environment, which a daemon keeps when it detaches. Other tests' daemons, run in
-    parallel with the same binary, are never counted (nor killed)."""
+def pcrfs_pids(tag=None):
+    """PIDs of the processes running the pcrfs under test; with @tag, only those a
+    row of the table tagged @tag started: the harness puts PCRFS_CLITABLE=@tag in
+    every row's environment, which a daemon keeps when it detaches. Other tests'
+    daemons, run in parallel with the same binary, are never counted (nor killed)."""
     exe = os.path.realpath(mu.program("PCRFS"))
     want = ("%s=%s" % (MARK, tag)).encode() + b"\0"
     pids = set()
@@ -128,6 +128,9 @@ def pcrfs_pids(tag):
             continue
         try:
             if os.path.realpath("/proc/%s/exe" % d) != exe:
+                continue
+            if tag is None:
+                pids.add(int(d))
                 continue
             with open("/proc/%s/environ" % d, "rb") as f:
                 if want in f.read():

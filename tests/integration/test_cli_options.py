@@ -262,7 +262,8 @@ GOOD = [
             rc=0, mounted=True, check=info_check(bwlimit=12500000)),
     # the store has no quality table: the views serve the top level, with a warning
     ct.Case("pcrfs quality=0.95 on a store without quality data warns",
-            info_after_mount("quality=0.95"), rc=0, mounted=True, lines=1,
+            # lines not counted: a machine without /dev/log adds pcrfs's no-syslog warning
+            info_after_mount("quality=0.95"), rc=0, mounted=True, lines=None,
             msg=r"^pcrfs: warning: quality=0\.95: the store has no quality table",
             check=lambda ctx, p: _assert("q95" in json.loads(p.stdout)["views"], p.stdout)),
     ct.Case("pcrfs bwlimit=25K (K as k)", info_after_mount("bwlimit=25K"), rc=0, mounted=True,

@@ -517,6 +517,8 @@ class RecordFaults(Fixture, unittest.TestCase):
         self.assert_all_eio(mnt, header_victim)
         err = self.mount.stderr()
         self.assertEqual(err.count("checksum mismatch"), 1, "logged once per file: " + err)
+        # named by the file's path in the store, not by its index id
+        self.assertIn(os.fsdecode(rel) + ": checksum mismatch", err)
         self.assert_served(mnt, others)
         self.finish(mnt, expect_errors=True)
         # pcrinfo --verify finds it too: exit 1, the file named

@@ -12,6 +12,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,29 +37,66 @@ int http_default_cache_dir(char *out, size_t len)
         n = snprintf(out, len, "%s/pcrfs", xdg);
     else if (home && home[0] == '/')
         n = snprintf(out, len, "%s/.cache/pcrfs", home);
-    else
-        return -ENOENT;
+    else {
+        /* no HOME (mount(8) at boot, a service): the user's home from the password
+         * database, as a login would set it */
+        struct passwd pw, *res = NULL;
+        char buf[4096];
+
+        if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &res) != 0 || !res ||
+            !pw.pw_dir || pw.pw_dir[0] != '/')
+            return -ENOENT;
+        n = snprintf(out, len, "%s/.cache/pcrfs", pw.pw_dir);
+    }
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* mkdir -p, the last levels private to the user. */
-static int make_dirs(const char *path)
+/* Remove the directories make_dirs() made (@made > 0: the first one's length), deepest first; rmdir(2) leaves a
+ * directory something else has put a file in since. */
+static void unmake_dirs(const char *path, size_t made)
+{
+    char p[4096];
+    char *slash;
+
+    if (!made || strlen(path) >= sizeof(p))
+        return;
+    memcpy(p, path, strlen(path) + 1);
+    while (strlen(p) >= made && rmdir(p) == 0 && (slash = strrchr(p, '/')) != NULL)
+        *slash = '\0';
+}
+
+/* mkdir -p, the last levels private to the user. *@made: the length of the first
+ * directory made (a prefix of @path), 0 when all existed: what unmake_dirs()
+ * removes when the mount does not go ahead. */
+static int make_dirs(const char *path, size_t *made)
 {
     char p[4096];
     size_t n = strlen(path);
 
+    *made = 0;
     if (n == 0 || n >= sizeof(p))
         return -ENAMETOOLONG;
     memcpy(p, path, n + 1);
-    for (char *s = p + 1; *s; s++)
-        if (*s == '/') {
-            *s = '\0';
-            if (mkdir(p, 0700) != 0 && errno != EEXIST)
-                return -errno;
-            *s = '/';
+    for (char *s = p + 1;; s++) {
+        char c = *s;
+
+        if (c != '/' && c != '\0')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0700) == 0) {
+            if (!*made)
+                *made = (size_t)(s - p);
+        } else if (errno != EEXIST) {
+            int rc = -errno;
+
+            unmake_dirs(p, *made);
+            *made = 0;
+            return rc;
         }
-    if (mkdir(p, 0700) != 0 && errno != EEXIST)
-        return -errno;
+        *s = c;
+        if (!c)
+            break;
+    }
     struct stat sb;
     if (stat(p, &sb) != 0)
         return -errno;
@@ -231,6 +269,7 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
     struct http_backend *hb;
     char base[4096], dir[4200], ipath[4300];
     bool temp = false, have_dir = false;
+    size_t made = 0;
     int ret;
 
     ret = pcr_backend_http(url, o, &b, err, errlen);
@@ -246,7 +285,7 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
         /* one directory per store: the URL as requests see it (endpoint included) */
         snprintf(dir, sizeof(dir), "%s/%016llx", base,
                  (unsigned long long)pcr_xxh64(hb->t.base, strlen(hb->t.base)));
-        ret = make_dirs(dir);
+        ret = make_dirs(dir, &made);
     }
     if (ret)
         pcr_log(PCR_LOG_WARN, "cache %s: %s; index.db goes to a temporary file and records "
@@ -257,6 +296,8 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
     ret = fetch_index(hb, have_dir ? dir : NULL, ipath, sizeof(ipath), &temp, err, errlen);
     if (ret) {
         pcr_backend_destroy(b);
+        if (have_dir) /* nothing left behind by a mount that failed */
+            unmake_dirs(dir, made);
         return ret;
     }
     if (have_dir) {

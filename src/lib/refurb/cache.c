@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -549,31 +550,6 @@ void pcr_refurb_get_stats(struct pcr_refurb *r, struct pcr_refurb_stats *out)
     pthread_mutex_unlock(&r->mu);
 }
 
-static int make_dir(struct pcr_refurb *r, const char *parent)
-{
-    size_t n = strlen(parent) + sizeof("/pcrfs-refurb.XXXXXX");
-
-    r->dir = malloc(n);
-    if (!r->dir)
-        return -ENOMEM;
-    snprintf(r->dir, n, "%s/pcrfs-refurb.XXXXXX", parent);
-    if (!mkdtemp(r->dir)) {
-        int rc = -errno;
-        free(r->dir);
-        r->dir = NULL;
-        return rc;
-    }
-    r->dirfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (r->dirfd < 0) {
-        int rc = -errno;
-        rmdir(r->dir);
-        free(r->dir);
-        r->dir = NULL;
-        return rc;
-    }
-    return 0;
-}
-
 /* Remove everything in the private directory (files only: we make no others). */
 static void remove_dir(struct pcr_refurb *r)
 {
@@ -592,6 +568,137 @@ static void remove_dir(struct pcr_refurb *r)
     close(r->dirfd);
     rmdir(r->dir);
     free(r->dir);
+}
+
+/* Who made a private directory, written into it as MARKER: "pcrfs-refurb PID BOOT
+ * PIDNS HOST". A daemon killed with SIGKILL (or by the OOM killer) cannot remove its
+ * directory, which can hold the whole data set's worth of crops; the next context
+ * made in the same parent removes it when the marker proves it dead: same boot,
+ * same PID namespace and host, no such process, same owner. Anything else (no
+ * marker, another machine sharing the file system, a container's PIDs) is left. */
+#define MARKER ".pcrfs-owner"
+
+static void read_small(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, len - 1) : -1;
+
+    buf[n > 0 ? n : 0] = '\0';
+    buf[strcspn(buf, " \n")] = '\0';
+    if (fd >= 0)
+        close(fd);
+}
+
+/* "BOOT PIDNS HOST" of this process (each "-" when unknown). */
+static void identity(char *out, size_t len)
+{
+    char boot[64], ns[64] = "-", host[256] = "-";
+    ssize_t n;
+
+    read_small("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+    n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+    ns[n > 0 ? n : 1] = '\0';
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "-");
+    host[sizeof(host) - 1] = '\0';
+    for (char *c = host; *c; c++)
+        if (*c <= ' ')
+            *c = '_';
+    snprintf(out, len, "%s %s %s", boot[0] ? boot : "-", ns, host);
+}
+
+static void sweep_stale(const char *parent, const char *me)
+{
+    DIR *d = opendir(parent);
+    struct dirent *de;
+
+    if (!d)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        char path[4096], mpath[4200], mark[512];
+        struct stat st;
+        long pid;
+        int fd, off = 0;
+
+        if (strncmp(de->d_name, "pcrfs-refurb.", 13) != 0 ||
+            snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) >= (int)sizeof(path) ||
+            lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        snprintf(mpath, sizeof(mpath), "%s/" MARKER, path);
+        fd = open(mpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        {
+            ssize_t n = read(fd, mark, sizeof(mark) - 1);
+            mark[n > 0 ? n : 0] = '\0';
+            close(fd);
+        }
+        mark[strcspn(mark, "\n")] = '\0';
+        if (sscanf(mark, "pcrfs-refurb %ld %n", &pid, &off) != 1 || pid <= 0 || !off ||
+            strcmp(mark + off, me) != 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        {
+            int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            DIR *sub = dfd >= 0 ? fdopendir(dfd) : NULL;
+            struct dirent *e;
+
+            if (!sub) {
+                if (dfd >= 0)
+                    close(dfd);
+                continue;
+            }
+            /* files only, as remove_dir(): a context makes nothing else */
+            while ((e = readdir(sub)) != NULL)
+                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                    unlinkat(dfd, e->d_name, 0);
+            closedir(sub);
+        }
+        if (rmdir(path) == 0)
+            pcr_log(PCR_LOG_INFO, "refurb cache %s: removed (left by pcrfs process %ld, which "
+                    "is gone)", path, pid);
+    }
+    closedir(d);
+}
+
+static int make_dir(struct pcr_refurb *r, const char *parent)
+{
+    size_t n = strlen(parent) + sizeof("/pcrfs-refurb.XXXXXX");
+    char me[400], line[512];
+    int fd, len;
+
+    identity(me, sizeof(me));
+    sweep_stale(parent, me);
+    r->dir = malloc(n);
+    if (!r->dir)
+        return -ENOMEM;
+    snprintf(r->dir, n, "%s/pcrfs-refurb.XXXXXX", parent);
+    if (!mkdtemp(r->dir)) {
+        int rc = -errno;
+        free(r->dir);
+        r->dir = NULL;
+        return rc;
+    }
+    r->dirfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (r->dirfd < 0) {
+        int rc = -errno;
+        rmdir(r->dir);
+        free(r->dir);
+        r->dir = NULL;
+        return rc;
+    }
+    /* the marker: without it a killed daemon's directory is never removed */
+    len = snprintf(line, sizeof(line), "pcrfs-refurb %ld %s\n", (long)getpid(), me);
+    fd = openat(r->dirfd, MARKER, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, line, (size_t)len) != len) {
+        int rc = fd < 0 ? -errno : -EIO;
+        if (fd >= 0)
+            close(fd);
+        remove_dir(r);
+        r->dir = NULL;
+        return rc;
+    }
+    close(fd);
+    return 0;
 }
 
 int pcr_refurb_open(const struct pcr_refurb_opts *o, pcr_refurb_load_fn load, void *arg,

@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "pcrfs/tokens.h"
@@ -508,13 +509,19 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
         struct piece *p = &pc[i];
         int bad = verify(f, p);
         if (bad) {
-            if (!__atomic_exchange_n(&((struct pcr_file *)f)->damaged, 1, __ATOMIC_RELAXED))
+            if (!__atomic_exchange_n(&((struct pcr_file *)f)->damaged, 1, __ATOMIC_RELAXED)) {
+                char path[1024];
+
+                /* named by its path, which an operator can look for, not the index's id */
+                if (pcr_store_path(s, f->id, path, sizeof(path)) < 0)
+                    snprintf(path, sizeof(path), "file %llu", (unsigned long long)f->id);
                 pcr_log(PCR_LOG_ERR,
-                        "file %llu: checksum mismatch in record %s at offset %llu; its reads "
+                        "%s: checksum mismatch in record %s at offset %llu; its reads "
                         "there fail with EIO",
-                        (unsigned long long)f->id, r->name,
+                        path, r->name,
                         (unsigned long long)(p->seg->off + p->a +
                                              (uint64_t)(-bad - 1) * PCR_SUM_BLOCK));
+            }
             pcr_count(&s->stats.errors, 1);
             return -EIO;
         }

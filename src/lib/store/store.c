@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "pcrfs/tokens.h"
@@ -141,20 +143,50 @@ out:
  * first use (read.c), so this costs one open per record and no reads. Out of
  * descriptors, the rest are opened on first use instead (and a rebuild could then
  * fail their reads): say so once. */
+/* Descriptors this process may still open under its soft RLIMIT_NOFILE, less
+ * PCR_STORE_FD_RESERVE for what its program needs besides the records (FUSE's
+ * /dev/fuse and its clones, the index, logs, sockets, cache files): holding every
+ * record up to the limit would leave the mount itself none. UINT64_MAX: no limit
+ * known. */
+static uint64_t fd_budget(void)
+{
+    struct rlimit rl;
+    DIR *d;
+    struct dirent *de;
+    long long used = -1; /* the listing's own descriptor */
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+        (d = opendir("/proc/self/fd")) == NULL)
+        return UINT64_MAX;
+    while ((de = readdir(d)) != NULL)
+        if (de->d_name[0] != '.')
+            used++;
+    closedir(d);
+    if ((long long)rl.rlim_cur - used <= PCR_STORE_FD_RESERVE)
+        return 0;
+    return (uint64_t)((long long)rl.rlim_cur - used - PCR_STORE_FD_RESERVE);
+}
+
 static void hold_records(struct pcr_store *s)
 {
+    uint64_t budget, i;
+    int ret = 0;
+
     if (!s->base->ops->hold_open)
         return; /* opening is a request of its own (object storage): on first use */
-    for (uint64_t i = 0; i < s->nrecs; i++) {
-        int ret = store_open_record(s, &s->recs[i]);
-        if (ret == -EMFILE || ret == -ENFILE) {
-            pcr_log(PCR_LOG_WARN,
-                    "%s: %llu of %llu records held open (open-file limit); the others open on "
-                    "first use, and a rebuild of the store under this mount can fail them",
-                    s->path, (unsigned long long)i, (unsigned long long)s->nrecs);
-            return;
-        }
+    budget = fd_budget();
+    for (i = 0; i < s->nrecs && i < budget; i++) {
+        ret = store_open_record(s, &s->recs[i]);
+        if (ret == -EMFILE || ret == -ENFILE)
+            break;
     }
+    if (i < s->nrecs)
+        pcr_log(PCR_LOG_WARN,
+                "%s: %llu of %llu records held open (open-file limit %s, %d kept for the "
+                "program); the others open on first use, and a rebuild of the store under "
+                "this mount can fail them",
+                s->path, (unsigned long long)i, (unsigned long long)s->nrecs,
+                ret ? "reached" : "near", PCR_STORE_FD_RESERVE);
 }
 
 static unsigned meta_uint(struct pcr_store *s, const char *key, unsigned long long max,
