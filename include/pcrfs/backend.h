@@ -126,10 +126,20 @@ struct pcr_http_opts {
                               of 1 GiB and 10 % of the cache's file system */
     unsigned timeout_ms;   /* deadline of one request (a stalled transfer); 0: 10 s */
     int retries;           /* retries of a failed request; < 0: 3 */
+    /* s3:// (each NULL: the environment, then the profile's config, then AWS's) */
+    const char *endpoint;  /* S3-compatible server, "https://HOST[:PORT]" */
+    const char *region;
+    const char *profile;   /* of the shared files (then the environment's keys are
+                              not used) */
+    const char *ca_bundle; /* PEM CA certificates for https (also http(s):// URLs) */
 };
 
 /* Whether @s names a store in object storage (s3://, http://, https://). */
 int pcr_url_is_remote(const char *s);
+/* Whether the URL @s has user-info ("user:password@host"): such a URL is refused
+ * (pcr_backend_http() says why without repeating it), and a caller must not print
+ * it either. */
+int pcr_url_has_userinfo(const char *s);
 
 /* The backend for the store at @url. @o may be NULL (defaults).
  * @return 0 and *out; -EINVAL a malformed URL or credentials file (message in
@@ -169,6 +179,10 @@ struct pcr_http_stats {
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);
+/* The credentials of the s3:// store as a JSON object: {"source": "web identity
+ * (role ARN)", "expires": "2026-01-02T03:04:05Z" or null, "renewals": N,
+ * "renewal_failures": N}; never a key or token. @return 0; -ENOENT none open. */
+int pcr_http_creds_json(char *out, size_t len);
 
 static inline void pcr_backend_destroy(struct pcr_backend *b)
 {

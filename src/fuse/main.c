@@ -44,6 +44,7 @@ struct cli {
     char *cache_size;   /* -o cache_size=SIZE, as given */
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
+    char *endpoint, *region, *profile, *ca_bundle; /* -o endpoint= ... (s3://), as given */
     char *logfile; /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
@@ -73,6 +74,10 @@ static const struct fuse_opt cli_spec[] = {
     {"cache_size=%s", offsetof(struct cli, cache_size), 0},
     {"http_timeout=%lf", offsetof(struct cli, http_timeout), 0},
     {"http_retries=%d", offsetof(struct cli, http_retries), 0},
+    {"endpoint=%s", offsetof(struct cli, endpoint), 0},
+    {"region=%s", offsetof(struct cli, region), 0},
+    {"profile=%s", offsetof(struct cli, profile), 0},
+    {"ca_bundle=%s", offsetof(struct cli, ca_bundle), 0},
     {"logfile=%s", offsetof(struct cli, logfile), 0},
     {"read_ahead_kb=%d", offsetof(struct cli, read_ahead_kb), 0},
     {"mix=%s", offsetof(struct cli, mix.range), 0},
@@ -494,7 +499,9 @@ int main(int argc, char *argv[])
      * daemon's chdir("/") when it detaches does not matter). */
     if (pcr_url_is_remote(cli.store)) {
         struct pcr_http_opts ho = {.cache_dir = cli.cache, .retries = cli.http_retries,
-                                   .timeout_ms = (unsigned)(cli.http_timeout * 1000.0)};
+                                   .timeout_ms = (unsigned)(cli.http_timeout * 1000.0),
+                                   .endpoint = cli.endpoint, .region = cli.region,
+                                   .profile = cli.profile, .ca_bundle = cli.ca_bundle};
         if (cli.cache_size && (pcrfs_parse_rate(cli.cache_size, &ho.cache_size) != 0 ||
                                !ho.cache_size)) {
             fprintf(stderr, "pcrfs: cache_size=%s: not a size (bytes, e.g. 500M)\n",
@@ -503,6 +510,10 @@ int main(int argc, char *argv[])
             goto out_conn;
         }
         rc = pcr_store_open_url(cli.store, &ho, &fs.store, err, sizeof(err));
+        if (rc && pcr_url_has_userinfo(cli.store)) {
+            fprintf(stderr, "pcrfs: %s\n", err); /* not the URL: it holds a secret */
+            goto out_conn;
+        }
     } else {
         rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
     }
@@ -705,6 +716,10 @@ out_args:
     free(cli.mix.seed);
     free(cli.cache);
     free(cli.cache_size);
+    free(cli.endpoint);
+    free(cli.region);
+    free(cli.profile);
+    free(cli.ca_bundle);
     free(cli.logfile);
     pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);
