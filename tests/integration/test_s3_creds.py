@@ -574,8 +574,10 @@ class Creds(ts.Fixture, unittest.TestCase):
     def test_secrets_nowhere(self):
         cache = os.path.join(self.tmp, "cache-secrets")
         log = os.path.join(self.tmp, "secrets.log")
+        # a real cache directory (index.db and prefixes land there), so small that
+        # reads keep reaching the server and the credentials are renewed
         m = self.mount_env("secrets", self.webid_env(), "-d", "-o", "cache=" + cache,
-                           "-o", "logfile=" + log)
+                           "-o", "cache_size=1k,nokeep_cache", "-o", "logfile=" + log)
         end = time.monotonic() + LIFE + 5  # through one renewal
         while time.monotonic() < end:
             self.read_loop(m.mnt, 2)
@@ -591,7 +593,7 @@ class Creds(ts.Fixture, unittest.TestCase):
         for dp, _, fns in os.walk(cache):
             for fn in fns:
                 places[os.path.join(dp, fn)] = ts.read(os.path.join(dp, fn))
-        self.assertGreater(len(places), 7)
+        self.assertTrue(any(os.path.basename(k).startswith("index-") for k in places), places)
         for s in self.reg.secrets():
             for where, data in places.items():
                 self.assertNotIn(s.encode(), data, where)
