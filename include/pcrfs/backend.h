@@ -109,13 +109,17 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * instead of asking again. A cache that cannot be written falls back to direct
  * GETs (logged once).
  *
- * s3:// URLs are signed (AWS SigV4) with the standard environment:
- * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else profile
- * AWS_PROFILE (default "default") of AWS_SHARED_CREDENTIALS_FILE (default
- * ~/.aws/credentials); AWS_REGION or AWS_DEFAULT_REGION (default us-east-1);
- * AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL for S3-compatible servers (path-style
- * addressing), else AWS's virtual-hosted addresses. Without credentials, and for
- * http(s):// URLs, requests are anonymous. */
+ * s3:// URLs are signed (AWS SigV4) with credentials from the AWS default chain
+ * (backend/creds.c: the environment, web identity via STS, the shared files'
+ * profile with credential_process, container credentials, EC2 instance metadata
+ * IMDSv2), renewed before they expire and after an ExpiredToken answer; the
+ * endpoint is o->endpoint, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the profile's
+ * endpoint_url (path-style addressing), else AWS's virtual-hosted addresses; the
+ * region o->region, AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else
+ * us-east-1. https is verified against o->ca_bundle, AWS_CA_BUNDLE or the
+ * profile's ca_bundle, else the system's CAs. A URL with user-info is refused.
+ * Without credentials, and for http(s):// URLs, requests are anonymous. pcrfs(1),
+ * ENVIRONMENT, is the user's description. */
 
 struct pcr_store;
 

@@ -76,8 +76,9 @@ static void store_failure(struct http_backend *hb, struct http_req *r, char *err
 
     http_describe(r, why, sizeof(why));
     if (r->err == -EACCES && t->sign)
-        pcr_errf(err, errlen, "%s: %s: check the credentials (from %s)", t->display, why,
-                 http_creds_source(t->creds));
+        pcr_errf(err, errlen, "%s: %s: check %s (credentials from %s)", t->display, why,
+                 strcmp(http_creds_source(t->creds), "environment") ? "the credentials"
+                 : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", http_creds_source(t->creds));
     else if (r->err == -EACCES && t->s3)
         pcr_errf(err, errlen, "%s: %s: no credentials found (tried: %s)", t->display, why,
                  http_creds_tried(t->creds));
