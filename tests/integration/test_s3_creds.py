@@ -487,7 +487,10 @@ class Creds(ts.Fixture, unittest.TestCase):
         self.reg.static(kid, sec)
         self.write_creds(os.path.join(home, ".aws", "credentials"), kid, sec, "store")
         with open(os.path.join(home, ".aws", "config"), "w") as f:
-            f.write("[profile store]\nregion = eu-west-3\nendpoint_url = %s\n" % self.endpoint)
+            # the services section's s3 endpoint beats the profile's own endpoint_url
+            f.write("[profile store]\nregion = eu-west-3\nservices = here\n"
+                    "endpoint_url = http://127.0.0.1:%d\n[services here]\ns3 =\n"
+                    "  endpoint_url = %s\n" % (ts.free_port(), self.endpoint))
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(HOME=home, AWS_EC2_METADATA_DISABLED="true")
         m = self.mount_env("cfg", env, "-o", "profile=store")

@@ -1,7 +1,8 @@
 /* pcrfs — parsers of the untrusted bytes that carry AWS credentials (creds.h):
  *
- *   the shared credentials and config files (INI: "[name]" or "[profile name]"
- *   sections of "key = value" lines; indented lines are sub-settings, skipped),
+ *   the shared credentials and config files (INI: "[name]", "[profile name]" or
+ *   "[services name]" sections of "key = value" lines; indented lines under a key
+ *   without a value are its sub-settings, "key.sub"),
  *   the JSON of EC2 instance metadata, of container credentials and of a
  *   credential_process ({"AccessKeyId": ..., "SecretAccessKey": ..., "Token" or
  *   "SessionToken": ..., "Expiration": "2026-01-02T03:04:05Z"}),
@@ -110,6 +111,14 @@ static bool section_is(const char *h, const char *profile, bool config)
 {
     if (!config || !strcmp(h, "default"))
         return !strcmp(h, profile);
+    if (!strncmp(profile, "services ", 9) && !strncmp(h, "services", 8) &&
+        (h[8] == ' ' || h[8] == '\t')) {
+        /* "[services NAME]": service-specific settings a profile points to */
+        h += 8;
+        while (*h == ' ' || *h == '\t')
+            h++;
+        return !strcmp(h, profile + 9);
+    }
     if (!strncmp(h, "profile", 7) && (h[7] == ' ' || h[7] == '\t')) {
         h += 7;
         while (*h == ' ' || *h == '\t')
@@ -122,7 +131,7 @@ static bool section_is(const char *h, const char *profile, bool config)
 int http_cred_ini_find(const char *buf, size_t len, const char *profile, bool config,
                        struct http_ini_want *w, unsigned n)
 {
-    char line[HTTP_CRED_MAX_VALUE + 256];
+    char line[HTTP_CRED_MAX_VALUE + 256], parent[64] = "";
     bool in = false, found = false;
     size_t i = 0;
 
@@ -156,17 +165,28 @@ int http_cred_ini_find(const char *buf, size_t len, const char *profile, bool co
             }
             *end = '\0';
             in = section_is(trim(l + 1), profile, config);
+            parent[0] = '\0';
             found |= in;
             continue;
         }
-        if (!in || indented || !(eq = strchr(l, '=')))
-            continue; /* indented: a sub-setting ("s3 =\n  endpoint_url = ...") */
+        if (!in || !(eq = strchr(l, '=')))
+            continue;
         *eq = '\0';
         l = trim(l);
+        char *val = trim(eq + 1), full[160];
+        if (indented && !parent[0])
+            continue; /* a continuation of a value: not a setting of its own */
+        if (indented) {
+            /* a sub-setting ("s3 =\n  endpoint_url = URL"): wanted as "s3.endpoint_url" */
+            snprintf(full, sizeof(full), "%s.%.80s", parent, l);
+            l = full;
+        } else {
+            snprintf(parent, sizeof(parent), "%.63s", *val ? "" : l);
+        }
         for (unsigned j = 0; j < n; j++) {
             if (strcmp(l, w[j].key) != 0)
                 continue;
-            char *v = strdup(trim(eq + 1));
+            char *v = strdup(val);
             if (!v)
                 return -ENOMEM;
             if (*w[j].val) {

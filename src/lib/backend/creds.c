@@ -282,6 +282,30 @@ int http_cred_setting(const char *opt_profile, const char *key, char **out)
     return ret < 0 ? ret : 0;
 }
 
+int http_cred_s3_endpoint(const char *opt_profile, char **out)
+{
+    char *profile = NULL, *cred = NULL, *conf = NULL, *svc = NULL, *own = NULL, *sec = NULL;
+    struct http_ini_want w[] = {{"services", &svc}, {"endpoint_url", &own}};
+    struct http_ini_want ws = {"s3.endpoint_url", out};
+    int ret;
+
+    *out = NULL;
+    ret = shared_paths(opt_profile, &profile, &cred, &conf);
+    if (ret == 0)
+        ret = profile_read(conf, profile, true, w, 2, NULL, NULL, 0);
+    if (ret >= 0 && svc && *svc) {
+        ret = asprintf(&sec, "services %s", svc) < 0 ? -ENOMEM : 0;
+        if (!ret)
+            ret = profile_read(conf, sec, true, &ws, 1, NULL, NULL, 0);
+    }
+    if (ret >= 0 && !*out) {
+        *out = own;
+        own = NULL;
+    }
+    free(profile), free(cred), free(conf), free(svc), free(own), free(sec);
+    return ret < 0 ? ret : 0;
+}
+
 /* ---- HTTP to STS, container and metadata endpoints ---- */
 
 struct body {

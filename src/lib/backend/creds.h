@@ -37,8 +37,9 @@ struct http_ini_want {
     char **val;
 };
 /* Values of section @profile of an AWS shared file (@config: the config file's
- * "[profile NAME]"/"[default]"; else the credentials file's "[NAME]"); the last of a
- * key given twice wins. @return 1 the profile exists, 0 not, -EINVAL a line longer
+ * "[profile NAME]"/"[default]", or "[services NAME]" when @profile is "services
+ * NAME"; else the credentials file's "[NAME]"); the last of a key given twice wins;
+ * "s3.endpoint_url" is the sub-setting endpoint_url of key "s3". @return 1 the profile exists, 0 not, -EINVAL a line longer
  * than HTTP_CRED_MAX_VALUE or with a NUL, -ENOMEM. */
 int http_cred_ini_find(const char *buf, size_t len, const char *profile, bool config,
                        struct http_ini_want *w, unsigned n);
@@ -59,6 +60,9 @@ int http_cred_parse_sts(const char *buf, size_t len, struct http_cred_doc *d, ch
  * AWS_PROFILE, ...) in the shared config file, into *out (NULL when unset).
  * @return 0; -EINVAL an unreadable file; -ENOMEM. */
 int http_cred_setting(const char *profile, const char *key, char **out);
+/* The profile's S3 endpoint: "s3 = / endpoint_url =" of the "[services NAME]" section
+ * its "services" names, else its own endpoint_url. Same returns. */
+int http_cred_s3_endpoint(const char *profile, char **out);
 
 struct http_creds;
 

@@ -5,7 +5,8 @@
  *                         (path-style when the bucket name has a dot, which the
  *                         wildcard certificate cannot cover); a custom endpoint
  *                         (-o endpoint=, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
- *                         profile's endpoint_url): ENDPOINT/BUCKET/PREFIX,
+ *                         profile's services section "s3 = endpoint_url", its
+ *                         endpoint_url): ENDPOINT/BUCKET/PREFIX,
  *                         path-style, as MinIO, Ceph and the like expect.
  *   http[s]://HOST/PATH   as is, anonymous.
  *
@@ -79,6 +80,8 @@ static int setting(const char *opt, const char *e1, const char *e2, const char *
         *out = strdup(v);
         return *out ? 0 : -ENOMEM;
     }
+    if (key && !strcmp(key, "endpoint_url"))
+        return http_cred_s3_endpoint(profile, out);
     return key ? http_cred_setting(profile, key, out) : (*out = NULL, 0);
 }
 
