@@ -22,7 +22,9 @@ What each test asserts, and would be false if the feature broke:
   credentials file rewritten under a live mount: the new key is used, the old one
                  can be revoked, reads go on
   endpoint/region/profile from a root-only config file, no AWS_ENDPOINT_URL
-  nothing found  the mount error lists every source tried
+  nothing found  the mount error lists every source tried; a configured source
+                 that fails (STS refusing, a missing token file, a failing
+                 credential_process, an unknown profile) is a one-line error naming it
   TLS            https with a self-signed CA: refused without it (a one-line error
                  saying certificate), served with -o ca_bundle= and AWS_CA_BUNDLE;
                  a closed port says "cannot connect", not certificate
@@ -525,6 +527,28 @@ class Creds(ts.Fixture, unittest.TestCase):
         for what in ("no credentials found", "environment", "web identity", "profile default",
                      "container", "EC2 instance metadata"):
             self.assertIn(what, line)
+
+    def test_configured_source_that_fails(self):
+        """A source that is configured but fails is a one-line mount error naming it,
+        not a silent fall-through to the next source."""
+        bad = os.path.join(self.tmp, "wrong-web-token")
+        with open(bad, "w") as f:
+            f.write("not-the-token")
+        line = self.fails(self.url(), dict(self.webid_env(), AWS_WEB_IDENTITY_TOKEN_FILE=bad))
+        self.assertIn("web identity", line)
+        self.assertIn("AccessDenied", line)
+        line = self.fails(self.url(), dict(self.webid_env(), AWS_WEB_IDENTITY_TOKEN_FILE=bad +
+                                           ".missing"))
+        self.assertIn("token file", line)
+        conf = os.path.join(self.tmp, "failing-process")
+        with open(conf, "w") as f:
+            f.write("[default]\ncredential_process = sh -c 'echo nope; exit 3'\n")
+        line = self.fails(self.url(), self.env(AWS_ENDPOINT_URL=self.endpoint,
+                                               AWS_CONFIG_FILE=conf))
+        self.assertIn("credential_process exited with status 3", line)
+        line = self.fails(self.url(), self.env(AWS_ENDPOINT_URL=self.endpoint,
+                                               AWS_PROFILE="nosuch"))
+        self.assertIn("profile nosuch", line)
 
     def test_tls_private_ca(self):
         d = os.path.join(self.tmp, "tls")

@@ -356,7 +356,8 @@ static long fetch(struct http_creds *c, const char *method, const char *url,
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
-    curl_easy_setopt(h, CURLOPT_PROXY, ""); /* metadata endpoints are never proxied */
+    if (c->kind == K_IMDS || c->kind == K_CONTAINER)
+        curl_easy_setopt(h, CURLOPT_PROXY, ""); /* link-local: never through a proxy */
     if (c->ca_bundle)
         curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_bundle);
     if (hdrs)
