@@ -205,6 +205,18 @@ static bool stamp_eq(const struct stamp *a, const struct stamp *b)
            a->mtime.tv_nsec == b->mtime.tv_nsec;
 }
 
+/* $@var, else HOME/.aws/@name, else NULL (no HOME, or no memory: no file). */
+static char *shared_file(const char *var, const char *home, const char *name)
+{
+    char *path = NULL;
+
+    if (env(var))
+        return strdup(env(var));
+    if (home && asprintf(&path, "%s/.aws/%s", home, name) < 0)
+        return NULL;
+    return path;
+}
+
 /* The shared files and profile: -o profile=, AWS_PROFILE, AWS_DEFAULT_PROFILE. */
 static int shared_paths(const char *opt_profile, char **profile, char **cred, char **conf)
 {
@@ -224,12 +236,8 @@ static int shared_paths(const char *opt_profile, char **profile, char **cred, ch
         }
     }
     *profile = strdup(p ? p : "default");
-    *cred = env("AWS_SHARED_CREDENTIALS_FILE") ? strdup(env("AWS_SHARED_CREDENTIALS_FILE"))
-            : home && asprintf(cred, "%s/.aws/credentials", home) < 0 ? NULL
-            : home ? *cred : NULL;
-    *conf = env("AWS_CONFIG_FILE") ? strdup(env("AWS_CONFIG_FILE"))
-            : home && asprintf(conf, "%s/.aws/config", home) < 0 ? NULL
-            : home ? *conf : NULL;
+    *cred = shared_file("AWS_SHARED_CREDENTIALS_FILE", home, "credentials");
+    *conf = shared_file("AWS_CONFIG_FILE", home, "config");
     return *profile ? 0 : -ENOMEM;
 }
 

@@ -439,8 +439,10 @@ void http_describe(const struct http_req *r, char *out, size_t len)
              * certificate in certificate chain", "unable to get local issuer
              * certificate") or the name ("no alternative certificate subject name
              * matches target host name 'HOST'") */
-            snprintf(out, len, "TLS certificate verification failed: %s (give the CA with "
-                     "-o ca_bundle=FILE or AWS_CA_BUNDLE)",
+            const char *host = r->url ? strstr(r->url, "://") : NULL;
+            host = host ? host + 3 : "";
+            snprintf(out, len, "TLS certificate verification failed for %.*s: %s (give the CA "
+                     "with -o ca_bundle=FILE or AWS_CA_BUNDLE)", (int)strcspn(host, "/"), host,
                      r->errbuf[0] ? r->errbuf : "untrusted certificate");
             return;
         }
