@@ -377,6 +377,10 @@ class Creds(ts.Fixture, unittest.TestCase):
         self.assertEqual(st["http"]["errors"], 0, st)
         self.assertNotEqual(st["credentials"]["expires"], None)
         self.assertEqual(m.unmount(), 0)
+        print("\n  %s: %d reads in %d s, %d issued, %d renewals, %d keys used, rejected %s, "
+              "0 errors" % (source, n, seconds, self.reg.count.get(source, 0) - first,
+                           st["credentials"]["renewals"], len(self.reg.seen) - seen0,
+                           dict(self.reg.rejected)), file=sys.stderr)
         return m, info, st
 
     @classmethod
