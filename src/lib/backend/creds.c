@@ -274,7 +274,8 @@ static int profile_read(const char *path, const char *profile, bool config, stru
     return ret;
 }
 
-int http_cred_setting(const char *opt_profile, const char *key, char **out)
+int http_cred_setting(const char *opt_profile, const char *key, char **out, char *err,
+                      size_t errlen)
 {
     char *profile = NULL, *cred = NULL, *conf = NULL;
     struct http_ini_want w = {key, out};
@@ -283,14 +284,14 @@ int http_cred_setting(const char *opt_profile, const char *key, char **out)
     *out = NULL;
     ret = shared_paths(opt_profile, &profile, &cred, &conf);
     if (ret == 0)
-        ret = profile_read(conf, profile, true, &w, 1, NULL, NULL, 0);
+        ret = profile_read(conf, profile, true, &w, 1, NULL, err, errlen);
     free(profile);
     free(cred);
     free(conf);
     return ret < 0 ? ret : 0;
 }
 
-int http_cred_s3_endpoint(const char *opt_profile, char **out)
+int http_cred_s3_endpoint(const char *opt_profile, char **out, char *err, size_t errlen)
 {
     char *profile = NULL, *cred = NULL, *conf = NULL, *svc = NULL, *own = NULL, *sec = NULL;
     struct http_ini_want w[] = {{"services", &svc}, {"endpoint_url", &own}};
@@ -300,11 +301,11 @@ int http_cred_s3_endpoint(const char *opt_profile, char **out)
     *out = NULL;
     ret = shared_paths(opt_profile, &profile, &cred, &conf);
     if (ret == 0)
-        ret = profile_read(conf, profile, true, w, 2, NULL, NULL, 0);
+        ret = profile_read(conf, profile, true, w, 2, NULL, err, errlen);
     if (ret >= 0 && svc && *svc) {
         ret = asprintf(&sec, "services %s", svc) < 0 ? -ENOMEM : 0;
         if (!ret)
-            ret = profile_read(conf, sec, true, &ws, 1, NULL, NULL, 0);
+            ret = profile_read(conf, sec, true, &ws, 1, NULL, err, errlen);
     }
     if (ret >= 0 && !*out) {
         *out = own;

@@ -58,11 +58,12 @@ int http_cred_parse_sts(const char *buf, size_t len, struct http_cred_doc *d, ch
 
 /* Setting @key ("region", "endpoint_url", "ca_bundle") of the profile (@profile, or
  * AWS_PROFILE, ...) in the shared config file, into *out (NULL when unset).
- * @return 0; -EINVAL an unreadable file; -ENOMEM. */
-int http_cred_setting(const char *profile, const char *key, char **out);
+ * @return 0; -EINVAL an unreadable file (message in @err); -ENOMEM. */
+int http_cred_setting(const char *profile, const char *key, char **out, char *err,
+                      size_t errlen);
 /* The profile's S3 endpoint: "s3 = / endpoint_url =" of the "[services NAME]" section
  * its "services" names, else its own endpoint_url. Same returns. */
-int http_cred_s3_endpoint(const char *profile, char **out);
+int http_cred_s3_endpoint(const char *profile, char **out, char *err, size_t errlen);
 
 struct http_creds;
 

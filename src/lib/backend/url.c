@@ -68,7 +68,7 @@ static bool bucket_ok(const char *b, size_t n)
 /* The first of @opt, the environment variables @e1, @e2, and the profile's @key in
  * the shared config file; into *out (a new string, or NULL). */
 static int setting(const char *opt, const char *e1, const char *e2, const char *profile,
-                   const char *key, char **out)
+                   const char *key, char **out, char *err, size_t errlen)
 {
     const char *v = opt && *opt ? opt : NULL;
 
@@ -81,8 +81,8 @@ static int setting(const char *opt, const char *e1, const char *e2, const char *
         return *out ? 0 : -ENOMEM;
     }
     if (key && !strcmp(key, "endpoint_url"))
-        return http_cred_s3_endpoint(profile, out);
-    return key ? http_cred_setting(profile, key, out) : (*out = NULL, 0);
+        return http_cred_s3_endpoint(profile, out, err, errlen);
+    return key ? http_cred_setting(profile, key, out, err, errlen) : (*out = NULL, 0);
 }
 
 static int s3_base(struct http_target *t, const char *rest, const struct pcr_http_opts *o,
@@ -103,15 +103,12 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
     memcpy(bucket, rest, blen);
     bucket[blen] = '\0';
     ret = setting(o ? o->endpoint : NULL, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", profile,
-                  "endpoint_url", &ep);
+                  "endpoint_url", &ep, err, errlen);
     if (!ret)
         ret = setting(o ? o->region : NULL, "AWS_REGION", "AWS_DEFAULT_REGION", profile, "region",
-                      &region);
-    if (ret) {
-        if (ret == -EINVAL)
-            pcr_errf(err, errlen, "the AWS config file cannot be read");
+                      &region, err, errlen);
+    if (ret)
         goto out;
-    }
     ret = -EINVAL;
     if (region && (strlen(region) >= sizeof(t->region) || !*region))
         goto bad_region;
@@ -227,12 +224,9 @@ int http_target_init(struct http_target *t, const char *url, const struct pcr_ht
     memcpy(t->display, url, n + 1);
     /* the CA bundle: -o ca_bundle=, AWS_CA_BUNDLE, the profile's ca_bundle */
     ret = setting(o ? o->ca_bundle : NULL, "AWS_CA_BUNDLE", NULL, o ? o->profile : NULL,
-                  !strncmp(url, "s3://", 5) ? "ca_bundle" : NULL, &t->ca_bundle);
-    if (ret) {
-        if (ret == -EINVAL)
-            pcr_errf(err, errlen, "the AWS config file cannot be read");
+                  !strncmp(url, "s3://", 5) ? "ca_bundle" : NULL, &t->ca_bundle, err, errlen);
+    if (ret)
         return ret;
-    }
     if ((ca = t->ca_bundle)) {
         int fd = open(ca, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
         struct stat sb;
