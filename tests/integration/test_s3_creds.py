@@ -31,7 +31,8 @@ What each test asserts, and would be false if the feature broke:
   user-info      a URL with user:password is refused in one line that does not
                  repeat the secret and says where credentials go
   secrets        no issued secret or token in the daemon's -d log, /.pcrfs/info
-                 and stats, the cache directory, /proc/mounts, its command line
+                 and stats, the cache directory, /proc/mounts, its command line;
+                 PR_SET_DUMPABLE 0 with credentials, not without (strace)
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_creds.py -v
 """
 
@@ -601,6 +602,28 @@ class Creds(ts.Fixture, unittest.TestCase):
             self.assertNotIn(pw, line)
             self.assertIn("credentials", line)
             self.assertIn("AWS_ACCESS_KEY_ID", line)
+
+    def test_not_dumpable_with_credentials(self):
+        """PR_SET_DUMPABLE 0 once credentials are held, not before and not without
+        them (seen with strace: the daemon runs as root here, where /proc shows no
+        difference, and /dev/fuse is root's only)."""
+        import shutil
+        if not shutil.which("strace"):
+            self.skipTest("strace not installed")
+        kid, sec = "AKIA" + secrets.token_hex(8).upper(), secrets.token_hex(20)
+        calls = {}
+        for name, extra in (("keys", {"AWS_ACCESS_KEY_ID": kid, "AWS_SECRET_ACCESS_KEY": sec}),
+                            ("none", {})):
+            out = os.path.join(self.tmp, "strace-" + name)
+            mnt = os.path.join(self.tmp, "dump-" + name)
+            os.makedirs(mnt)
+            # a prefix with no store: the mount fails after the credentials are found
+            p = mu.run(["strace", "-f", "-qq", "-e", "trace=prctl", "-o", out,
+                        mu.program("PCRFS"), self.url("nosuch"), mnt],
+                       env=self.env(AWS_ENDPOINT_URL=self.endpoint, **extra), timeout=60)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            calls[name] = "PR_SET_DUMPABLE, SUID_DUMP_DISABLE" in open(out).read()
+        self.assertEqual(calls, {"keys": True, "none": False})
 
     def test_secrets_nowhere(self):
         cache = os.path.join(self.tmp, "cache-secrets")
