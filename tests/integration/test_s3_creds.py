@@ -328,12 +328,12 @@ class Creds(ts.Fixture, unittest.TestCase):
             e.pop(k, None)
         return e
 
-    def mount_env(self, name, env, *opts):
+    def mount_env(self, name, env, *opts, foreground=True):
         saved = dict(os.environ)
         os.environ.clear()
         os.environ.update(env)
         try:
-            m = mu.Mount(self.url(), os.path.join(self.tmp, name), *opts)
+            m = mu.Mount(self.url(), os.path.join(self.tmp, name), *opts, foreground=foreground)
             self.mounts.append(m)
             m.start(timeout=60)
         finally:
@@ -428,8 +428,10 @@ class Creds(ts.Fixture, unittest.TestCase):
         self.assertIn("credential_process of profile proc", info["credentials"]["source"])
 
     def test_revoked_token_retried_once(self):
+        # detached (the daemon forks after the credentials are found): the renewal
+        # happens in the child
         m = self.mount_env("revoke", self.webid_env(), "-o", "nokeep_cache", "-o",
-                           "cache=" + os.path.join(self.tmp, "afile"))
+                           "cache=" + os.path.join(self.tmp, "afile"), foreground=False)
         names = sorted(self.want)[:50]
         for rel in names[:10]:
             self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel])
@@ -447,6 +449,7 @@ class Creds(ts.Fixture, unittest.TestCase):
         self.assertGreater(st["credentials"]["renewals"], before)
         self.assertEqual(st["http"]["errors"], 0)
         self.assertEqual(m.unmount(), 0)
+        self.assertFalse(os.path.ismount(m.mnt))
 
     def write_creds(self, path, kid, sec, profile="test"):
         tmp = path + ".new"

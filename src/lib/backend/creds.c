@@ -31,7 +31,8 @@
  * renews at once (http_creds_expired()). Keys from the shared files are read again
  * when either file changes (checked at most every FILE_POLL_MS by a request).
  * No thread lives longer than a renewal, so the daemon's fork when it detaches
- * loses nothing (a renewal in flight in the parent is noticed by its pid).
+ * loses nothing (a renewal in flight in the parent is noticed by its pid; fork
+ * handlers keep every lock consistent across the fork).
  *
  * credential_process is run by /bin/sh -c (as the Go and Java SDKs do; the AWS
  * CLI splits the line itself), stdin /dev/null, its stderr ours, with at most
@@ -85,6 +86,7 @@ struct stamp {
 };
 
 struct http_creds {
+    struct http_creds *next; /* the process's list, for fork (all_lock) */
     pthread_mutex_t lock;
     pthread_cond_t cond; /* a renewal finished */
     enum kind kind;
@@ -109,6 +111,32 @@ struct http_creds {
     char *url;                             /* container or IMDS endpoint */
     bool process;                          /* K_FILE through credential_process */
 };
+
+/* Every set of the process. The daemon forks when it detaches, possibly while a
+ * renewal thread holds a set's lock: the fork handlers take every lock first, so
+ * the child never inherits one held by a thread it does not have. */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static struct http_creds *all;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&all_lock);
+    for (struct http_creds *c = all; c; c = c->next)
+        pthread_mutex_lock(&c->lock);
+}
+
+static void fork_done(void)
+{
+    for (struct http_creds *c = all; c; c = c->next)
+        pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void fork_register(void)
+{
+    pthread_atfork(fork_prepare, fork_done, fork_done);
+}
 
 static int64_t wall_ms(void)
 {
@@ -1169,6 +1197,11 @@ int http_creds_new(const struct http_cred_cfg *cfg, struct http_creds **out, cha
         http_creds_free(c);
         return ret;
     }
+    pthread_once(&fork_once, fork_register);
+    pthread_mutex_lock(&all_lock);
+    c->next = all;
+    all = c;
+    pthread_mutex_unlock(&all_lock);
     if (ret == 1) {
         char when[32];
         install(c, &d);
@@ -1190,6 +1223,13 @@ void http_creds_free(struct http_creds *c)
 {
     if (!c)
         return;
+    pthread_mutex_lock(&all_lock);
+    for (struct http_creds **p = &all; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    pthread_mutex_unlock(&all_lock);
     pthread_mutex_lock(&c->lock);
     while (renewing(c)) /* a renewal thread uses c: bounded by its deadlines */
         pthread_cond_wait(&c->cond, &c->lock);
