@@ -400,9 +400,14 @@ class Creds(ts.Fixture, unittest.TestCase):
         self.assertIn(ROLE, st["credentials"]["source"])
 
     def test_imds(self):
-        env = self.env(AWS_ENDPOINT_URL=self.endpoint, AWS_EC2_METADATA_DISABLED=None,
+        """With -o profile= naming a profile that has only an endpoint and a region:
+        the chain goes on to the instance's credentials."""
+        conf = os.path.join(self.tmp, "imds-config")
+        with open(conf, "w") as f:
+            f.write("[profile ec2]\nregion = us-east-1\nendpoint_url = %s\n" % self.endpoint)
+        env = self.env(AWS_EC2_METADATA_DISABLED=None, AWS_CONFIG_FILE=conf,
                        AWS_EC2_METADATA_SERVICE_ENDPOINT=self.meta)
-        m, info, st = self.rotation("imds", "imds", 45, env)
+        m, info, st = self.rotation("imds", "imds", 45, env, "-o", "profile=ec2")
         self.assertIn("EC2 instance metadata (role pcrfs-role)", info["credentials"]["source"])
 
     def test_container(self):

@@ -1102,13 +1102,15 @@ static int chain(struct http_creds *c, bool explicit_profile, struct http_cred_d
     }
     if (ret < 0 && ret != -ENOENT)
         return ret;
-    if (explicit_profile || env("AWS_PROFILE")) {
-        if (ret == 0)
-            pcr_errf(err, errlen, "profile %s: not in %s nor %s", c->profile,
-                     c->cred_file ? c->cred_file : "(no credentials file)",
-                     c->conf_file ? c->conf_file : "(no config file)");
-        return -EINVAL; /* a profile asked for by name: not silently another source */
+    if (ret == 0 && (explicit_profile || env("AWS_PROFILE"))) {
+        /* a profile asked for by name that is nowhere: a typo, not another source */
+        pcr_errf(err, errlen, "profile %s: not in %s nor %s", c->profile,
+                 c->cred_file ? c->cred_file : "(no credentials file)",
+                 c->conf_file ? c->conf_file : "(no config file)");
+        return -EINVAL;
     }
+    /* a profile without keys (only a region or an endpoint, say): the chain goes on
+     * to the container and instance credentials, as the SDKs' does */
     tried_add(c, "profile %.64s in %.200s and %.200s (%s)", c->profile,
               c->cred_file ? c->cred_file : "(no HOME)", c->conf_file ? c->conf_file : "(no HOME)",
               ret == -ENOENT ? "no keys" : "not there");
