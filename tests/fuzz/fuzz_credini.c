@@ -18,8 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const char *const profiles[] = {"default", "dev", "profile dev", ""};
     char *id, *secret, *token, *proc, *region;
-    struct http_ini_want w[] = {{"aws_access_key_id", &id}, {"aws_secret_access_key", &secret},
-                                {"aws_session_token", &token}, {"credential_process", &proc},
+    struct http_ini_want w[] = {{"aws_access_key_id", &id},
+                                {"aws_secret_access_key", &secret},
+                                {"aws_session_token", &token},
+                                {"credential_process", &proc},
                                 {"region", &region}};
 
     if (size > HTTP_CRED_MAX_DOC)

@@ -246,12 +246,25 @@ static int jstring(struct jp *j, char *out, size_t cap)
                 return -EINVAL;
             c = (unsigned char)*j->p++;
             switch (c) {
-            case '"': case '\\': case '/': break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'n': c = '\n'; break;
-            case 'r': c = '\r'; break;
-            case 't': c = '\t'; break;
+            case '"':
+            case '\\':
+            case '/':
+                break;
+            case 'b':
+                c = '\b';
+                break;
+            case 'f':
+                c = '\f';
+                break;
+            case 'n':
+                c = '\n';
+                break;
+            case 'r':
+                c = '\r';
+                break;
+            case 't':
+                c = '\t';
+                break;
             case 'u': {
                 int v = 0;
                 if (j->end - j->p < 4)
@@ -550,7 +563,10 @@ static int xml_text(const char *s, const char *end, const char *tag, char **out)
     if (!v)
         return -ENOMEM;
     for (const char *p = a; p < b;) {
-        static const struct { const char *ent; char c; } ents[] = {
+        static const struct {
+            const char *ent;
+            char c;
+        } ents[] = {
             {"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
         if (*p == '<' || *p == '\0') {
             free(v);

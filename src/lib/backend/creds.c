@@ -64,10 +64,10 @@
 
 extern char **environ;
 
-#define WINDOW_MAX_S       300   /* renew 5 minutes ahead, as the AWS SDKs do */
-#define FILE_POLL_MS       2000  /* how often the shared files are checked for changes */
+#define WINDOW_MAX_S       300  /* renew 5 minutes ahead, as the AWS SDKs do */
+#define FILE_POLL_MS       2000 /* how often the shared files are checked for changes */
 #define PROCESS_TIMEOUT_MS 30000
-#define META_TIMEOUT_MS    2000  /* IMDS and container endpoints: local, answer fast */
+#define META_TIMEOUT_MS    2000 /* IMDS and container endpoints: local, answer fast */
 #define STS_TIMEOUT_MS     10000
 #define RETRY_MIN_MS       1000  /* after a failed renewal ... */
 #define RETRY_MAX_MS       30000 /* ... doubling up to this */
@@ -103,7 +103,7 @@ struct http_creds {
     int64_t next_try_ms, last_ms, next_poll_ms;
     unsigned fail_streak;
     uint64_t refreshes, failures;
-    struct stamp st_cred, st_conf; /* the shared files as last read, under lock */
+    struct stamp st_cred, st_conf;   /* the shared files as last read, under lock */
     struct stamp new_cred, new_conf; /* as the renewal in flight read them (its own) */
     /* the source's settings: fixed after http_creds_new() */
     char *profile, *cred_file, *conf_file, *ca_bundle, *region;
@@ -160,7 +160,8 @@ static const char *env(const char *name)
     return v && *v ? v : NULL;
 }
 
-static void tried_add(struct http_creds *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tried_add(struct http_creds *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void tried_add(struct http_creds *c, const char *fmt, ...)
 {
     size_t n = strlen(c->tried);
@@ -176,6 +177,16 @@ static void tried_add(struct http_creds *c, const char *fmt, ...)
 }
 
 /* ---- files ---- */
+
+/* What says a shared file changed: another file, another size or mtime. */
+static void stamp_set(struct stamp *st, const struct stat *sb)
+{
+    *st = (struct stamp){.dev = sb->st_dev,
+                         .ino = sb->st_ino,
+                         .size = sb->st_size,
+                         .mtime = sb->st_mtim,
+                         .exists = true};
+}
 
 /* Read all of a small regular file. @return 0 and *out (NUL-terminated, *len);
  * -ENOENT; -EINVAL (not a regular file, too big); -errno. */
@@ -209,8 +220,7 @@ static int read_small(const char *path, char **out, size_t *len, struct stamp *s
     close(fd);
     buf[got] = '\0';
     if (st)
-        *st = (struct stamp){.dev = sb.st_dev, .ino = sb.st_ino, .size = sb.st_size,
-                             .mtime = sb.st_mtim, .exists = true};
+        stamp_set(st, &sb);
     *out = buf;
     *len = got;
     return 0;
@@ -222,15 +232,13 @@ static void stamp_of(const char *path, struct stamp *st)
 
     *st = (struct stamp){0};
     if (path && stat(path, &sb) == 0)
-        *st = (struct stamp){.dev = sb.st_dev, .ino = sb.st_ino, .size = sb.st_size,
-                             .mtime = sb.st_mtim, .exists = true};
+        stamp_set(st, &sb);
 }
 
 static bool stamp_eq(const struct stamp *a, const struct stamp *b)
 {
-    return a->exists == b->exists && a->dev == b->dev && a->ino == b->ino &&
-           a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
-           a->mtime.tv_nsec == b->mtime.tv_nsec;
+    return a->exists == b->exists && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
 }
 
 /* $@var, else HOME/.aws/@name, else NULL (no HOME, or no memory: no file). */
@@ -469,8 +477,10 @@ static int get_webid(struct http_creds *c, struct http_cred_doc *d, char *err, s
     explicit_bzero(tok, len);
     free(tok);
     if (!etok || !erole || !esess ||
-        asprintf(&post, "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=%s"
-                        "&RoleSessionName=%s&WebIdentityToken=%s", erole, esess, etok) < 0) {
+        asprintf(&post,
+                 "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=%s"
+                 "&RoleSessionName=%s&WebIdentityToken=%s",
+                 erole, esess, etok) < 0) {
         post = NULL;
         ret = -ENOMEM;
         goto out;
@@ -563,8 +573,7 @@ static int run_process(const char *cmd, char **out, size_t *outlen, char *err, s
     if (!ret && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
         ret = -EINVAL;
         if (WIFEXITED(status))
-            pcr_errf(err, errlen, "credential_process exited with status %d",
-                     WEXITSTATUS(status));
+            pcr_errf(err, errlen, "credential_process exited with status %d", WEXITSTATUS(status));
         else
             pcr_errf(err, errlen, "credential_process killed by signal %d", WTERMSIG(status));
     } else if (ret == -ETIMEDOUT) {
@@ -591,10 +600,14 @@ static int get_files(struct http_creds *c, struct http_cred_doc *d, bool *proces
 {
     char *id = NULL, *secret = NULL, *token = NULL, *proc = NULL, *cproc = NULL;
     char *cid = NULL, *csecret = NULL, *ctoken = NULL, *out = NULL;
-    struct http_ini_want wc[] = {{"aws_access_key_id", &id}, {"aws_secret_access_key", &secret},
-                                 {"aws_session_token", &token}, {"credential_process", &proc}};
-    struct http_ini_want wf[] = {{"aws_access_key_id", &cid}, {"aws_secret_access_key", &csecret},
-                                 {"aws_session_token", &ctoken}, {"credential_process", &cproc}};
+    struct http_ini_want wc[] = {{"aws_access_key_id", &id},
+                                 {"aws_secret_access_key", &secret},
+                                 {"aws_session_token", &token},
+                                 {"credential_process", &proc}};
+    struct http_ini_want wf[] = {{"aws_access_key_id", &cid},
+                                 {"aws_secret_access_key", &csecret},
+                                 {"aws_session_token", &ctoken},
+                                 {"credential_process", &cproc}};
     char why[200] = "";
     size_t len = 0;
     int ret, inc, inf;
@@ -631,8 +644,10 @@ static int get_files(struct http_creds *c, struct http_cred_doc *d, bool *proces
         cid = csecret = ctoken = NULL;
         ret = 1;
     } else if (inc || inf) {
-        pcr_errf(err, errlen, "profile %s has neither aws_access_key_id with "
-                 "aws_secret_access_key nor credential_process", c->profile);
+        pcr_errf(err, errlen,
+                 "profile %s has neither aws_access_key_id with "
+                 "aws_secret_access_key nor credential_process",
+                 c->profile);
         ret = -ENOENT;
     }
     if (ret == 1 && !*process && http_cred_check(d, err, errlen) != 0)
@@ -657,8 +672,10 @@ static int get_container(struct http_creds *c, struct http_cred_doc *d, char *er
     if (tf) {
         ret = read_small(tf, &auth, &len, NULL);
         if (ret) {
-            pcr_errf(err, errlen, "container credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE "
-                     "%s: %s", tf, ret == -EINVAL ? "not a small regular file" : strerror(-ret));
+            pcr_errf(err, errlen,
+                     "container credentials: AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE "
+                     "%s: %s",
+                     tf, ret == -EINVAL ? "not a small regular file" : strerror(-ret));
             return -EINVAL;
         }
         while (len > 0 && isspace((unsigned char)auth[len - 1]))
@@ -672,7 +689,8 @@ static int get_container(struct http_creds *c, struct http_cred_doc *d, char *er
         for (const char *p = auth; *p; p++)
             if ((unsigned char)*p < ' ' || *p == 0x7f) {
                 zfree(&auth);
-                pcr_errf(err, errlen, "container credentials: the authorization token has "
+                pcr_errf(err, errlen,
+                         "container credentials: the authorization token has "
                          "control characters");
                 return -EINVAL;
             }
@@ -743,7 +761,9 @@ static int get_imds(struct http_creds *c, struct http_cred_doc *d, long timeout_
     }
     if (st != 200) {
         pcr_errf(err, errlen, "EC2 instance metadata %s: %s", c->url,
-                 st == -2 ? "a malformed role name" : st < 0 ? why : "no IAM role attached");
+                 st == -2 ? "a malformed role name"
+                 : st < 0 ? why
+                          : "no IAM role attached");
         free(role);
         curl_slist_free_all(h);
         return st == -2 ? -EINVAL : st < 0 ? (int)st : -EACCES;
@@ -853,8 +873,10 @@ static void renew(struct http_creds *c)
         c->fail_streak++;
         c->next_try_ms = c->last_ms + (wait > RETRY_MAX_MS ? RETRY_MAX_MS : wait);
         fmt_time(c->expiry_ms, when, sizeof(when));
-        pcr_log(PCR_LOG_WARN, "credentials from %s: renewal failed (%s); the current ones "
-                "expire %s", c->source, why, when);
+        pcr_log(PCR_LOG_WARN,
+                "credentials from %s: renewal failed (%s); the current ones "
+                "expire %s",
+                c->source, why, when);
     }
     c->refreshing = false;
     pthread_cond_broadcast(&c->cond);
@@ -965,9 +987,10 @@ void http_creds_json(struct http_creds *c, char *out, size_t len)
     for (const char *p = c->kind == K_NONE ? "none" : c->source; *p && k + 1 < sizeof(src); p++)
         src[k++] = *p == '"' || *p == '\\' || (unsigned char)*p < ' ' ? '?' : *p;
     src[k] = '\0';
-    snprintf(out, len, "{\"source\": \"%s\", \"expires\": %s%s%s, \"renewals\": %llu, "
-             "\"renewal_failures\": %llu}", src, c->expiry_ms ? "\"" : "",
-             c->expiry_ms ? when : "null", c->expiry_ms ? "\"" : "",
+    snprintf(out, len,
+             "{\"source\": \"%s\", \"expires\": %s%s%s, \"renewals\": %llu, "
+             "\"renewal_failures\": %llu}",
+             src, c->expiry_ms ? "\"" : "", c->expiry_ms ? when : "null", c->expiry_ms ? "\"" : "",
              (unsigned long long)c->refreshes, (unsigned long long)c->failures);
     pthread_mutex_unlock(&c->lock);
 }
@@ -1056,7 +1079,8 @@ static int chain(struct http_creds *c, bool explicit_profile, struct http_cred_d
             return -ENOMEM;
         ret = http_cred_check(d, err, errlen);
         if (ret)
-            pcr_errf(err, errlen, "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN "
+            pcr_errf(err, errlen,
+                     "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or AWS_SESSION_TOKEN "
                      "has spaces or control characters");
         return ret ? ret : 1;
     }
@@ -1081,8 +1105,8 @@ static int chain(struct http_creds *c, bool explicit_profile, struct http_cred_d
     if (c->token_file) {
         char sess[64];
         snprintf(sess, sizeof(sess), "pcrfs-%lld", (long long)(wall_ms() / 1000));
-        if (dup_into(&c->session, env("AWS_ROLE_SESSION_NAME") ? env("AWS_ROLE_SESSION_NAME")
-                                                               : sess))
+        if (dup_into(&c->session,
+                     env("AWS_ROLE_SESSION_NAME") ? env("AWS_ROLE_SESSION_NAME") : sess))
             return -ENOMEM;
         c->kind = K_WEBID;
         snprintf(c->source, sizeof(c->source), "web identity (role %.160s)", c->role_arn);
@@ -1125,8 +1149,10 @@ static int chain(struct http_creds *c, bool explicit_profile, struct http_cred_d
     } else if (env("AWS_CONTAINER_CREDENTIALS_FULL_URI")) {
         const char *full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
         if (!container_host_ok(full)) {
-            pcr_errf(err, errlen, "AWS_CONTAINER_CREDENTIALS_FULL_URI=%s: plain http only to "
-                     "a loopback address, 169.254.170.2, 169.254.170.23 or fd00:ec2::23", full);
+            pcr_errf(err, errlen,
+                     "AWS_CONTAINER_CREDENTIALS_FULL_URI=%s: plain http only to "
+                     "a loopback address, 169.254.170.2, 169.254.170.23 or fd00:ec2::23",
+                     full);
             return -EINVAL;
         }
         if (dup_into(&c->url, full))

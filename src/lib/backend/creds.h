@@ -39,8 +39,8 @@ struct http_ini_want {
 /* Values of section @profile of an AWS shared file (@config: the config file's
  * "[profile NAME]"/"[default]", or "[services NAME]" when @profile is "services
  * NAME"; else the credentials file's "[NAME]"); the last of a key given twice wins;
- * "s3.endpoint_url" is the sub-setting endpoint_url of key "s3". @return 1 the profile exists, 0 not, -EINVAL a line longer
- * than HTTP_CRED_MAX_VALUE or with a NUL, -ENOMEM. */
+ * "s3.endpoint_url" is the sub-setting endpoint_url of key "s3". @return 1 the profile exists, 0
+ * not, -EINVAL a line longer than HTTP_CRED_MAX_VALUE or with a NUL, -ENOMEM. */
 int http_cred_ini_find(const char *buf, size_t len, const char *profile, bool config,
                        struct http_ini_want *w, unsigned n);
 
@@ -59,8 +59,7 @@ int http_cred_parse_sts(const char *buf, size_t len, struct http_cred_doc *d, ch
 /* Setting @key ("region", "endpoint_url", "ca_bundle") of the profile (@profile, or
  * AWS_PROFILE, ...) in the shared config file, into *out (NULL when unset).
  * @return 0; -EINVAL an unreadable file (message in @err); -ENOMEM. */
-int http_cred_setting(const char *profile, const char *key, char **out, char *err,
-                      size_t errlen);
+int http_cred_setting(const char *profile, const char *key, char **out, char *err, size_t errlen);
 /* The profile's S3 endpoint: "s3 = / endpoint_url =" of the "[services NAME]" section
  * its "services" names, else its own endpoint_url. Same returns. */
 int http_cred_s3_endpoint(const char *profile, char **out, char *err, size_t errlen);
