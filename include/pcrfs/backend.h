@@ -109,13 +109,17 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * instead of asking again. A cache that cannot be written falls back to direct
  * GETs (logged once).
  *
- * s3:// URLs are signed (AWS SigV4) with the standard environment:
- * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else profile
- * AWS_PROFILE (default "default") of AWS_SHARED_CREDENTIALS_FILE (default
- * ~/.aws/credentials); AWS_REGION or AWS_DEFAULT_REGION (default us-east-1);
- * AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL for S3-compatible servers (path-style
- * addressing), else AWS's virtual-hosted addresses. Without credentials, and for
- * http(s):// URLs, requests are anonymous. */
+ * s3:// URLs are signed (AWS SigV4) with credentials from the AWS default chain
+ * (backend/creds.c: the environment, web identity via STS, the shared files'
+ * profile with credential_process, container credentials, EC2 instance metadata
+ * IMDSv2), renewed before they expire and after an ExpiredToken answer; the
+ * endpoint is o->endpoint, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or the profile's
+ * endpoint_url (path-style addressing), else AWS's virtual-hosted addresses; the
+ * region o->region, AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else
+ * us-east-1. https is verified against o->ca_bundle, AWS_CA_BUNDLE or the
+ * profile's ca_bundle, else the system's CAs. A URL with user-info is refused.
+ * Without credentials, and for http(s):// URLs, requests are anonymous. pcrfs(1),
+ * ENVIRONMENT, is the user's description. */
 
 struct pcr_store;
 
@@ -126,10 +130,20 @@ struct pcr_http_opts {
                               of 1 GiB and 10 % of the cache's file system */
     unsigned timeout_ms;   /* deadline of one request (a stalled transfer); 0: 10 s */
     int retries;           /* retries of a failed request; < 0: 3 */
+    /* s3:// (each NULL: the environment, then the profile's config, then AWS's) */
+    const char *endpoint;  /* S3-compatible server, "https://HOST[:PORT]" */
+    const char *region;
+    const char *profile;   /* of the shared files (then the environment's keys are
+                              not used) */
+    const char *ca_bundle; /* PEM CA certificates for https (also http(s):// URLs) */
 };
 
 /* Whether @s names a store in object storage (s3://, http://, https://). */
 int pcr_url_is_remote(const char *s);
+/* Whether the URL @s has user-info ("user:password@host"): such a URL is refused
+ * (pcr_backend_http() says why without repeating it), and a caller must not print
+ * it either. */
+int pcr_url_has_userinfo(const char *s);
 
 /* The backend for the store at @url. @o may be NULL (defaults).
  * @return 0 and *out; -EINVAL a malformed URL or credentials file (message in
@@ -169,6 +183,10 @@ struct pcr_http_stats {
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);
+/* The credentials of the s3:// store as a JSON object: {"source": "web identity
+ * (role ARN)", "expires": "2026-01-02T03:04:05Z" or null, "renewals": N,
+ * "renewal_failures": N}; never a key or token. @return 0; -ENOENT none open. */
+int pcr_http_creds_json(char *out, size_t len);
 
 static inline void pcr_backend_destroy(struct pcr_backend *b)
 {

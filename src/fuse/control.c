@@ -115,6 +115,10 @@ int pcrfs_info_render(struct pcrfs *fs)
     pcrfs_mix_info_json(fs, &b);
     sb_puts(&b, ",\n  \"refurb\": ");
     pcrfs_refurb_info_json(fs, &b);
+    /* an s3:// store's credentials as found at mount (stats has the current ones) */
+    char creds[512];
+    if (pcr_http_creds_json(creds, sizeof(creds)) == 0)
+        sb_printf(&b, ",\n  \"credentials\": %s", creds);
     sb_printf(&b, ",\n  \"pcrfs_version\": \"%s\"\n}\n", PCR_VERSION);
     if (b.oom) {
         free(b.p);
@@ -212,6 +216,10 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
                   (unsigned long long)hs.timeouts, (unsigned long long)hs.cache_hits,
                   (unsigned long long)hs.cache_misses, (unsigned long long)hs.cache_bytes,
                   (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions);
+    /* an s3:// store's credentials: where from and when they expire, no secret */
+    char creds[512];
+    if (pcr_http_creds_json(creds, sizeof(creds)) == 0)
+        sb_printf(&b, "  \"credentials\": %s,\n", creds);
     sb_printf(&b,
               "  \"errors\": %llu,\n  \"dirs_loaded\": %llu,\n"
               "  \"files_loaded\": %llu\n}\n",

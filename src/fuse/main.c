@@ -52,7 +52,8 @@ struct cli {
     uint64_t cache_size; /* -o cache_size=SIZE (0: the library's default) */
     double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
     int http_retries;   /* -o http_retries=N (-1: the library's default) */
-    char *remote_only;  /* the message refusing the last of these four for a local STORE */
+    char *remote_only;  /* the message refusing the last object-storage option for a local STORE */
+    char *endpoint, *region, *profile, *ca_bundle; /* -o endpoint= ... (s3://), as given */
     char *logfile; /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
@@ -85,6 +86,10 @@ enum {
     KEY_HTTP_TIMEOUT,
     KEY_HTTP_RETRIES,
     KEY_LOGFILE,
+    KEY_ENDPOINT,  /* endpoint=, region=, profile=, ca_bundle=: strings the library */
+    KEY_REGION,    /* checks (url.c), given only for a STORE in object storage */
+    KEY_PROFILE,
+    KEY_CA_BUNDLE,
     KEY_READ_AHEAD_KB,
     KEY_MIX,      /* mix=, mix_mean=, mix_seed=: mixview.c */
     KEY_REFURB,   /* refurb=, refurb_*=: refurbview.c */
@@ -103,6 +108,10 @@ static const struct fuse_opt cli_spec[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
     FUSE_OPT_KEY("http_timeout=", KEY_HTTP_TIMEOUT),
     FUSE_OPT_KEY("http_retries=", KEY_HTTP_RETRIES),
+    FUSE_OPT_KEY("endpoint=", KEY_ENDPOINT),
+    FUSE_OPT_KEY("region=", KEY_REGION),
+    FUSE_OPT_KEY("profile=", KEY_PROFILE),
+    FUSE_OPT_KEY("ca_bundle=", KEY_CA_BUNDLE),
     FUSE_OPT_KEY("logfile=", KEY_LOGFILE),
     FUSE_OPT_KEY("read_ahead_kb=", KEY_READ_AHEAD_KB),
     FUSE_OPT_KEY("mix=", KEY_MIX),
@@ -240,6 +249,22 @@ static int cli_value(struct cli *c, int key, const char *arg)
             rc = -ENOMEM;
         }
         break;
+    case KEY_ENDPOINT:
+    case KEY_REGION:
+    case KEY_PROFILE:
+    case KEY_CA_BUNDLE: {
+        char **slot = key == KEY_ENDPOINT ? &c->endpoint
+                      : key == KEY_REGION ? &c->region
+                      : key == KEY_PROFILE ? &c->profile
+                                           : &c->ca_bundle;
+        if (!val[0]) {
+            pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
+            rc = -1;
+        } else if (set_str(slot, val) != 0) {
+            rc = -ENOMEM;
+        }
+        break;
+    }
     case KEY_CACHE_SIZE:
         rc = pcr_opt_size(name, val, 1, MAX_CACHE_SIZE, "bytes", &c->cache_size, msg, sizeof(msg));
         break;
@@ -285,7 +310,8 @@ static int cli_value(struct cli *c, int key, const char *arg)
         break;
     }
     if (rc == 0 && (key == KEY_CACHE || key == KEY_CACHE_SIZE || key == KEY_HTTP_TIMEOUT ||
-                    key == KEY_HTTP_RETRIES)) {
+                    key == KEY_HTTP_RETRIES || key == KEY_ENDPOINT || key == KEY_REGION ||
+                    key == KEY_PROFILE || key == KEY_CA_BUNDLE)) {
         /* main() refuses it for a local STORE, once the arguments are all read */
         pcr_opt_msg(msg, sizeof(msg), name, val,
                     "only for a STORE in object storage (s3://, http://, https://)");
@@ -611,7 +637,9 @@ int main(int argc, char *argv[])
             goto out_conn;
         if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
             pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
-            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0) {
+            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0 ||
+            /* read by libcurl at every new connection, from "/" once detached */
+            pcrfs_mc_path("ca_bundle", &cli.ca_bundle, opts.mountpoint, local) != 0) {
             ret = EXIT_USAGE;
             goto out_conn;
         }
@@ -644,8 +672,16 @@ int main(int argc, char *argv[])
         struct pcr_http_opts ho = {.cache_dir = cli.cache,
                                    .retries = cli.http_retries,
                                    .timeout_ms = (unsigned)(cli.http_timeout * 1000.0),
-                                   .cache_size = cli.cache_size};
+                                   .cache_size = cli.cache_size,
+                                   .endpoint = cli.endpoint,
+                                   .region = cli.region,
+                                   .profile = cli.profile,
+                                   .ca_bundle = cli.ca_bundle};
         rc = pcr_store_open_url(cli.store, &ho, &fs.store, err, sizeof(err));
+        if (rc && pcr_url_has_userinfo(cli.store)) {
+            fprintf(stderr, "pcrfs: %s\n", err); /* not the URL: it holds a secret */
+            goto out_conn;
+        }
     } else {
         rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
     }
@@ -849,6 +885,10 @@ out_args:
     free(cli.mix.seed);
     free(cli.cache);
     free(cli.remote_only);
+    free(cli.endpoint);
+    free(cli.region);
+    free(cli.profile);
+    free(cli.ca_bundle);
     free(cli.logfile);
     pcrfs_refurb_args_free(&cli.refurb);
     fuse_opt_free_args(&args);

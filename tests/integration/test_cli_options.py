@@ -138,7 +138,9 @@ ISSUE = [
     # the object-storage options with a local store: refused, not ignored
     ct.Case("pcrfs %s with a local store" % opt, pcrfs(opt), rc=2,
             msg=r"^pcrfs: %s=.*: only for a STORE in object storage" % opt.split("=")[0])
-    for opt in ("cache_size=1G", "cache={tmp}/cache", "http_timeout=5", "http_retries=2")
+    for opt in ("cache_size=1G", "cache={tmp}/cache", "http_timeout=5", "http_retries=2",
+                "endpoint=http://127.0.0.1:9", "region=eu-west-1", "profile=default",
+                "ca_bundle={tmp}/ca.pem")
 ]
 
 # ---- the issue's "Unclear" values ---------------------------------------------------
@@ -209,7 +211,9 @@ FIVE_ROWS = (
     # a path or a name: only empty is wrong ("-1" is a file name)
     + [bad_pcrfs("logfile", ""), bad_pcrfs("cache", ""),
        bad_pcrfs("refurb_cache", "", prefix="refurb=2,"),
-       bad_pcrfs("fsname", ""), bad_pcrfs("subtype", "")]
+       bad_pcrfs("fsname", ""), bad_pcrfs("subtype", ""),
+       bad_pcrfs("endpoint", ""), bad_pcrfs("region", ""), bad_pcrfs("profile", ""),
+       bad_pcrfs("ca_bundle", "")]
 )
 
 RANGES = [

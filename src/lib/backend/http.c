@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "common/internal.h"
+#include "backend/creds.h"
 #include "backend/http_internal.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
@@ -250,6 +251,18 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
 
 /* ---- one request ---- */
 
+void http_handle_defaults(CURL *h)
+{
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L); /* no Authorization to another host */
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "pcrfs/" PCR_VERSION);
+}
+
 static int req_setup(struct http_backend *hb, struct http_req *r)
 {
     const struct http_target *t = &hb->t;
@@ -268,13 +281,7 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
         timeout += (long)(bytes / SLOW_RATE * 1000u);
     curl_easy_setopt(h, CURLOPT_URL, r->url);
     curl_easy_setopt(h, CURLOPT_SHARE, hb->share);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-#else
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
-#endif
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, hb->timeout_ms);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -284,27 +291,21 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "pcrfs/" PCR_VERSION);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
+    r->errbuf[0] = '\0';
+    if (t->ca_bundle)
+        curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_bundle);
     if (r->head)
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     if (t->sign) {
         curl_easy_setopt(h, CURLOPT_AWS_SIGV4, t->sigv4);
-        curl_easy_setopt(h, CURLOPT_USERNAME, t->key_id);
-        curl_easy_setopt(h, CURLOPT_PASSWORD, t->secret);
         /* libcurl before 8.x signs but does not send the payload hash S3 requires */
         l = curl_slist_append(l, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-        if (l && t->token) {
-            char *tok;
-            if (asprintf(&tok, "x-amz-security-token: %s", t->token) < 0)
-                goto oom;
-            struct curl_slist *l2 = curl_slist_append(l, tok);
-            free(tok);
-            if (!l2)
-                goto oom;
-            l = l2;
-        }
         if (!l)
             return -ENOMEM;
+        /* key, secret and session token: one consistent set, copied by libcurl */
+        if (http_creds_apply(t->creds, h, &l, &r->cred_gen) != 0)
+            goto oom;
     }
     if (!r->head && r->len) {
         snprintf(hdr, sizeof(hdr), "Range: bytes=%llu-%llu", (unsigned long long)r->off,
@@ -363,6 +364,13 @@ static int req_result(struct http_backend *hb, struct http_req *r, CURLcode cc)
         return r->err = -ETIMEDOUT;
     case CURLE_OUT_OF_MEMORY:
         return r->err = -ENOMEM;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+        /* not a dead host: a certificate nobody here trusts. Not retried. */
+        r->tls_failed = true;
+        return r->err = -EIO;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY:
     case CURLE_COULDNT_CONNECT:
@@ -426,6 +434,18 @@ void http_describe(const struct http_req *r, char *out, size_t len)
         what = "the object changed since it was opened";
         break;
     default:
+        if (r->tls_failed) {
+            /* libcurl's reason names what failed: the issuer ("self-signed
+             * certificate in certificate chain", "unable to get local issuer
+             * certificate") or the name ("no alternative certificate subject name
+             * matches target host name 'HOST'") */
+            const char *host = r->url ? strstr(r->url, "://") : NULL;
+            host = host ? host + 3 : "";
+            snprintf(out, len, "TLS certificate verification failed for %.*s: %s (give the CA "
+                     "with -o ca_bundle=FILE or AWS_CA_BUNDLE)", (int)strcspn(host, "/"), host,
+                     r->errbuf[0] ? r->errbuf : "untrusted certificate");
+            return;
+        }
         what = r->status >= 300 ? "request failed"
                : r->status ? "unexpected answer (wrong length or range)"
                            : "cannot connect or connection lost";
@@ -491,10 +511,21 @@ static void perform_once(struct http_backend *hb, struct http_req **r, unsigned 
     curl_multi_cleanup(m);
 }
 
+/* S3's answers to a request signed with credentials that expired or were revoked
+ * while it was in flight. */
+static bool token_expired(const struct http_req *r)
+{
+    return (r->status == 400 || r->status == 403) &&
+           (!strcmp(r->code, "ExpiredToken") || !strcmp(r->code, "InvalidToken") ||
+            !strcmp(r->code, "TokenRefreshRequired"));
+}
+
 int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
 {
     struct http_req *todo[MAX_BATCH];
     unsigned ntodo;
+    uint64_t renew_gen = 0;
+    bool renew = false;
     int ret = 0;
 
     if (n > MAX_BATCH)
@@ -505,6 +536,7 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
         r[i].h = NULL;
         r[i].hdrs = NULL;
         r[i].err = -EINPROGRESS; /* not tried yet */
+        r[i].cred_retried = r[i].tls_failed = false;
     }
     for (unsigned attempt = 0;; attempt++) {
         ntodo = 0;
@@ -544,10 +576,22 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
             todo[i]->h = NULL;
             if (todo[i]->err && todo[i]->retryable && attempt >= hb->retries)
                 todo[i]->retryable = false; /* out of retries: final */
+            if (todo[i]->err && token_expired(todo[i]) && !todo[i]->cred_retried &&
+                hb->t.sign) {
+                /* renewed at once and tried again once, whatever the retry count */
+                todo[i]->cred_retried = todo[i]->retryable = true;
+                renew = true;
+                renew_gen = todo[i]->cred_gen;
+            }
             again |= todo[i]->err && todo[i]->retryable;
         }
         if (!again)
             break;
+        if (renew) {
+            renew = false;
+            http_creds_expired(hb->t.creds, renew_gen);
+            continue;
+        }
         /* 100 ms, 200 ms, ... 2 s, with jitter so that clients do not retry in step */
         uint64_t ms = (uint64_t)BACKOFF_MS << (attempt < 5 ? attempt : 5);
         ms = ms > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms;
@@ -785,7 +829,7 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
     hb = calloc(1, sizeof(*hb));
     if (!hb)
         return -ENOMEM;
-    ret = http_target_init(&hb->t, url, err, errlen);
+    ret = http_target_init(&hb->t, url, o, err, errlen);
     if (ret) {
         free(hb);
         return ret;
@@ -813,6 +857,21 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
     pthread_mutex_unlock(&registry_lock);
     *out = &hb->base;
     return 0;
+}
+
+int pcr_http_creds_json(char *out, size_t len)
+{
+    int ret = -ENOENT;
+
+    pthread_mutex_lock(&registry_lock);
+    for (struct http_backend *hb = registry; hb; hb = hb->next)
+        if (hb->t.creds) {
+            http_creds_json(hb->t.creds, out, len);
+            ret = 0;
+            break;
+        }
+    pthread_mutex_unlock(&registry_lock);
+    return ret;
 }
 
 int pcr_http_stats(struct pcr_http_stats *out)

@@ -1,5 +1,6 @@
 /* pcrfs — the object-storage backend's private state, shared by its files:
- *   url.c        s3:// and http(s):// URLs, AWS credentials from the environment
+ *   url.c        s3:// and http(s):// URLs: endpoint, region, CA bundle
+ *   creds.c      AWS credentials: the default chain and refresh (creds.h)
  *   http.c       libcurl: requests, retries and deadlines, the backend's functions
  *   httpcache.c  the record-prefix cache (advise) and its fetch threads
  *   httpstore.c  index.db into the local cache, and opening a store from a URL
@@ -31,13 +32,19 @@ struct http_target {
     bool sign;               /* SigV4 with the credentials below */
     char region[64];
     char sigv4[96];          /* "aws:amz:REGION:s3" */
-    char *key_id, *secret, *token; /* malloc()ed, NULL if unsigned */
-    char cred_source[64];    /* "environment", "profile NAME", or "" */
+    struct http_creds *creds; /* s3://: the provider chain's state (creds.h) */
+    char *ca_bundle;         /* CA certificates for https, or NULL: the system's */
 };
 
-/* Parse @url ("s3://BUCKET[/PREFIX]", "http[s]://HOST[:PORT]/PATH") and read the
+/* Parse @url ("s3://BUCKET[/PREFIX]", "http[s]://HOST[:PORT]/PATH") with the
+ * mount's @o (endpoint, region, profile, CA bundle; may be NULL) and find the
  * credentials. @return 0; -EINVAL (message in @err), -ENOMEM. */
-int http_target_init(struct http_target *t, const char *url, char *err, size_t errlen);
+int http_target_init(struct http_target *t, const char *url, const struct pcr_http_opts *o,
+                     char *err, size_t errlen);
+/* Whether @url has user-info ("user:pass@") before its host. */
+bool http_url_has_userinfo(const char *url);
+/* Where credentials go instead, for the messages that refuse them. */
+extern const char http_userinfo_msg[];
 void http_target_free(struct http_target *t);
 /* The URL of object @name under the store; -ENAMETOOLONG, -EINVAL (a name with
  * characters no store object has). */
@@ -67,6 +74,10 @@ struct http_req {
     char code[64];       /* an S3 error code from the XML body ("NoSuchBucket") */
     int err;             /* negative errno of the last attempt */
     bool retryable;
+    bool tls_failed;     /* the server's certificate was refused */
+    bool cred_retried;   /* sent again after ExpiredToken & co. (once) */
+    uint64_t cred_gen;   /* which set of credentials signed it (creds.h) */
+    char errbuf[CURL_ERROR_SIZE]; /* libcurl's reason */
     /* private */
     CURL *h;
     struct curl_slist *hdrs;
@@ -98,6 +109,9 @@ struct http_backend {
  * @return 0 if all succeeded, else the first request's error (each has its own in
  * ->err). */
 int http_perform(struct http_backend *hb, struct http_req *r, unsigned n);
+/* What every handle of the backend has: no signals, http(s) only, no redirects
+ * followed, our User-Agent. */
+void http_handle_defaults(CURL *h);
 /* A one-line reason for a failed request, for messages: "access denied (HTTP 403
  * InvalidAccessKeyId)". */
 void http_describe(const struct http_req *r, char *out, size_t len);

@@ -21,6 +21,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include "common/internal.h"
+#include "backend/creds.h"
 #include "backend/http_internal.h"
 
 #define MAX_INDEX      (64ULL << 30)
@@ -113,11 +114,12 @@ static void store_failure(struct http_backend *hb, struct http_req *r, char *err
 
     http_describe(r, why, sizeof(why));
     if (r->err == -EACCES && t->sign)
-        pcr_errf(err, errlen, "%s: %s: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-                 "(credentials from the %s)", t->display, why, t->cred_source);
+        pcr_errf(err, errlen, "%s: %s: check %s (credentials from %s)", t->display, why,
+                 strcmp(http_creds_source(t->creds), "environment") ? "the credentials"
+                 : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", http_creds_source(t->creds));
     else if (r->err == -EACCES && t->s3)
-        pcr_errf(err, errlen, "%s: %s: no credentials found (set AWS_ACCESS_KEY_ID and "
-                 "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)", t->display, why);
+        pcr_errf(err, errlen, "%s: %s: no credentials found (tried: %s)", t->display, why,
+                 http_creds_tried(t->creds));
     else if (r->err == -ENOENT && strcmp(r->code, "NoSuchBucket") != 0)
         pcr_errf(err, errlen, "%s: not a pcrfs store (no index.db: %s)", t->display, why);
     else if (r->err == -ETIMEDOUT)

@@ -1,11 +1,17 @@
-/* pcrfs — store URLs and AWS credentials (see pcrfs/backend.h for the environment).
+/* pcrfs — store URLs, endpoint, region and CA bundle (see pcrfs/backend.h for the
+ * environment; the credentials themselves come from creds.c).
  *
  *   s3://BUCKET[/PREFIX]  AWS: https://BUCKET.s3.REGION.amazonaws.com/PREFIX
  *                         (path-style when the bucket name has a dot, which the
  *                         wildcard certificate cannot cover); a custom endpoint
- *                         (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL): ENDPOINT/BUCKET/
- *                         PREFIX, path-style, as MinIO, Ceph and the like expect.
+ *                         (-o endpoint=, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
+ *                         profile's services section "s3 = endpoint_url", its
+ *                         endpoint_url): ENDPOINT/BUCKET/PREFIX,
+ *                         path-style, as MinIO, Ceph and the like expect.
  *   http[s]://HOST/PATH   as is, anonymous.
+ *
+ * A URL with user-info ("https://user:pass@host/...") is refused, never used: it
+ * would show in /proc/mounts, ps and every message that names the store.
  */
 #include <ctype.h>
 #include <pwd.h>
@@ -17,9 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "common/internal.h"
+#include "backend/creds.h"
 #include "backend/http_internal.h"
-
-#define MAX_CRED_FILE (1u << 20)
 
 int pcr_url_is_remote(const char *s)
 {
@@ -50,130 +55,6 @@ static int append_encoded(char *out, size_t cap, const char *s)
     return 0;
 }
 
-static char *trim(char *s)
-{
-    char *e;
-
-    while (*s == ' ' || *s == '\t')
-        s++;
-    e = s + strlen(s);
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r' || e[-1] == '\n'))
-        *--e = '\0';
-    return s;
-}
-
-/* Read profile @profile of the INI file @path (the AWS credentials file).
- * @return 1 found, 0 no such file or profile, -EINVAL unreadable, -ENOMEM. */
-static int read_profile(struct http_target *t, const char *path, const char *profile,
-                        char *err, size_t errlen)
-{
-    char *buf = NULL, *line, *save = NULL;
-    bool in = false;
-    struct stat sb;
-    ssize_t got;
-    int fd, ret = 0;
-
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return 0;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > MAX_CRED_FILE) {
-        pcr_errf(err, errlen, "%s: not a credentials file", path);
-        close(fd);
-        return -EINVAL;
-    }
-    buf = malloc((size_t)sb.st_size + 1);
-    if (!buf) {
-        close(fd);
-        return -ENOMEM;
-    }
-    got = read(fd, buf, (size_t)sb.st_size);
-    close(fd);
-    if (got < 0) {
-        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
-        free(buf);
-        return -EINVAL;
-    }
-    buf[got] = '\0';
-    for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        char *l = trim(line), *eq, **dst = NULL;
-        if (*l == '#' || *l == ';' || !*l)
-            continue;
-        if (*l == '[') {
-            char *end = strchr(l, ']');
-            if (end)
-                *end = '\0';
-            in = !strcmp(trim(l + 1), profile);
-            continue;
-        }
-        if (!in || !(eq = strchr(l, '=')))
-            continue;
-        *eq = '\0';
-        l = trim(l);
-        if (!strcmp(l, "aws_access_key_id"))
-            dst = &t->key_id;
-        else if (!strcmp(l, "aws_secret_access_key"))
-            dst = &t->secret;
-        else if (!strcmp(l, "aws_session_token"))
-            dst = &t->token;
-        if (dst) {
-            free(*dst);
-            *dst = strdup(trim(eq + 1));
-            if (!*dst)
-                ret = -ENOMEM;
-        }
-    }
-    free(buf);
-    if (ret)
-        return ret;
-    return t->key_id && t->secret ? 1 : 0;
-}
-
-static int env_credentials(struct http_target *t, char *err, size_t errlen)
-{
-    const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
-    const char *token = getenv("AWS_SESSION_TOKEN"), *profile = getenv("AWS_PROFILE");
-    const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE"), *home = getenv("HOME");
-    char path[4096], homebuf[4096];
-    int ret;
-
-    if (id && *id && secret && *secret) {
-        t->key_id = strdup(id);
-        t->secret = strdup(secret);
-        t->token = token && *token ? strdup(token) : NULL;
-        if (!t->key_id || !t->secret || (token && *token && !t->token))
-            return -ENOMEM;
-        snprintf(t->cred_source, sizeof(t->cred_source), "environment");
-        return 1;
-    }
-    if (!profile || !*profile)
-        profile = getenv("AWS_DEFAULT_PROFILE");
-    if (!profile || !*profile)
-        profile = "default";
-    if (!home || !*home) {
-        /* mount(8) at boot may run us without HOME: the user's own home then */
-        struct passwd pw, *res = NULL;
-        char pwbuf[4096];
-        if (getpwuid_r(geteuid(), &pw, pwbuf, sizeof(pwbuf), &res) == 0 && res) {
-            snprintf(homebuf, sizeof(homebuf), "%.2048s", res->pw_dir);
-            home = homebuf;
-        }
-    }
-    if (file && *file)
-        snprintf(path, sizeof(path), "%.4000s", file);
-    else if (home && *home)
-        snprintf(path, sizeof(path), "%.4000s/.aws/credentials", home);
-    else
-        return 0;
-    ret = read_profile(t, path, profile, err, errlen);
-    if (ret == 1)
-        snprintf(t->cred_source, sizeof(t->cred_source), "profile %.48s", profile);
-    else if (ret == 0 && getenv("AWS_PROFILE") && *getenv("AWS_PROFILE")) {
-        pcr_errf(err, errlen, "AWS_PROFILE=%s: no such profile with keys in %s", profile, path);
-        return -EINVAL;
-    }
-    return ret;
-}
-
 static bool bucket_ok(const char *b, size_t n)
 {
     if (n < 1 || n > 63)
@@ -184,13 +65,35 @@ static bool bucket_ok(const char *b, size_t n)
     return true;
 }
 
-static int s3_base(struct http_target *t, const char *rest, char *err, size_t errlen)
+/* The first of @opt, the environment variables @e1, @e2, and the profile's @key in
+ * the shared config file; into *out (a new string, or NULL). */
+static int setting(const char *opt, const char *e1, const char *e2, const char *profile,
+                   const char *key, char **out, char *err, size_t errlen)
+{
+    const char *v = opt && *opt ? opt : NULL;
+
+    if (!v && e1)
+        v = getenv(e1);
+    if ((!v || !*v) && e2)
+        v = getenv(e2);
+    if (v && *v) {
+        *out = strdup(v);
+        return *out ? 0 : -ENOMEM;
+    }
+    if (key && !strcmp(key, "endpoint_url"))
+        return http_cred_s3_endpoint(profile, out, err, errlen);
+    return key ? http_cred_setting(profile, key, out, err, errlen) : (*out = NULL, 0);
+}
+
+static int s3_base(struct http_target *t, const char *rest, const struct pcr_http_opts *o,
+                   char *err, size_t errlen)
 {
     const char *slash = strchr(rest, '/');
     size_t blen = slash ? (size_t)(slash - rest) : strlen(rest);
     const char *prefix = slash ? slash + 1 : "";
-    const char *ep = getenv("AWS_ENDPOINT_URL_S3"), *region = getenv("AWS_REGION");
-    char bucket[64];
+    const char *profile = o ? o->profile : NULL;
+    char bucket[64], *ep = NULL, *region = NULL;
+    struct http_cred_cfg cfg;
     int ret;
 
     if (!bucket_ok(rest, blen)) {
@@ -199,28 +102,42 @@ static int s3_base(struct http_target *t, const char *rest, char *err, size_t er
     }
     memcpy(bucket, rest, blen);
     bucket[blen] = '\0';
-    if (!ep || !*ep)
-        ep = getenv("AWS_ENDPOINT_URL");
-    if (!region || !*region)
-        region = getenv("AWS_DEFAULT_REGION");
-    if (!region || !*region)
-        region = "us-east-1";
-    for (const char *p = region; *p; p++)
-        if (!isalnum((unsigned char)*p) && *p != '-') {
-            pcr_errf(err, errlen, "AWS_REGION=%s: not a region name", region);
-            return -EINVAL;
-        }
-    snprintf(t->region, sizeof(t->region), "%.63s", region);
+    ret = setting(o ? o->endpoint : NULL, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", profile,
+                  "endpoint_url", &ep, err, errlen);
+    if (!ret)
+        ret = setting(o ? o->region : NULL, "AWS_REGION", "AWS_DEFAULT_REGION", profile, "region",
+                      &region, err, errlen);
+    if (ret)
+        goto out;
+    ret = -EINVAL;
+    if (region && (strlen(region) >= sizeof(t->region) || !*region))
+        goto bad_region;
+    for (const char *p = region ? region : ""; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-')
+            goto bad_region;
+    snprintf(t->region, sizeof(t->region), "%s", region ? region : "us-east-1");
     if (ep && *ep) {
         size_t n = strlen(ep);
         if (strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) {
-            pcr_errf(err, errlen, "AWS_ENDPOINT_URL=%s: not an http:// or https:// URL", ep);
-            return -EINVAL;
+            pcr_errf(err, errlen, "endpoint %s: not an http:// or https:// URL", ep);
+            goto out;
         }
+        if (http_url_has_userinfo(ep)) {
+            pcr_errf(err, errlen, "the endpoint URL has a user name or password: %s",
+                     http_userinfo_msg);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)ep[i] <= ' ' || ep[i] == 0x7f || ep[i] == '?' || ep[i] == '#') {
+                pcr_errf(err, errlen, "endpoint: not a plain http:// or https:// URL");
+                goto out;
+            }
         while (n > 0 && ep[n - 1] == '/')
             n--;
-        if (n >= sizeof(t->base) / 2)
-            return -ENAMETOOLONG;
+        if (n >= sizeof(t->base) / 2) {
+            ret = -ENAMETOOLONG;
+            goto out;
+        }
         snprintf(t->base, sizeof(t->base), "%.*s/%s", (int)n, ep, bucket);
     } else if (strchr(bucket, '.')) {
         snprintf(t->base, sizeof(t->base), "https://s3.%s.amazonaws.com/%s", t->region, bucket);
@@ -232,30 +149,69 @@ static int s3_base(struct http_target *t, const char *rest, char *err, size_t er
     if (*prefix) {
         char p[HTTP_MAX_URL];
         size_t n = strlen(prefix);
-        if (n >= sizeof(p))
-            return -ENAMETOOLONG;
+        if (n >= sizeof(p)) {
+            ret = -ENAMETOOLONG;
+            goto out;
+        }
         memcpy(p, prefix, n + 1);
         while (n > 0 && p[n - 1] == '/')
             p[--n] = '\0';
         strcat(t->base, "/");
         ret = append_encoded(t->base, sizeof(t->base), p);
         if (ret)
-            return ret;
+            goto out;
     }
     snprintf(t->sigv4, sizeof(t->sigv4), "aws:amz:%s:s3", t->region);
-    ret = env_credentials(t, err, errlen);
-    if (ret < 0)
-        return ret;
-    t->sign = ret == 1;
-    return 0;
+    cfg = (struct http_cred_cfg){.profile = profile, .region = t->region,
+                                 .ca_bundle = t->ca_bundle};
+    ret = http_creds_new(&cfg, &t->creds, err, errlen);
+    if (ret == 0)
+        t->sign = http_creds_have(t->creds);
+    goto out;
+bad_region:
+    pcr_errf(err, errlen, "region %.80s: not a region name", region);
+out:
+    free(ep);
+    free(region);
+    return ret;
 }
 
-int http_target_init(struct http_target *t, const char *url, char *err, size_t errlen)
+const char http_userinfo_msg[] =
+    "credentials never go in a URL (it shows in /proc/mounts and ps); give them in the "
+    "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), a root-only shared "
+    "credentials file (-o profile=NAME), or let the node's role provide them (see pcrfs(1), "
+    "ENVIRONMENT)";
+
+bool http_url_has_userinfo(const char *url)
+{
+    const char *a = strstr(url, "://"), *e;
+
+    if (!a)
+        return false;
+    a += 3;
+    e = a + strcspn(a, "/?#");
+    return memchr(a, '@', (size_t)(e - a)) != NULL;
+}
+
+int pcr_url_has_userinfo(const char *url)
+{
+    return url && pcr_url_is_remote(url) && http_url_has_userinfo(url);
+}
+
+int http_target_init(struct http_target *t, const char *url, const struct pcr_http_opts *o,
+                     char *err, size_t errlen)
 {
     size_t n = strlen(url);
+    const char *ca;
     int ret;
 
     memset(t, 0, sizeof(*t));
+    if (http_url_has_userinfo(url)) {
+        /* the message does not repeat the URL: it holds the secret */
+        pcr_errf(err, errlen, "a store URL with a user name or password is refused: %s",
+                 http_userinfo_msg);
+        return -EINVAL;
+    }
     if (n >= sizeof(t->display) / 2) {
         pcr_errf(err, errlen, "URL too long");
         return -EINVAL;
@@ -266,9 +222,27 @@ int http_target_init(struct http_target *t, const char *url, char *err, size_t e
             return -EINVAL;
         }
     memcpy(t->display, url, n + 1);
+    /* the CA bundle: -o ca_bundle=, AWS_CA_BUNDLE, the profile's ca_bundle */
+    ret = setting(o ? o->ca_bundle : NULL, "AWS_CA_BUNDLE", NULL, o ? o->profile : NULL,
+                  !strncmp(url, "s3://", 5) ? "ca_bundle" : NULL, &t->ca_bundle, err, errlen);
+    if (ret)
+        return ret;
+    if ((ca = t->ca_bundle)) {
+        int fd = open(ca, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            pcr_errf(err, errlen, "CA bundle %s: %s", ca,
+                     fd < 0 ? strerror(errno) : "not a regular file");
+            if (fd >= 0)
+                close(fd);
+            http_target_free(t);
+            return -EINVAL;
+        }
+        close(fd);
+    }
     if (!strncmp(url, "s3://", 5)) {
         t->s3 = true;
-        ret = s3_base(t, url + 5, err, errlen);
+        ret = s3_base(t, url + 5, o, err, errlen);
     } else if (pcr_url_is_remote(url)) {
         const char *host = strstr(url, "://") + 3;
         if (!*host || *host == '/' || strchr(url, '?') || strchr(url, '#')) {
@@ -294,13 +268,10 @@ int http_target_init(struct http_target *t, const char *url, char *err, size_t e
 
 void http_target_free(struct http_target *t)
 {
-    /* secrets do not outlive their use in freed memory */
-    if (t->secret)
-        explicit_bzero(t->secret, strlen(t->secret));
-    free(t->key_id);
-    free(t->secret);
-    free(t->token);
-    t->key_id = t->secret = t->token = NULL;
+    http_creds_free(t->creds);
+    t->creds = NULL;
+    free(t->ca_bundle);
+    t->ca_bundle = NULL;
 }
 
 int http_object_url(const struct http_target *t, const char *name, char *out, size_t len)
