@@ -564,7 +564,7 @@ class Creds(ts.Fixture, unittest.TestCase):
         self.assertIn("profile nosuch", line)
 
     def test_tls_private_ca(self):
-        d = os.path.join(self.tmp, "tls")
+        d = os.path.join(self.tmp, "tls-ca")  # not a mount point: mount_env("tls") is
         os.makedirs(d, exist_ok=True)
         ca, cakey = os.path.join(d, "ca.pem"), os.path.join(d, "ca.key")
         crt, key = os.path.join(d, "srv.pem"), os.path.join(d, "srv.key")
