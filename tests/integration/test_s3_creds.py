@@ -361,6 +361,12 @@ class Creds(ts.Fixture, unittest.TestCase):
         return n, errs
 
     def rotation(self, name, source, seconds, env, *opts):
+        # The rotation loops are soak tests: at full length in the plain build only
+        # (scripts/test.sh runs this file again under ASan/UBSan, where one renewal in a
+        # short loop checks the same code for memory errors).
+        want = 3
+        if mu.SANITIZED:
+            seconds, want = min(seconds, 25), 1
         m = self.mount_env(name, env, "-o", "nokeep_cache", "-o",
                            "cache=" + os.path.join(self.tmp, "afile"),
                            *opts)
@@ -372,9 +378,9 @@ class Creds(ts.Fixture, unittest.TestCase):
         st = ts.stats(m.mnt)
         self.assertEqual(errs, [], m.stderr())
         self.assertGreater(n, 2 * len(self.want))
-        self.assertGreaterEqual(self.reg.count.get(source, 0) - first, 3, st["credentials"])
-        self.assertGreaterEqual(st["credentials"]["renewals"], 3, st["credentials"])
-        self.assertGreaterEqual(len(self.reg.seen) - seen0, 4)
+        self.assertGreaterEqual(self.reg.count.get(source, 0) - first, want, st["credentials"])
+        self.assertGreaterEqual(st["credentials"]["renewals"], want, st["credentials"])
+        self.assertGreaterEqual(len(self.reg.seen) - seen0, want + 1)
         self.assertEqual(st["http"]["errors"], 0, st)
         self.assertNotEqual(st["credentials"]["expires"], None)
         self.assertEqual(m.unmount(), 0)
