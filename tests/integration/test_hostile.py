@@ -219,8 +219,20 @@ class InFlight(Fixture, unittest.TestCase):
         files = []
         for dp, _, fns in os.walk(os.path.join(mnt, "full")):
             files += [os.path.join(dp, fn) for fn in fns]
-        reader = subprocess.Popen(["cat", path] + files * 4, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        # A reader that stops between two reads once STOP exists (created by a test
+        # that wants it gone without a signal; see test_unmount_with_read_in_flight).
+        stop = mnt.rstrip("/") + ".stop"
+        code = ("import os, sys\n"
+                "for p in sys.argv[2:]:\n"
+                "    fd = os.open(p, os.O_RDONLY)\n"
+                "    while not os.path.exists(sys.argv[1]) and os.read(fd, 65536):\n"
+                "        pass\n"
+                "    os.close(fd)\n"
+                "    if os.path.exists(sys.argv[1]):\n"
+                "        break\n")
+        reader = subprocess.Popen([mu.PYTHON, "-c", code, stop, path] + files * 4,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        reader.stop_path = stop
         time.sleep(1.0)
         self.assertIsNone(reader.poll(), "the throttled reader finished too soon")
         return reader
@@ -274,7 +286,12 @@ class InFlight(Fixture, unittest.TestCase):
             # last request is answered
             p = mu.run([mu.FUSERMOUNT, "-u", "-z", m.mnt], timeout=60)
             self.assertEqual(p.returncode, 0, p.stderr)
-            reader.kill()
+            # The reader stops after its read in flight, without a signal: a signal
+            # to a process waiting on a FUSE read makes the kernel send INTERRUPT, and
+            # libfuse 3.14 leaks the INTERRUPT request when it arrives just after the
+            # read was answered (128 bytes that LeakSanitizer reports at the daemon's
+            # exit, in about 1 run of 5 under load; nothing of pcrfs's).
+            open(reader.stop_path, "w").close()
         self.assertFalse(os.path.ismount(m.mnt))
         try:
             reader.wait(BOUND)
