@@ -10,6 +10,8 @@ What each test asserts, and would be false if the feature broke:
                           one object are >= 0.9 s apart (Retry-After honoured), the
                           stats count throttling answers and a cut in concurrency
                           (before: 4 attempts in 1.1 s, then EIO)
+  test_jitter_per_process two daemons throttled alike retry at different times
+                          (before: the same unseeded rand() sequence in every daemon)
   test_norange_refused    a server that answers a ranged GET with the whole object:
                           mount refused, one line, exit 1, nothing mounted
   test_trickle_then_back  a body trickled at ~30 B/s: the first file of the record
@@ -54,6 +56,13 @@ TIMEOUT = 1.0   # -o http_timeout for these mounts
 DEADLINE = 2 * TIMEOUT  # one read's deadline (pcrfs(1))
 SLACK = 1.5     # FUSE, process start and scheduling on a loaded 2-core machine
 HOLD = 5.0      # a failed record is held as failing this long (pcrfs(1))
+
+
+def note(msg):
+    """A measured figure, on stderr (quoted in RELIABILITY.md)."""
+    sys.stderr.write("  [%s]\n" % msg)
+
+
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b'<Message>Please reduce your request rate.</Message></Error>')
 
@@ -245,6 +254,9 @@ class Robust(Fixture, unittest.TestCase):
         self.proxy.storm_until = start + 2.5
         res = self.reader(paths)
         bad = [r for r in res if not r[0]]
+        note("storm: %d files, %d x 503, %d EIO, slowest read %.2f s, all in %.1f s" % (
+            len(res), len(self.proxy.requests(lambda e: e[3] == 503)), len(bad),
+            max(r[2] for r in res), time.monotonic() - start))
         self.assertEqual(bad, [], "EIO during a SlowDown storm shorter than the budget")
         self.assert_right(mnt, "scan5", paths)
         slow = self.proxy.requests(lambda e: e[3] == 503)
@@ -266,6 +278,31 @@ class Robust(Fixture, unittest.TestCase):
         self.assertEqual(st["errors"], 0)
         self.unmount_last()
 
+    def test_jitter_per_process(self):
+        """Two daemons throttled alike (no Retry-After) retry at different times:
+        the jitter's generator is seeded per process."""
+        other = Proxy(self.server.port)
+        try:
+            seqs = []
+            for name, proxy in (("jit1", self.proxy), ("jit2", other)):
+                mnt = self.mount(proxy.url(), name, "-o", "%s,http_timeout=%g,http_retries=2"
+                                 % (self.cache(name), TIMEOUT))
+                paths = self.record_paths(mnt, "scan1", 1, 1)
+                start = time.monotonic()
+                proxy.storm_until = start + 2.0
+                res = self.reader(paths)
+                self.assertTrue(res[0][0], res)
+                ts = [e[0] for e in proxy.requests(lambda e: "/records/" in e[2])]
+                seqs.append([round(b - a, 3) for a, b in zip(ts, ts[1:])][:4])
+                self.unmount_last()
+            self.assertGreaterEqual(min(len(q) for q in seqs), 2, seqs)
+            n = min(len(q) for q in seqs)
+            same = sum(abs(a - b) < 0.01 for a, b in zip(seqs[0][:n], seqs[1][:n]))
+            note("jitter: gaps between one object's requests, two daemons: %s" % seqs)
+            self.assertLess(same, n, "both daemons retried at the same times: %s" % seqs)
+        finally:
+            other.close()
+
     def test_norange_refused(self):
         self.proxy.mode = "norange"
         mnt = os.path.join(self.tmp, "norange")
@@ -285,6 +322,8 @@ class Robust(Fixture, unittest.TestCase):
         t0 = time.monotonic()
         res = self.reader(paths)
         took = time.monotonic() - t0
+        note("trickle: first file %.2f s, the other %d at most %.3f s, all %.2f s" % (
+            res[0][2], len(res) - 1, max(r[2] for r in res[1:]), took))
         self.assertFalse(res[0][0], "the first file read from a trickling server")
         for ok, e, secs, p in res:
             self.assertFalse(ok, p)
@@ -308,6 +347,9 @@ class Robust(Fixture, unittest.TestCase):
             res = self.reader(paths, timeout=90)
         finally:
             self.server.proc.send_signal(signal.SIGCONT)
+        note("stopped: %d reads, %d EIO, slowest %.2f s, sum %.2f s" % (
+            len(res), sum(not r[0] for r in res), max(r[2] for r in res),
+            sum(r[2] for r in res)))
         for ok, e, secs, p in res:
             self.assertFalse(ok, p)
             self.assertLess(secs, DEADLINE + SLACK, "%s: %.2f s" % (p, secs))
