@@ -40,7 +40,6 @@ import http.server
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import threading
 import time

@@ -260,7 +260,8 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
 #endif
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout < hb->timeout_ms ? timeout : hb->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout < hb->timeout_ms ? timeout : hb->timeout_ms);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, hb->timeout_ms >= 2000 ? hb->timeout_ms / 1000 : 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -491,9 +492,9 @@ bool http_throttling(struct http_backend *hb)
     return __atomic_load_n(&hb->throttle_until, __ATOMIC_RELAXED) > http_now_ms();
 }
 
-uint64_t http_deadline(struct http_backend *hb, uint64_t bytes)
+uint64_t http_deadline(struct http_backend *hb, uint64_t bytes, uint64_t since)
 {
-    uint64_t now = http_now_ms(), start = op_start_or(now);
+    uint64_t start = op_start_or(since);
     uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
 
     if (http_throttling(hb) && end < start + THROTTLE_BUDGET_MS + allowance(bytes))

@@ -108,10 +108,11 @@ struct http_backend {
  * ->err). */
 int http_perform(struct http_backend *hb, struct http_req *r, unsigned n);
 /* The deadline (ms, monotonic) of the current operation for a wait that needs
- * @bytes from the server: the caller's operation's start (pcr_backend_op_begin(),
- * else now) plus 2 x the timeout (plus 1 s per 256 KiB beyond 4 MiB); while the
- * server throttles, plus the throttling budget instead. */
-uint64_t http_deadline(struct http_backend *hb, uint64_t bytes);
+ * @bytes from the server: the start of the caller's operation
+ * (pcr_backend_op_start(), else @since, when the wait began) plus 2 x the timeout
+ * (plus 1 s per 256 KiB beyond 4 MiB); while the server throttles, plus the
+ * throttling budget instead. */
+uint64_t http_deadline(struct http_backend *hb, uint64_t bytes, uint64_t since);
 /* Whether the server answered with throttling recently (the longer budget holds). */
 bool http_throttling(struct http_backend *hb);
 

@@ -26,9 +26,10 @@
  *
  * Throttling. A throttling answer (503 SlowDown, 429) to any request halves the
  * number of fetches that may run at once (down to 1; http_cache_throttled()); each
- * fetch that met none, once the server stopped throttling, adds one back, up to FETCH_THREADS (additive increase, multiplicative decrease,
- * as TCP does), so a throttling server sees fewer requests, not the same number
- * retried. Counted in the stats (fetch_concurrency, concurrency_cuts).
+ * fetch that met none, once the server stopped throttling, adds one back, up to
+ * FETCH_THREADS (additive increase, multiplicative decrease, as TCP does), so a
+ * throttling server sees fewer requests, not the same number retried. Counted in
+ * the stats (fetch_concurrency, concurrency_cuts).
  *
  * Healing. A prefix whose bytes failed the store's checksum is dropped
  * (http_cache_drop()) and fetched again by the next read inside it.
@@ -393,6 +394,7 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
 {
     struct http_backend *hb = c->hb;
     uint64_t end = off + len, need = end > o->cached ? end - o->cached : 0;
+    uint64_t since = http_now_ms();
     int ret;
 
     pthread_mutex_lock(&c->lock);
@@ -433,7 +435,7 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
         /* one deadline for the reader's operation, however the fetch goes (a
          * trickling server keeps it "progressing" for ever); longer while the
          * server throttles */
-        if (end > o->cached && http_now_ms() >= http_deadline(hb, need)) {
+        if (end > o->cached && http_now_ms() >= http_deadline(hb, need, since)) {
             pthread_mutex_unlock(&c->lock);
             return -ETIMEDOUT;
         }
