@@ -21,6 +21,9 @@ What each test asserts, and would be false if the feature broke:
                           has passed, every file reads right
   test_stopped_server     s3rver SIGSTOPped: every read returns (EIO) within the
                           per-read deadline; after SIGCONT, every file reads right
+  test_head_disagrees_heals  a HEAD whose size disagrees with the index: EIO, then
+                          (the object right again, after the hold) every file right;
+                          before, the record was disabled until remount
   test_corrupt_prefix_heals  one byte flipped in a prefix fetch: the checksum
                           mismatch drops the cached prefix, it is fetched again,
                           every file reads right (heals, refetches counted)
@@ -76,7 +79,7 @@ class Proxy:
         self.log = []          # (monotonic time, method, path, status)
         self.storm_until = 0.0
         self.retry_after = None
-        self.mode = "pass"     # pass, trickle, hang, norange, corrupt
+        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize
         self.corrupt_left = 0
         self.release = threading.Event()
         proxy = self
@@ -143,6 +146,8 @@ class Proxy:
             data = bytes(data)
         req.send_response(r.status)
         for k, v in r.getheaders():
+            if head and k.lower() == "content-length" and rec and self.mode == "badsize":
+                v = str(int(v) + 1)  # a HEAD that disagrees with the index
             if k.lower() in ("content-type", "content-range", "etag", "last-modified",
                              "accept-ranges") or (head and k.lower() == "content-length"):
                 req.send_header(k, v)
@@ -353,6 +358,17 @@ class Robust(Fixture, unittest.TestCase):
             self.assertFalse(ok, p)
             self.assertLess(secs, DEADLINE + SLACK, "%s: %.2f s" % (p, secs))
         self.assert_back(mnt, "scan3", paths)
+        self.unmount_last()
+
+    def test_head_disagrees_heals(self):
+        self.proxy.mode = "badsize"
+        mnt = self.mount_proxy("badsize")
+        paths = self.record_paths(mnt, "scan2", 2, 4)
+        res = self.reader(paths)
+        self.assertEqual([r[0] for r in res], [False] * len(paths), res)
+        self.proxy.reset()
+        self.assert_back(mnt, "scan2", paths)
+        self.assertIn("asked again", self.mounts[-1].stderr())
         self.unmount_last()
 
     def test_corrupt_prefix_heals(self):
