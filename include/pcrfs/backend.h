@@ -114,9 +114,12 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * server that answers Range requests ("https://HOST/PATH", "http://..."): objects
  * are opened with HEAD (size, ETag) and read with ranged GETs, several ranges of a
  * read in parallel over a pool of kept-alive connections. Each request has a hard
- * deadline and is retried on 5xx, 429, timeouts and broken connections, so a dead
- * or slow server fails the reads of its files (-EIO, -ETIMEDOUT), never hangs
- * them. advise() fetches the record prefix a level needs in one GET into an
+ * deadline and is retried on 5xx, timeouts and broken connections, all of one
+ * reader's operation within 2 x the timeout (pcr_backend_op_start()); throttling
+ * answers (503 SlowDown, 429) within a 30 s budget, after Retry-After or a backoff
+ * with full jitter seeded per process. So a dead or slow server fails the reads of
+ * its files (-EIO, -ETIMEDOUT) in bounded time, never hangs them, and the store
+ * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record prefix a level needs in one GET into an
  * on-disk cache (LRU by record prefix), from which the reads of every file of the
  * record are then served; readers of a prefix being fetched wait for those bytes
  * instead of asking again. A cache that cannot be written falls back to direct
