@@ -17,6 +17,7 @@
  * here, so the check costs once per page-cache fill.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -528,9 +529,11 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
             s->base->ops->drop(s->base, r->obj);
             healed = true;
             ret = b->ops->read(b, r->obj, rg, np);
+            if (ret && (ret == -EIO || ret == -ETIMEDOUT))
+                store_rec_failed(s, r);
             if (ret)
                 return read_error(s, r, ret, rg[0].off);
-            i = (unsigned)-1; /* verify every piece again */
+            i = UINT_MAX; /* verify every piece again: the loop's i++ makes it 0 */
             continue;
         }
         if (bad) {
@@ -639,7 +642,7 @@ static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t 
 }
 
 static int handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
-                    struct pcr_handle **out)
+                       struct pcr_handle **out)
 {
     struct rec *r = store_record(s, f, level);
     struct pcr_handle *h;
@@ -702,7 +705,6 @@ void pcr_handle_close(struct pcr_handle *h)
     free(h);
 }
 
-
 /* A token file read without a handle: rendered once into the calling thread's cache
  * and served from there while the same thread keeps reading it (the kernel reads a
  * file's pages in order, usually in one request for a ~2 kB .tok file). */
@@ -734,8 +736,8 @@ static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct
 /* pcr_handle_read() without the handle, for readers that keep none (the FUSE driver
  * when the kernel sends no OPEN): the plan lives on the stack. A read at offset 0
  * counts as an open (the driver's open-less reads have no other first moment). */
-static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
-                        size_t len, uint64_t off)
+static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                           void *buf, size_t len, uint64_t off)
 {
     struct rec *r = store_record(s, f, level);
     struct plan p;
