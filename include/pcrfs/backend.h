@@ -66,7 +66,20 @@ struct pcr_backend_ops {
     uint64_t (*size)(struct pcr_backend *b, const struct pcr_object *o);
     void (*close)(struct pcr_backend *b, struct pcr_object *o);
     void (*destroy)(struct pcr_backend *b);
+    /* Optional: forget the bytes of @o this backend keeps (a cache whose bytes
+     * failed the store's checksum): the next read asks the source again. */
+    void (*drop)(struct pcr_backend *b, struct pcr_object *o);
+    /* A record whose open or read failed on the network (a dead or trickling
+     * server) is held as failing this long (ms): its other files fail at once with
+     * EIO, then the next use probes it again. 0: never held (local files). */
+    unsigned fail_hold_ms;
 };
+
+/* The start (ms, CLOCK_MONOTONIC) of what the calling thread is doing for a reader
+ * (one read, one open: pcr_handle_read() and its siblings), 0 outside one: every
+ * request an object-storage backend makes for it shares one deadline counted from
+ * there. (store/read.c) */
+uint64_t pcr_backend_op_start(void);
 
 /* Every backend starts with this; the rest of its struct is its own. */
 struct pcr_backend {
@@ -101,9 +114,12 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * server that answers Range requests ("https://HOST/PATH", "http://..."): objects
  * are opened with HEAD (size, ETag) and read with ranged GETs, several ranges of a
  * read in parallel over a pool of kept-alive connections. Each request has a hard
- * deadline and is retried on 5xx, 429, timeouts and broken connections, so a dead
- * or slow server fails the reads of its files (-EIO, -ETIMEDOUT), never hangs
- * them. advise() fetches the record prefix a level needs in one GET into an
+ * deadline and is retried on 5xx, timeouts and broken connections, all of one
+ * reader's operation within 2 x the timeout (pcr_backend_op_start()); throttling
+ * answers (503 SlowDown, 429) within a 30 s budget, after Retry-After or a backoff
+ * with full jitter seeded per process. So a dead or slow server fails the reads of
+ * its files (-EIO, -ETIMEDOUT) in bounded time, never hangs them, and the store
+ * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record prefix a level needs in one GET into an
  * on-disk cache (LRU by record prefix), from which the reads of every file of the
  * record are then served; readers of a prefix being fetched wait for those bytes
  * instead of asking again. A cache that cannot be written falls back to direct
@@ -180,6 +196,15 @@ struct pcr_http_stats {
     uint64_t cache_bytes;    /* bytes of record prefixes in the cache now */
     uint64_t cache_limit;    /* its limit (0: no cache) */
     uint64_t evictions;      /* record prefixes dropped to make room */
+    uint64_t throttled;      /* throttling answers (503 SlowDown, 429) */
+    uint64_t backoff_ms;     /* time spent waiting before retries */
+    uint64_t fetch_concurrency; /* prefix fetches allowed at once now (4; fewer while
+                                   the server throttles) */
+    uint64_t concurrency_cuts;  /* times that number was halved for throttling */
+    uint64_t refetches;      /* cached prefixes dropped after a checksum mismatch and
+                                fetched again */
+    uint64_t index_refetches; /* cached index.db copies that failed verification and
+                                 were fetched again */
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);

@@ -209,6 +209,10 @@ struct pcr_stats {
     struct {
         uint64_t opens, reads, bytes;
     } level[PCR_MAX_LEVELS + 1];
+    uint64_t held_fails;      /* EIO at once: the record failed on the network just
+                                 before (object storage; see pcrfs(1)) */
+    uint64_t heals;           /* reads whose bytes failed the checksum, served after
+                                 the backend fetched them again */
 };
 void pcr_store_stats(const struct pcr_store *s, struct pcr_stats *out);
 

@@ -209,13 +209,21 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
                   "  \"http\": {\"requests\": %llu, \"gets\": %llu, \"prefix_fetches\": %llu, "
                   "\"bytes\": %llu, \"retries\": %llu, \"errors\": %llu, \"timeouts\": %llu, "
                   "\"cache_hits\": %llu, \"cache_misses\": %llu, \"cache_bytes\": %llu, "
-                  "\"cache_limit\": %llu, \"evictions\": %llu},\n",
+                  "\"cache_limit\": %llu, \"evictions\": %llu, \"throttled\": %llu, "
+                  "\"backoff_ms\": %llu, \"fetch_concurrency\": %llu, "
+                  "\"concurrency_cuts\": %llu, \"held_fails\": %llu, \"refetches\": %llu, "
+                  "\"heals\": %llu, \"index_refetches\": %llu},\n",
                   (unsigned long long)hs.requests, (unsigned long long)hs.gets,
                   (unsigned long long)hs.prefix_fetches, (unsigned long long)hs.bytes,
                   (unsigned long long)hs.retries, (unsigned long long)hs.errors,
                   (unsigned long long)hs.timeouts, (unsigned long long)hs.cache_hits,
                   (unsigned long long)hs.cache_misses, (unsigned long long)hs.cache_bytes,
-                  (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions);
+                  (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions,
+                  (unsigned long long)hs.throttled, (unsigned long long)hs.backoff_ms,
+                  (unsigned long long)hs.fetch_concurrency,
+                  (unsigned long long)hs.concurrency_cuts, (unsigned long long)st->held_fails,
+                  (unsigned long long)hs.refetches, (unsigned long long)st->heals,
+                  (unsigned long long)hs.index_refetches);
     /* an s3:// store's credentials: where from and when they expire, no secret */
     char creds[512];
     if (pcr_http_creds_json(creds, sizeof(creds)) == 0)

@@ -633,8 +633,16 @@ int main(int argc, char *argv[])
     {
         const char *local = pcr_url_is_remote(cli.store) ? NULL : cli.store;
 
+        struct stat lsb;
+
         if (pcrfs_mc_mountpoint(opts.mountpoint, local, nonempty) != 0)
             goto out_conn;
+        /* the path is made canonical below (symbolic links resolved): a log planted
+         * as a link is refused before that, as the O_NOFOLLOW open would */
+        if (cli.logfile && lstat(cli.logfile, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+            fprintf(stderr, "pcrfs: logfile=%s: a symbolic link: refused\n", cli.logfile);
+            goto out_conn;
+        }
         if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
             pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
             pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0 ||
@@ -655,9 +663,21 @@ int main(int argc, char *argv[])
      * mount here, on the terminal, and a relative path means the caller's directory
      * (the daemon changes to / when it detaches). */
     if (cli.logfile) {
-        log_fd = open(cli.logfile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0640);
+        /* not through a symbolic link, and not another user's file: on a shared
+         * directory either would let that user choose what root appends to */
+        struct stat lsb;
+        log_fd = open(cli.logfile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
+                                       O_NOFOLLOW, 0640);
         if (log_fd < 0) {
-            fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile, strerror(errno));
+            fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile,
+                    errno == ELOOP ? "a symbolic link: refused" : strerror(errno));
+            goto out_conn;
+        }
+        if (fstat(log_fd, &lsb) == 0 && S_ISREG(lsb.st_mode) && lsb.st_uid != geteuid()) {
+            fprintf(stderr, "pcrfs: logfile=%s: owned by uid %u, not by this user: refused\n",
+                    cli.logfile, (unsigned)lsb.st_uid);
+            close(log_fd);
+            log_fd = -1;
             goto out_conn;
         }
     }

@@ -130,9 +130,20 @@ def one_file(ctx):
         f.write("hidden while mounted\n")
 
 
-def make_dir(rel):
+def make_dir(rel, mode=None):
     def setup(ctx):
         os.makedirs(os.path.join(ctx["tmp"], rel), exist_ok=True)
+        if mode is not None:
+            os.chmod(os.path.join(ctx["tmp"], rel), mode)
+    return setup
+
+
+def make_link(rel, target):
+    """{tmp}/REL, a symbolic link to {tmp}/TARGET (a file that must stay as it is)."""
+    def setup(ctx):
+        with open(os.path.join(ctx["tmp"], target), "w") as f:
+            f.write("untouched\n")
+        os.symlink(os.path.join(ctx["tmp"], target), os.path.join(ctx["tmp"], rel))
     return setup
 
 
@@ -400,6 +411,14 @@ class MountLife(ct.CliTable):
         ct.Case("cache existing, unreachable URL", ["{pcrfs}", UNREACHABLE, "{mnt}", "-o",
                 "cache={tmp}/have,http_retries=0"], rc=1, setup=make_dir("have"),
                 msg=r"cannot connect"),
+        # issue 25 Must 5: a cache others can write, a log planted as a link
+        ct.Case("cache writable by others", ["{pcrfs}", UNREACHABLE, "{mnt}", "-o",
+                "cache={tmp}/shared,http_retries=0"], rc=1, setup=make_dir("shared", 0o1777),
+                msg=r"^pcrfs: \S+: cache \S+/shared: writable by group or others \(mode 1777\): "
+                    r"refused"),
+        ct.Case("logfile a symbolic link", PCRFS + ["-o", "logfile={tmp}/link.log"], rc=1,
+                setup=make_link("link.log", "victim"),
+                msg=r"^pcrfs: logfile=\S+/link\.log: a symbolic link: refused"),
         # Must 3: the mount point
         ct.Case("mount point mounted by pcrfs", PCRFS, rc=1, setup=mount_first,
                 check=unmount_first,

@@ -9,8 +9,18 @@
  * Deadlines. Every attempt has a hard time limit (CURLOPT_TIMEOUT_MS: the backend's
  * timeout, plus time for the bytes of a large prefix at 256 KiB/s) and a stall
  * limit (no byte for the timeout's length), so a dead, hung or slow server fails a
- * request in bounded time. Failures that may pass (5xx, 429, timeouts, broken
- * connections) are retried with exponential backoff, a bounded number of times.
+ * request in bounded time. Failures that may pass (5xx, timeouts, broken
+ * connections) are retried with exponential backoff, a bounded number of times,
+ * and all attempts together within ONE deadline: 2 x the timeout from the start of
+ * the reader's operation (pcr_backend_op_start(): a read(2) that opens a record,
+ * reads its header and its bytes waits that long in total, not per request).
+ *
+ * Throttling. 503 (SlowDown) and 429 are the server asking for less, not failing:
+ * they are retried within a longer budget (THROTTLE_BUDGET_MS from the operation's
+ * start), after Retry-After when the answer gives one, else after a backoff with
+ * full jitter (uniform in [0, base x 2^attempt], AWS's advice) drawn from a
+ * generator seeded per process, so that the daemons of a cluster do not retry in
+ * step. The prefix cache also lowers its fetch concurrency meanwhile (httpcache.c).
  *
  * Checks. The status, Content-Range and the body's length must be exactly what was
  * asked; a server that ignores Range, sends more or fewer bytes, or another range
@@ -23,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 #include "common/internal.h"
@@ -37,6 +48,11 @@
 #define SLOW_RATE          (256u * 1024)      /* bytes/s a large request may take */
 #define BACKOFF_MS         100
 #define BACKOFF_MAX_MS     2000
+#define THROTTLE_BACKOFF_MAX_MS 5000
+#define THROTTLE_BUDGET_MS 30000 /* throttling answers: retried this long (pcrfs(1)) */
+#define MIN_ATTEMPT_MS     50    /* less left of the deadline: no new attempt */
+#define HTTP_FAIL_HOLD_MS  5000  /* a record that failed: its files fail at once this
+                                    long, then it is probed again (pcrfs(1)) */
 #define MAX_BATCH          256
 #define WHOLE_MAX          (64u * 1024 * 1024)
 
@@ -55,6 +71,38 @@ uint64_t http_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ---- jitter: a generator seeded per process ---- */
+
+static pthread_once_t rng_once = PTHREAD_ONCE_INIT;
+static uint64_t rng_state;
+
+static void rng_seed(void)
+{
+    uint64_t s = 0;
+    struct timespec ts;
+
+    if (getrandom(&s, sizeof(s), GRND_NONBLOCK) != (ssize_t)sizeof(s)) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec;
+    }
+    __atomic_store_n(&rng_state, s ^ ((uint64_t)getpid() << 32), __ATOMIC_RELAXED);
+}
+
+/* A uniform number in [0, @n] (splitmix64 over a shared counter; the pid is mixed
+ * in, so a daemon forked after the first draw still has its own sequence). */
+static uint64_t rng_upto(uint64_t n)
+{
+    uint64_t z;
+
+    pthread_once(&rng_once, rng_seed);
+    z = __atomic_add_fetch(&rng_state, 0x9e3779b97f4a7c15ULL, __ATOMIC_RELAXED) ^
+        ((uint64_t)getpid() << 20);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return n == UINT64_MAX ? z : z % (n + 1);
 }
 
 static void sleep_ms(uint64_t ms)
@@ -114,77 +162,11 @@ static void handle_put(struct http_backend *hb, CURL *h)
 
 /* ---- callbacks: untrusted bytes ---- */
 
-static bool parse_u64(const char **p, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *s = *p;
-
-    if (!isdigit((unsigned char)*s))
-        return false;
-    for (; isdigit((unsigned char)*s); s++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return false;
-        v = v * 10 + (uint64_t)(*s - '0');
-    }
-    *p = s;
-    *out = v;
-    return true;
-}
-
 static size_t on_header(char *data, size_t size, size_t nitems, void *ctx)
 {
-    struct http_req *r = ctx;
-    size_t n = size * nitems, k;
-    char line[256];
+    size_t n = size * nitems;
 
-    k = n < sizeof(line) - 1 ? n : sizeof(line) - 1;
-    memcpy(line, data, k);
-    line[k] = '\0';
-    while (k > 0 && (line[k - 1] == '\r' || line[k - 1] == '\n'))
-        line[--k] = '\0';
-    if (!strncmp(line, "HTTP/", 5)) {
-        /* a new response (after a 100 Continue, say): forget the last one's headers */
-        const char *sp = strchr(line, ' ');
-        uint64_t st = 0;
-        r->status = 0;
-        if (sp && (sp++, parse_u64(&sp, &st)) && st < 1000)
-            r->status = (long)st;
-        r->has_crange = r->bad_hdr = false;
-        r->etag[0] = '\0';
-        r->nbody = 0;
-        return n;
-    }
-    if (!strncasecmp(line, "content-range:", 14)) {
-        const char *p = line + 14;
-        while (*p == ' ')
-            p++;
-        r->has_crange = true;
-        if (strncasecmp(p, "bytes ", 6) != 0) {
-            r->bad_hdr = true;
-            return n;
-        }
-        p += 6;
-        if (!parse_u64(&p, &r->cr_a) || *p++ != '-' || !parse_u64(&p, &r->cr_b) ||
-            *p++ != '/')
-            r->bad_hdr = true;
-        else if (*p == '*')
-            r->cr_total = UINT64_MAX;
-        else if (!parse_u64(&p, &r->cr_total))
-            r->bad_hdr = true;
-    } else if (!strncasecmp(line, "etag:", 5)) {
-        const char *p = line + 5;
-        size_t len;
-        while (*p == ' ')
-            p++;
-        len = strlen(p);
-        r->etag[0] = '\0';
-        if (len <= HTTP_MAX_ETAG) {
-            for (size_t i = 0; i < len; i++)
-                if ((unsigned char)p[i] < 0x21 || (unsigned char)p[i] > 0x7e)
-                    return n; /* not a token: ignored */
-            memcpy(r->etag, p, len + 1);
-        }
-    }
+    http_header_line(ctx, data, n);
     return n;
 }
 
@@ -279,11 +261,14 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
     r->etag[0] = r->code[0] = '\0';
     if (bytes > 4u * 1024 * 1024)
         timeout += (long)(bytes / SLOW_RATE * 1000u);
+    if (r->cap_ms && timeout > r->cap_ms)
+        timeout = r->cap_ms; /* what is left of the deadline */
     curl_easy_setopt(h, CURLOPT_URL, r->url);
     curl_easy_setopt(h, CURLOPT_SHARE, hb->share);
     http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, hb->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout < hb->timeout_ms ? timeout : hb->timeout_ms);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, hb->timeout_ms >= 2000 ? hb->timeout_ms / 1000 : 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -520,10 +505,49 @@ static bool token_expired(const struct http_req *r)
             !strcmp(r->code, "TokenRefreshRequired"));
 }
 
+static uint64_t op_start_or(uint64_t now)
+{
+    uint64_t start = pcr_backend_op_start();
+    return start && start <= now ? start : now;
+}
+
+static uint64_t allowance(uint64_t bytes)
+{
+    return bytes > 4u * 1024 * 1024 ? bytes / SLOW_RATE * 1000u : 0;
+}
+
+bool http_throttling(struct http_backend *hb)
+{
+    return __atomic_load_n(&hb->throttle_until, __ATOMIC_RELAXED) > http_now_ms();
+}
+
+uint64_t http_deadline(struct http_backend *hb, uint64_t bytes, uint64_t since)
+{
+    uint64_t start = op_start_or(since);
+    uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
+
+    if (http_throttling(hb) && end < start + THROTTLE_BUDGET_MS + allowance(bytes))
+        end = start + THROTTLE_BUDGET_MS + allowance(bytes);
+    return end;
+}
+
+/* How long to wait before the next attempt of @q (its @attempt-th failure). */
+static uint64_t backoff(const struct http_req *q, unsigned attempt)
+{
+    uint64_t cap = q->throttled ? THROTTLE_BACKOFF_MAX_MS : BACKOFF_MAX_MS;
+    uint64_t ms = (uint64_t)BACKOFF_MS << (attempt < 6 ? attempt : 6);
+
+    if (q->throttled && q->retry_after_ms)
+        /* the server said when; a little jitter on top keeps clients apart */
+        return q->retry_after_ms + rng_upto(BACKOFF_MS);
+    return rng_upto(ms < cap ? ms : cap); /* full jitter */
+}
+
 int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
 {
     struct http_req *todo[MAX_BATCH];
-    unsigned ntodo;
+    unsigned ntodo, tries[MAX_BATCH] = {0};
+    uint64_t bytes = 0, now = http_now_ms(), start = op_start_or(now);
     uint64_t renew_gen = 0;
     bool renew = false;
     int ret = 0;
@@ -537,13 +561,33 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
         r[i].hdrs = NULL;
         r[i].err = -EINPROGRESS; /* not tried yet */
         r[i].cred_retried = r[i].tls_failed = false;
+        r[i].throttled = false;
+        r[i].nthrottled = 0;
+        r[i].retry_after_ms = 0;
+        bytes += r[i].len ? r[i].len : r[i].expect;
     }
+    /* one deadline for all attempts: 2 x the timeout from the operation's start;
+     * once the server throttles, the throttling budget */
+    uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
+    uint64_t tend = start + THROTTLE_BUDGET_MS + allowance(bytes);
+    bool throttled = false;
+    if (tend < end)
+        tend = end;
     for (unsigned attempt = 0;; attempt++) {
+        uint64_t until = throttled ? tend : end;
+        now = http_now_ms();
         ntodo = 0;
         for (unsigned i = 0; i < n; i++) {
             struct http_req *q = &r[i];
             if (q->err == 0 || (q->err != -EINPROGRESS && !q->retryable))
                 continue;
+            if (now + MIN_ATTEMPT_MS > until) {
+                /* out of time: the last answer stands */
+                if (q->err == -EINPROGRESS)
+                    q->err = -ETIMEDOUT;
+                q->retryable = false;
+                continue;
+            }
             if (q->err != -EINPROGRESS) {
                 /* a retry: a file sink keeps what arrived and asks for the rest */
                 if (q->fd >= 0 && q->len && q->got > 0 && q->got < q->len) {
@@ -554,6 +598,7 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
                 q->got = 0;
                 http_count(&hb->st.retries, 1);
             }
+            q->cap_ms = (long)(until - now);
             q->h = handle_get(hb);
             if (!q->h || req_setup(hb, q) != 0) {
                 handle_put(hb, q->h);
@@ -569,33 +614,59 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
         if (ntodo)
             perform_once(hb, todo, ntodo);
         bool again = false;
+        uint64_t wait = 0;
         for (unsigned i = 0; i < ntodo; i++) {
-            curl_slist_free_all(todo[i]->hdrs);
-            todo[i]->hdrs = NULL;
-            handle_put(hb, todo[i]->h);
-            todo[i]->h = NULL;
-            if (todo[i]->err && todo[i]->retryable && attempt >= hb->retries)
-                todo[i]->retryable = false; /* out of retries: final */
-            if (todo[i]->err && token_expired(todo[i]) && !todo[i]->cred_retried &&
-                hb->t.sign) {
+            struct http_req *q = todo[i];
+            curl_slist_free_all(q->hdrs);
+            q->hdrs = NULL;
+            handle_put(hb, q->h);
+            q->h = NULL;
+            q->throttled = q->err && (q->status == 503 || q->status == 429);
+            if (q->throttled) {
+                q->nthrottled++;
+                throttled = true;
+                http_count(&hb->st.throttled, 1);
+                if (hb->cache)
+                    http_cache_throttled(hb->cache);
+            } else if (q->err && token_expired(q) && !q->cred_retried && hb->t.sign) {
                 /* renewed at once and tried again once, whatever the retry count */
-                todo[i]->cred_retried = todo[i]->retryable = true;
+                q->cred_retried = q->retryable = true;
                 renew = true;
-                renew_gen = todo[i]->cred_gen;
+                renew_gen = q->cred_gen;
+            } else if (q->err && q->retryable && tries[q - r]++ >= hb->retries) {
+                q->retryable = false; /* out of retries: final */
             }
-            again |= todo[i]->err && todo[i]->retryable;
+            if (q->err && q->retryable) {
+                uint64_t w = q->cred_retried && renew ? 0 : backoff(q, attempt);
+                again = true;
+                wait = w > wait ? w : wait;
+            }
         }
         if (!again)
             break;
         if (renew) {
+            /* new credentials now, then the retry at once (no backoff: the server
+             * did not fail, our credentials did) */
             renew = false;
             http_creds_expired(hb->t.creds, renew_gen);
-            continue;
+            if (!wait)
+                continue;
         }
-        /* 100 ms, 200 ms, ... 2 s, with jitter so that clients do not retry in step */
-        uint64_t ms = (uint64_t)BACKOFF_MS << (attempt < 5 ? attempt : 5);
-        ms = ms > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms;
-        sleep_ms(ms / 2 + (uint64_t)rand() % (ms / 2 + 1));
+        now = http_now_ms();
+        if (throttled) {
+            /* the cache's fetches and readers see it: longer waits, fewer fetches */
+            uint64_t t = now + wait + THROTTLE_BACKOFF_MAX_MS;
+            if (t > __atomic_load_n(&hb->throttle_until, __ATOMIC_RELAXED))
+                __atomic_store_n(&hb->throttle_until, t, __ATOMIC_RELAXED);
+        }
+        if (now + wait + MIN_ATTEMPT_MS > (throttled ? tend : end)) {
+            /* no time for another attempt after the wait: fail now, not later */
+            for (unsigned i = 0; i < n; i++)
+                r[i].retryable = false;
+            break;
+        }
+        http_count(&hb->st.backoff_ms, wait);
+        sleep_ms(wait);
     }
     for (unsigned i = 0; i < n; i++) {
         if (r[i].err && !ret)
@@ -782,6 +853,14 @@ static void http_close(struct pcr_backend *b, struct pcr_object *o)
     free(o);
 }
 
+static void http_drop(struct pcr_backend *b, struct pcr_object *o)
+{
+    struct http_backend *hb = (struct http_backend *)b;
+
+    if (hb->cache && o)
+        http_cache_drop(hb->cache, o);
+}
+
 static void http_destroy(struct pcr_backend *b)
 {
     struct http_backend *hb = (struct http_backend *)b;
@@ -813,6 +892,8 @@ static const struct pcr_backend_ops http_ops = {
     .size = http_size,
     .close = http_close,
     .destroy = http_destroy,
+    .drop = http_drop,
+    .fail_hold_ms = HTTP_FAIL_HOLD_MS,
 };
 
 int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_backend **out,

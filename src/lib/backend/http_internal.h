@@ -2,6 +2,7 @@
  *   url.c        s3:// and http(s):// URLs: endpoint, region, CA bundle
  *   creds.c      AWS credentials: the default chain and refresh (creds.h)
  *   http.c       libcurl: requests, retries and deadlines, the backend's functions
+ *   httphdr.c    response header lines (status, Content-Range, ETag, Retry-After)
  *   httpcache.c  the record-prefix cache (advise) and its fetch threads
  *   httpstore.c  index.db into the local cache, and opening a store from a URL
  *
@@ -78,6 +79,9 @@ struct http_req {
     bool cred_retried;   /* sent again after ExpiredToken & co. (once) */
     uint64_t cred_gen;   /* which set of credentials signed it (creds.h) */
     char errbuf[CURL_ERROR_SIZE]; /* libcurl's reason */
+    bool throttled;      /* the last answer was 503 or 429 (SlowDown, TooManyRequests) */
+    unsigned nthrottled; /* throttling answers over all attempts */
+    uint64_t retry_after_ms; /* the last answer's Retry-After (0: none) */
     /* private */
     CURL *h;
     struct curl_slist *hdrs;
@@ -86,6 +90,7 @@ struct http_req {
     char body[512];      /* the start of an error body */
     size_t nbody;
     int werr;            /* why the body was refused (negative errno) */
+    long cap_ms;         /* this attempt's share of the deadline (0: none) */
     struct http_backend *hb;
 };
 
@@ -101,17 +106,39 @@ struct http_backend {
     unsigned retries;
     struct pcr_http_stats st; /* relaxed atomics */
     struct http_cache *cache; /* NULL: no prefix cache */
+    uint64_t throttle_until;  /* ms (monotonic): the server throttled; its waits are
+                                 the longer throttling budget until then (atomic) */
     struct http_backend *next; /* the process's list, for pcr_http_stats() */
 };
 
 /* Perform @n requests, in parallel, each retried on 5xx, 429, timeouts and broken
- * connections (hb->retries times, exponential backoff) and bounded by its deadline.
+ * connections (hb->retries times; throttling answers, 503 and 429, within the
+ * throttling budget instead) with exponential backoff and full jitter, honouring
+ * Retry-After, all within one deadline (http_deadline()).
  * @return 0 if all succeeded, else the first request's error (each has its own in
  * ->err). */
 int http_perform(struct http_backend *hb, struct http_req *r, unsigned n);
 /* What every handle of the backend has: no signals, http(s) only, no redirects
  * followed, our User-Agent. */
 void http_handle_defaults(CURL *h);
+/* The deadline (ms, monotonic) of the current operation for a wait that needs
+ * @bytes from the server: the start of the caller's operation
+ * (pcr_backend_op_start(), else @since, when the wait began) plus 2 x the timeout
+ * (plus 1 s per 256 KiB beyond 4 MiB); while the server throttles, plus the
+ * throttling budget instead. */
+uint64_t http_deadline(struct http_backend *hb, uint64_t bytes, uint64_t since);
+/* Whether the server answered with throttling recently (the longer budget holds). */
+bool http_throttling(struct http_backend *hb);
+
+/* ---- httphdr.c ---- */
+
+/* One response header line (@n bytes, CRLF included or not) into @r: a status line
+ * starts a new response; Content-Range, ETag and Retry-After are parsed, anything
+ * else ignored. Never reads past @n; every value is checked. */
+void http_header_line(struct http_req *r, const char *data, size_t n);
+/* The largest Retry-After honoured (a longer one is cut to this, then to the
+ * deadline) */
+#define HTTP_RETRY_AFTER_MAX_MS 60000u
 /* A one-line reason for a failed request, for messages: "access denied (HTTP 403
  * InvalidAccessKeyId)". */
 void http_describe(const struct http_req *r, char *out, size_t len);
@@ -161,6 +188,10 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
                     void *buf);
 /* A fetch writing into the cache file reports @n more bytes at the cached end. */
 void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t n);
+/* The server answered with throttling: fewer prefix fetches at once. */
+void http_cache_throttled(struct http_cache *c);
+/* Forget @o's cached bytes (they failed a check): the next read fetches them again. */
+void http_cache_drop(struct http_cache *c, struct pcr_object *o);
 uint64_t http_now_ms(void);
 
 /* ---- httpstore.c ---- */

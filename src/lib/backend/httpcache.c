@@ -20,7 +20,19 @@
  * disk full) drops that fetch: its readers read with GETs of their own, correct
  * and slower, and the condition is logged once. A fetch that fails on the network
  * fails the reads waiting for it with its error (they would only wait again).
- * Every wait is bounded.
+ * Every wait is bounded: a reader waits for its bytes until the deadline of its
+ * operation (http_deadline(): 2 x the timeout, longer while the server throttles),
+ * then fails with ETIMEDOUT while the fetch goes on for the next reader.
+ *
+ * Throttling. A throttling answer (503 SlowDown, 429) to any request halves the
+ * number of fetches that may run at once (down to 1; http_cache_throttled()); each
+ * fetch that met none, once the server stopped throttling, adds one back, up to
+ * FETCH_THREADS (additive increase, multiplicative decrease, as TCP does), so a
+ * throttling server sees fewer requests, not the same number retried. Counted in
+ * the stats (fetch_concurrency, concurrency_cuts).
+ *
+ * Healing. A prefix whose bytes failed the store's checksum is dropped
+ * (http_cache_drop()) and fetched again by the next read inside it.
  *
  * One mutex guards all cache state; it is never held during a transfer or a file
  * read, only to update offsets and lists.
@@ -49,6 +61,8 @@ struct http_cache {
     struct pcr_object *objs; /* every open object */
     pthread_t threads[FETCH_THREADS];
     unsigned nthreads, waiters;
+    unsigned active, allowed; /* fetches running; how many may (throttling) */
+    uint64_t cut_at;          /* ms: when allowed was last halved */
     bool stop;
     uint64_t tick;
     int logged_file, logged_write, logged_fetch; /* said once */
@@ -57,6 +71,7 @@ struct http_cache {
 static void publish(struct http_cache *c)
 {
     __atomic_store_n(&c->hb->st.cache_bytes, c->used, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->hb->st.fetch_concurrency, c->allowed, __ATOMIC_RELAXED);
 }
 
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t ms)
@@ -168,6 +183,7 @@ static void fetch(struct http_cache *c, struct pcr_object *o)
         }
     }
     o->fetching = true;
+    c->active++;
     pthread_mutex_unlock(&c->lock);
 
     struct http_req r = {.url = o->url, .off = from, .len = to - from, .expect = o->size,
@@ -176,6 +192,9 @@ static void fetch(struct http_cache *c, struct pcr_object *o)
     ret = http_perform(hb, &r, 1);
 
     pthread_mutex_lock(&c->lock);
+    c->active--;
+    if (!r.nthrottled && c->allowed < FETCH_THREADS && !http_throttling(hb))
+        c->allowed++; /* cut by http_cache_throttled() meanwhile: one back */
     o->fetching = false;
     o->fetch_gen++;
     o->fetch_err = ret;
@@ -205,8 +224,13 @@ static void *fetch_thread(void *arg)
     pthread_mutex_lock(&c->lock);
     while (!c->stop) {
         struct pcr_object *o = c->qhead;
-        if (!o) {
-            pthread_cond_wait(&c->work, &c->lock);
+        if (!o || c->active >= c->allowed) {
+            /* nothing to do, or as many fetches running as the server takes now
+             * (a fetch that ends signals work) */
+            if (o)
+                timed_wait(&c->work, &c->lock, 1000);
+            else
+                pthread_cond_wait(&c->work, &c->lock);
             continue;
         }
         c->qhead = o->qnext;
@@ -218,6 +242,7 @@ static void *fetch_thread(void *arg)
         if (o->want > o->cached && !o->queued && !c->stop)
             enqueue(c, o); /* advise() asked for more meanwhile */
         pthread_cond_broadcast(&c->progress);
+        pthread_cond_broadcast(&c->work); /* a slot is free again */
     }
     pthread_mutex_unlock(&c->lock);
     return NULL;
@@ -236,6 +261,8 @@ int http_cache_new(struct http_backend *hb, const char *dir, uint64_t limit,
     }
     c->hb = hb;
     c->limit = limit;
+    c->allowed = FETCH_THREADS;
+    __atomic_store_n(&hb->st.fetch_concurrency, c->allowed, __ATOMIC_RELAXED);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->progress, NULL);
     pthread_cond_init(&c->work, NULL);
@@ -366,10 +393,8 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
                     void *buf)
 {
     struct http_backend *hb = c->hb;
-    uint64_t end = off + len, last = o->cached, since = http_now_ms();
-    /* a fetch that makes no progress for this long has failed (its attempts are
-     * bounded by the timeout, its retries by the backoff's 2 s each) */
-    uint64_t patience = (uint64_t)(hb->retries + 1) * ((uint64_t)hb->timeout_ms + 2000);
+    uint64_t end = off + len, need = end > o->cached ? end - o->cached : 0;
+    uint64_t since = http_now_ms();
     int ret;
 
     pthread_mutex_lock(&c->lock);
@@ -399,7 +424,7 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
         }
         uint64_t gen = o->fetch_gen;
         c->waiters++;
-        timed_wait(&c->progress, &c->lock, 500);
+        timed_wait(&c->progress, &c->lock, 100);
         c->waiters--;
         if (o->fetch_gen != gen && o->fetch_err && end > o->cached) {
             ret = o->fetch_err;
@@ -407,12 +432,41 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
             /* a cache that cannot be written is no reason to fail: read directly */
             return ret == -ENOSPC || ret == -EROFS || ret == -ENOMEM ? 0 : ret;
         }
-        if (o->cached != last) {
-            last = o->cached;
-            since = http_now_ms();
-        } else if (http_now_ms() - since > patience) {
+        /* one deadline for the reader's operation, however the fetch goes (a
+         * trickling server keeps it "progressing" for ever); longer while the
+         * server throttles */
+        if (end > o->cached && http_now_ms() >= http_deadline(hb, need, since)) {
             pthread_mutex_unlock(&c->lock);
             return -ETIMEDOUT;
         }
     }
+}
+
+void http_cache_throttled(struct http_cache *c)
+{
+    uint64_t now = http_now_ms();
+
+    pthread_mutex_lock(&c->lock);
+    /* at most one cut per 500 ms: a burst of answers to requests sent together is
+     * one signal, not several */
+    if (c->allowed > 1 && now - c->cut_at >= 500) {
+        c->allowed /= 2;
+        c->cut_at = now;
+        http_count(&c->hb->st.concurrency_cuts, 1);
+        publish(c);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+void http_cache_drop(struct http_cache *c, struct pcr_object *o)
+{
+    pthread_mutex_lock(&c->lock);
+    /* a fetch in flight writes into the file: only an idle prefix is dropped (the
+     * one that failed was complete, so it is idle unless refetched already) */
+    if (!o->fetching && !o->queued && !o->users && o->cached) {
+        drop(c, o);
+        o->retry_after = 0;
+        http_count(&c->hb->st.refetches, 1);
+    }
+    pthread_mutex_unlock(&c->lock);
 }

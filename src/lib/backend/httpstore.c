@@ -9,8 +9,22 @@
  * The copy is then validated like any local index (pcr_index_open()). With no
  * usable cache directory, the index goes to an unlinked temporary file instead and
  * records are read without a cache.
+ *
+ * Trust. What is in the cache is served as the store, so the cache must be ours: the
+ * cache directory and the store's folder in it are refused (one line, the mount
+ * fails) when either is a symbolic link, owned by another user, or writable by
+ * group or others; we make them 0700. A copy of index.db is used only when its name
+ * matches the server's ETag and size AND its content hash matches the one recorded
+ * beside it (index-HASH.sum) when it was fetched; a copy that fails either, or that
+ * does not open as an index, is removed and fetched again (once per mount, counted
+ * in the stats), so a damaged cache heals instead of failing every mount.
+ *
+ * Range. pcrfs reads records by range; a server that answers a ranged GET with the
+ * whole object (200) is refused at mount with one line, instead of every read
+ * downloading whole records and failing.
  */
 #include <dirent.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <pwd.h>
 #include <fcntl.h>
@@ -106,6 +120,131 @@ static int make_dirs(const char *path, size_t *made)
     return access(p, W_OK | X_OK) == 0 ? 0 : -errno;
 }
 
+/* Whether @path (a cache directory) may be trusted: a directory, not a symbolic
+ * link, owned by us and writable by no one else. @return 0; -EPERM with the reason
+ * in @err; another negative errno (it cannot be opened: not a trust question). */
+static int dir_trusted(const char *path, char *err, size_t errlen)
+{
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), ret = 0;
+
+    if (fd < 0) {
+        int e = errno;
+        if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+            pcr_errf(err, errlen, "cache %s: a symbolic link: refused (the cache directory "
+                     "and its folders must be real directories of this user)", path);
+            return -EPERM;
+        }
+        return -e;
+    }
+    if (fstat(fd, &sb) != 0)
+        ret = -errno;
+    else if (sb.st_uid != geteuid())
+        pcr_errf(err, errlen, "cache %s: owned by uid %u, not by this user (uid %u): refused "
+                 "(another user could change what is served)", path, (unsigned)sb.st_uid,
+                 (unsigned)geteuid()), ret = -EPERM;
+    else if (sb.st_mode & (S_IWGRP | S_IWOTH))
+        pcr_errf(err, errlen, "cache %s: writable by group or others (mode %03o): refused "
+                 "(another user could change what is served; chmod go-w or use another "
+                 "directory)", path, (unsigned)(sb.st_mode & 07777)), ret = -EPERM;
+    close(fd);
+    return ret;
+}
+
+/* xxh64 of the file at @path (not followed if a symbolic link). @return 0; -errno. */
+static int file_hash(const char *path, uint64_t *out)
+{
+    struct pcr_xxh64 st;
+    char *buf = malloc(1u << 20);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), ret = 0;
+    ssize_t n;
+
+    if (fd < 0 || !buf) {
+        ret = fd < 0 ? -errno : -ENOMEM;
+        goto out;
+    }
+    pcr_xxh64_init(&st);
+    while ((n = read(fd, buf, 1u << 20)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            ret = -errno;
+            goto out;
+        }
+        pcr_xxh64_update(&st, buf, (size_t)n);
+    }
+    *out = pcr_xxh64_final(&st);
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    return ret;
+}
+
+/* @index's .sum beside it: "index-HASH.db" -> "index-HASH.sum". */
+static void sum_path(const char *index, char *out, size_t len)
+{
+    size_t n = strlen(index);
+
+    snprintf(out, len, "%.*s.sum", (int)(n > 3 ? n - 3 : n), index);
+}
+
+/* Whether the copy at @path has the content hash recorded when it was fetched. */
+static bool index_verified(const char *path)
+{
+    char sp[4300], text[40];
+    uint64_t want, have;
+    ssize_t n;
+    int fd;
+
+    sum_path(path, sp, sizeof(sp));
+    fd = open(sp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n != 17 || text[16] != '\n')
+        return false;
+    text[16] = '\0';
+    if (sscanf(text, "%16" SCNx64, &want) != 1 || file_hash(path, &have) != 0)
+        return false;
+    return want == have;
+}
+
+/* Record the content hash of the fetched copy @tmp for its final name @path. */
+static int index_record_hash(const char *tmp, const char *path)
+{
+    char sp[4300], stmp[4400], text[20];
+    uint64_t h;
+    int fd, ret = file_hash(tmp, &h);
+
+    if (ret)
+        return ret;
+    sum_path(path, sp, sizeof(sp));
+    snprintf(stmp, sizeof(stmp), "%s.XXXXXX", sp);
+    fd = mkostemp(stmp, O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    snprintf(text, sizeof(text), "%016" PRIx64 "\n", h);
+    ret = write(fd, text, 17) == 17 ? 0 : -EIO;
+    close(fd);
+    if (ret || rename(stmp, sp) != 0) {
+        ret = ret ? ret : -errno;
+        unlink(stmp);
+    }
+    return ret;
+}
+
+/* Remove the cached copy at @path and its hash. */
+static void index_forget(const char *path)
+{
+    char sp[4300];
+
+    sum_path(path, sp, sizeof(sp));
+    unlink(path);
+    unlink(sp);
+}
+
 /* The message for a request about the store itself that failed. */
 static void store_failure(struct http_backend *hb, struct http_req *r, char *err, size_t errlen)
 {
@@ -140,10 +279,15 @@ static void remove_stale(const char *dir, const char *keep)
 
     if (!d)
         return;
-    while ((e = readdir(d)))
-        if (!strncmp(e->d_name, "index-", 6) && strcmp(e->d_name, keep) != 0 &&
-            strlen(e->d_name) > 9 && !strcmp(e->d_name + strlen(e->d_name) - 3, ".db"))
+    size_t stem = strlen(keep) - 3; /* "index-HASH" */
+
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        bool db = n > 9 && !strcmp(e->d_name + n - 3, ".db");
+        bool sum = n > 10 && !strcmp(e->d_name + n - 4, ".sum");
+        if (!strncmp(e->d_name, "index-", 6) && (db || sum) && strncmp(e->d_name, keep, stem))
             unlinkat(dirfd(d), e->d_name, 0);
+    }
     closedir(d);
 }
 
@@ -174,7 +318,7 @@ static int get_index(struct http_backend *hb, const char *url, const char *dir, 
 /* index.db into @dir (or a temporary file when @dir is NULL or unusable).
  * @return 0 and its path in @path, *temp when it must be unlinked after opening. */
 static int fetch_index(struct http_backend *hb, const char *dir, char *path, size_t len,
-                       bool *temp, char *err, size_t errlen)
+                       bool *temp, bool *cached, char *err, size_t errlen)
 {
     struct http_req head = {.head = true, .fd = -1}, r;
     char url[HTTP_MAX_URL], tmp[4200], name[64], etag[HTTP_MAX_ETAG + 1];
@@ -206,6 +350,24 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         return -EINVAL;
     }
     snprintf(etag, sizeof(etag), "%s", strncmp(head.etag, "W/", 2) ? head.etag : "");
+    if (head.size >= 2) {
+        /* the last byte by range: a server that sends the whole object instead is no
+         * use (every read would download whole records) */
+        uint8_t b;
+        struct http_req g = {.url = url, .off = head.size - 1, .len = 1, .expect = head.size,
+                             .if_match = etag, .buf = &b, .fd = -1};
+        ret = http_perform(hb, &g, 1);
+        if (ret && g.status == 200) {
+            pcr_errf(err, errlen, "%s: the server does not honour Range requests (HTTP 200 "
+                     "with the whole object for a ranged GET of index.db): pcrfs reads "
+                     "records by range and cannot use it", hb->t.display);
+            return -ENOTSUP;
+        }
+        if (ret) {
+            store_failure(hb, &g, err, errlen);
+            return ret;
+        }
+    }
     {
         struct pcr_xxh64 st;
         pcr_xxh64_init(&st);
@@ -215,15 +377,24 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
                  (unsigned long long)pcr_xxh64_final(&st));
     }
     *temp = false;
+    *cached = false;
     if (dir) {
         snprintf(path, len, "%s/%s", dir, name);
-        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == head.size &&
-            head.etag[0])
-            return 0; /* the copy of this version is here */
+        if (lstat(path, &sb) == 0) {
+            if (S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+                (uint64_t)sb.st_size == head.size && head.etag[0] && index_verified(path)) {
+                *cached = true;
+                return 0; /* the copy of this version is here, as it was fetched */
+            }
+            pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db fails verification "
+                    "(its size or content hash); fetched again", dir);
+            http_count(&hb->st.index_refetches, 1);
+            index_forget(path);
+        }
         fd = get_index(hb, url, dir, head.size, etag, tmp, sizeof(tmp), &r);
         if (fd >= 0) {
             close(fd);
-            if (rename(tmp, path) == 0) {
+            if (index_record_hash(tmp, path) == 0 && rename(tmp, path) == 0) {
                 remove_stale(dir, name);
                 return 0;
             }
@@ -264,13 +435,13 @@ static uint64_t default_limit(const char *dir)
     return tenth < CACHE_DEFAULT ? tenth : CACHE_DEFAULT;
 }
 
-int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
-                       char *err, size_t errlen)
+static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
+                    char *err, size_t errlen, bool again)
 {
     struct pcr_backend *b = NULL;
     struct http_backend *hb;
     char base[4096], dir[4200], ipath[4300];
-    bool temp = false, have_dir = false;
+    bool temp = false, have_dir = false, cached = false;
     size_t made = 0;
     int ret;
 
@@ -278,6 +449,8 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
     if (ret)
         return ret;
     hb = (struct http_backend *)b;
+    if (again)
+        http_count(&hb->st.index_refetches, 1);
     if (o && o->cache_dir && *o->cache_dir)
         ret = snprintf(base, sizeof(base), "%s", o->cache_dir) >= (int)sizeof(base)
                   ? -ENAMETOOLONG : 0;
@@ -288,6 +461,14 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
         snprintf(dir, sizeof(dir), "%s/%016llx", base,
                  (unsigned long long)pcr_xxh64(hb->t.base, strlen(hb->t.base)));
         ret = make_dirs(dir, &made);
+        /* ours, or refused: a cache another user can change is a way to change what
+         * is served */
+        if (ret == 0 && ((ret = dir_trusted(base, err, errlen)) == -EPERM ||
+                         (ret == 0 && (ret = dir_trusted(dir, err, errlen)) == -EPERM))) {
+            pcr_backend_destroy(b);
+            unmake_dirs(dir, made);
+            return -EPERM;
+        }
     }
     if (ret)
         pcr_log(PCR_LOG_WARN, "cache %s: %s; index.db goes to a temporary file and records "
@@ -295,7 +476,8 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
                                                                                   : base,
                 strerror(-ret));
     have_dir = ret == 0;
-    ret = fetch_index(hb, have_dir ? dir : NULL, ipath, sizeof(ipath), &temp, err, errlen);
+    ret = fetch_index(hb, have_dir ? dir : NULL, ipath, sizeof(ipath), &temp, &cached, err,
+                      errlen);
     if (ret) {
         pcr_backend_destroy(b);
         if (have_dir) /* nothing left behind by a mount that failed */
@@ -310,5 +492,19 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
     ret = pcr_store_open_backend(url, ipath, b, out, err, errlen);
     if (temp)
         unlink(ipath); /* SQLite keeps it open; nothing is left behind */
+    if (ret && cached && !again) {
+        /* a cached copy that does not open as an index (damaged on disk after its
+         * hash was checked, or by an older pcrfs): fetched again, once */
+        pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db does not validate (%s); "
+                "fetched again", dir, err);
+        index_forget(ipath);
+        return open_url(url, o, out, err, errlen, true);
+    }
     return ret;
+}
+
+int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
+                       char *err, size_t errlen)
+{
+    return open_url(url, o, out, err, errlen, false);
 }

@@ -17,10 +17,12 @@
  * here, so the check costs once per page-cache fill.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "pcrfs/tokens.h"
 #include "common/le.h"
 #include "format/record.h"
@@ -237,7 +239,7 @@ struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned
 
     if (state == REC_OK)
         return r;
-    if (state == REC_BAD)
+    if (state == REC_BAD || store_rec_gate(s, r) != 0)
         return NULL;
     if (!__atomic_load_n(&r->obj, __ATOMIC_ACQUIRE) && store_open_record(s, r) != 0)
         return NULL;
@@ -257,6 +259,10 @@ struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned
     }
     state = r->state;
     pthread_mutex_unlock(&s->rec_lock);
+    if (state == REC_UNCHECKED)
+        store_rec_failed(s, r); /* the server did not answer: its files fail at once */
+    else if (state == REC_OK)
+        store_rec_ok(r);
     if (state == REC_UNCHECKED && !__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
         pcr_log(PCR_LOG_ERR, "record %s: reading its header: %s (tried again on next use)",
                 r->name, strerror(-err));
@@ -451,6 +457,7 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
     unsigned np = 0;
     struct tls *t = NULL;
     uint8_t *tmp = NULL;
+    bool healed = false;
     int ret;
 
     if (off >= size)
@@ -499,15 +506,36 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
                                    .buf = p->data};
         bytes += p->span;
     }
+    if (np && store_rec_gate(s, r) != 0) {
+        pcr_count(&s->stats.errors, 1);
+        return -EIO; /* failed on the network just before: at once, not after a deadline */
+    }
     if (np) {
         ret = b->ops->read(b, r->obj, rg, np);
+        if (ret && (ret == -EIO || ret == -ETIMEDOUT))
+            store_rec_failed(s, r);
         if (ret)
             return read_error(s, r, ret, rg[0].off);
+        store_rec_ok(r);
         pcr_count(&s->stats.level[level].bytes, bytes);
     }
     for (unsigned i = 0; i < np; i++) {
         struct piece *p = &pc[i];
         int bad = verify(f, p);
+        if (bad && !healed && s->base->ops->drop) {
+            /* bytes kept by the backend (a cached prefix) that fail: dropped and asked
+             * for again, once, so a corruption in transit or on the cache's disk heals
+             * as soon as the source is right */
+            s->base->ops->drop(s->base, r->obj);
+            healed = true;
+            ret = b->ops->read(b, r->obj, rg, np);
+            if (ret && (ret == -EIO || ret == -ETIMEDOUT))
+                store_rec_failed(s, r);
+            if (ret)
+                return read_error(s, r, ret, rg[0].off);
+            i = UINT_MAX; /* verify every piece again: the loop's i++ makes it 0 */
+            continue;
+        }
         if (bad) {
             if (!__atomic_exchange_n(&((struct pcr_file *)f)->damaged, 1, __ATOMIC_RELAXED)) {
                 char path[1024];
@@ -530,6 +558,8 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
     }
     if (np)
         keep_carry(s, f, r, &pc[np - 1]);
+    if (healed)
+        pcr_count(&s->stats.heals, 1);
     return (ssize_t)len;
 }
 
@@ -611,8 +641,8 @@ static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t 
     return (ssize_t)len;
 }
 
-int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
-                    struct pcr_handle **out)
+static int handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                       struct pcr_handle **out)
 {
     struct rec *r = store_record(s, f, level);
     struct pcr_handle *h;
@@ -659,7 +689,7 @@ uint64_t pcr_handle_size(const struct pcr_handle *h)
     return h->size;
 }
 
-ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
+static ssize_t handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
 {
     if (h->mem) {
         pcr_count(&h->s->stats.level[h->level].reads, 1);
@@ -673,20 +703,6 @@ void pcr_handle_close(struct pcr_handle *h)
     if (h)
         free(h->mem);
     free(h);
-}
-
-ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
-                       size_t len, uint64_t off)
-{
-    struct pcr_handle *h;
-    ssize_t n;
-    int ret = pcr_handle_open(s, f, level, &h);
-
-    if (ret)
-        return ret;
-    n = pcr_handle_read(h, buf, len, off);
-    pcr_handle_close(h);
-    return n;
 }
 
 /* A token file read without a handle: rendered once into the calling thread's cache
@@ -720,8 +736,8 @@ static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct
 /* pcr_handle_read() without the handle, for readers that keep none (the FUSE driver
  * when the kernel sends no OPEN): the plan lives on the stack. A read at offset 0
  * counts as an open (the driver's open-less reads have no other first moment). */
-ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
-                        size_t len, uint64_t off)
+static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                           void *buf, size_t len, uint64_t off)
 {
     struct rec *r = store_record(s, f, level);
     struct plan p;
@@ -738,4 +754,74 @@ ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned 
         advise(s, r, p.prefix);
     }
     return read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, off);
+}
+
+/* ---- one deadline per operation ---- */
+
+/* The start of the calling thread's operation: every request the backend makes for
+ * it (open a record, read its header, its bytes, retries) shares one deadline from
+ * there (pcr_backend_op_start()). Nested calls keep the outer start. */
+static __thread uint64_t op_start;
+static __thread unsigned op_depth;
+
+uint64_t pcr_backend_op_start(void)
+{
+    return op_depth ? op_start : 0;
+}
+
+static void op_begin(void)
+{
+    struct timespec ts;
+
+    if (op_depth++)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    op_start = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void op_end(void)
+{
+    op_depth--;
+}
+
+int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                    struct pcr_handle **out)
+{
+    op_begin();
+    int ret = handle_open(s, f, level, out);
+    op_end();
+    return ret;
+}
+
+ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
+{
+    op_begin();
+    ssize_t n = handle_read(h, buf, len, off);
+    op_end();
+    return n;
+}
+
+ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                       size_t len, uint64_t off)
+{
+    struct pcr_handle *h;
+    ssize_t n;
+    int ret;
+
+    op_begin(); /* one deadline for the open and the read */
+    ret = handle_open(s, f, level, &h);
+    n = ret ? ret : handle_read(h, buf, len, off);
+    if (!ret)
+        pcr_handle_close(h);
+    op_end();
+    return n;
+}
+
+ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                        size_t len, uint64_t off)
+{
+    op_begin();
+    ssize_t n = store_pread(s, f, level, buf, len, off);
+    op_end();
+    return n;
 }

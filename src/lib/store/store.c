@@ -3,6 +3,7 @@
  * store_internal.h; the tree is in tree.c and the read path in read.c.
  */
 #include <errno.h>
+#include <time.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,43 @@ static bool transient(int err)
            err == -ECONNRESET || err == -EHOSTUNREACH || err == -ENETUNREACH;
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int store_rec_gate(struct pcr_store *s, struct rec *r)
+{
+    uint64_t until = __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE), now;
+
+    if (!until)
+        return 0;
+    now = mono_ms();
+    /* past the hold: the first caller re-arms it and probes, the rest fail at once */
+    if (now >= until && __atomic_compare_exchange_n(&r->fail_until, &until,
+                                                    now + s->base->ops->fail_hold_ms, false,
+                                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 0;
+    pcr_count(&s->stats.held_fails, 1);
+    return -EIO;
+}
+
+void store_rec_failed(struct pcr_store *s, struct rec *r)
+{
+    unsigned hold = s->base->ops->fail_hold_ms;
+
+    if (hold)
+        __atomic_store_n(&r->fail_until, mono_ms() + hold, __ATOMIC_RELEASE);
+}
+
+void store_rec_ok(struct rec *r)
+{
+    if (__atomic_load_n(&r->fail_until, __ATOMIC_RELAXED))
+        __atomic_store_n(&r->fail_until, 0, __ATOMIC_RELEASE);
+}
+
 static const char *open_error(int err)
 {
     return err == -EINVAL ? "not a regular file" : strerror(-err);
@@ -111,7 +149,9 @@ int store_open_record(struct pcr_store *s, struct rec *r)
             return ret;
         }
         if (transient(ret)) {
-            /* nor is a server that did not answer: the next use asks again */
+            /* nor is a server that did not answer: the next use after the hold asks
+             * again */
+            store_rec_failed(s, r);
             pthread_mutex_unlock(&s->rec_lock);
             if (!__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
                 pcr_log(PCR_LOG_ERR, "record %s: %s (tried again on next use)", r->name,
@@ -122,6 +162,19 @@ int store_open_record(struct pcr_store *s, struct rec *r)
             why = open_error(ret);
         else if (b->ops->size(b, o) != r->size)
             why = b->ops->size(b, o) < r->size ? "truncated" : "longer than the index says";
+        if (why && !ret && b->ops->fail_hold_ms) {
+            /* object storage: a HEAD that disagrees (an object being replaced, a
+             * proxy's answer) is asked again after the hold, so the mount heals
+             * when the object does; each disagreement is logged */
+            pcr_log(PCR_LOG_ERR, "record %s: %s (HEAD says %llu bytes, the index %llu); "
+                    "asked again in %u s", r->name, why,
+                    (unsigned long long)b->ops->size(b, o), (unsigned long long)r->size,
+                    b->ops->fail_hold_ms / 1000);
+            b->ops->close(b, o);
+            store_rec_failed(s, r);
+            pthread_mutex_unlock(&s->rec_lock);
+            return -EIO;
+        }
     }
     if (why) {
         pcr_log(PCR_LOG_ERR, "record %s: %s; its files fail with EIO", r->name, why);

@@ -55,6 +55,8 @@ struct rec {
     int state;                         /* enum rec_state (atomic) */
     int warned;                        /* a read error was logged (atomic) */
     uint64_t advised;                  /* prefix [0, advised) given to advise() (atomic) */
+    uint64_t fail_until;               /* ms (monotonic): failed on the network, its files
+                                          fail at once until then (atomic; 0: not) */
 };
 
 struct pcr_file {
@@ -167,6 +169,14 @@ void store_free_tree(struct pcr_store *s);
 struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned level);
 /* Open (through the backend) the object of record @r, once; see store.c. */
 int store_open_record(struct pcr_store *s, struct rec *r);
+/* A record that failed on the network is held as failing for the backend's
+ * fail_hold_ms (store.c): store_rec_gate() says -EIO at once while it is held, and
+ * lets ONE caller through to probe it once the hold has passed (the others keep
+ * failing at once meanwhile); store_rec_failed() starts a hold, store_rec_ok() ends
+ * it. */
+int store_rec_gate(struct pcr_store *s, struct rec *r);
+void store_rec_failed(struct pcr_store *s, struct rec *r);
+void store_rec_ok(struct rec *r);
 /* Free the calling thread's read scratch and token cache (thread exit). */
 void store_thread_done(void);
 

@@ -1,0 +1,537 @@
+#!/usr/bin/python3
+"""Object storage that misbehaves (issue 25, Must 4-6): a proxy of our own on
+127.0.0.1 in front of s3rver (tests/integration/test_s3.py's fixture) answers
+503 SlowDown with Retry-After, trickles bodies, hangs, ignores Range, or flips a
+byte of a record prefix in transit; the cache directory is poisoned.
+
+What each test asserts, and would be false if the feature broke:
+  test_slowdown_storm     a 2.5 s storm of 503 SlowDown (Retry-After: 1) on every
+                          record request: no EIO, every byte right, the retries of
+                          one object are >= 0.9 s apart (Retry-After honoured), the
+                          stats count throttling answers and a cut in concurrency
+                          (before: 4 attempts in 1.1 s, then EIO)
+  test_jitter_per_process two daemons throttled alike retry at different times
+                          (before: the same unseeded rand() sequence in every daemon)
+  test_norange_refused    a server that answers a ranged GET with the whole object:
+                          mount refused, one line, exit 1, nothing mounted
+  test_trickle_then_back  a body trickled at ~30 B/s: the first file of the record
+                          fails within the per-read deadline (2 x http_timeout), the
+                          other files of the record at once (the record is held as
+                          failing); after the server is right again and the hold
+                          has passed, every file reads right
+  test_stopped_server     s3rver SIGSTOPped: every read returns (EIO) within the
+                          per-read deadline; after SIGCONT, every file reads right
+  test_head_disagrees_heals  a HEAD whose size disagrees with the index: EIO, then
+                          (the object right again, after the hold) every file right;
+                          before, the record was disabled until remount
+  test_corrupt_prefix_heals  one byte flipped in a prefix fetch: the checksum
+                          mismatch drops the cached prefix, it is fetched again,
+                          every file reads right (heals, refetches counted)
+  test_cache_poisoned     a cache folder of another user, one writable by others, a
+                          symbolic link: each refused with one line; a cached
+                          index.db with two files' rows swapped (same size): fetched
+                          again, class files serve their own bytes; garbage with a
+                          matching hash: does not validate, fetched again
+  test_logfile_refused    -o logfile= a symbolic link, or another user's file: refused
+Every wait is bounded; nothing but 127.0.0.1 is contacted.
+Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
+"""
+
+import errno
+import glob
+import http.client
+import http.server
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import mount_util as mu  # noqa: E402
+from test_s3 import BUCKET, READER, Fixture, files_of_record, read, stats  # noqa: E402
+
+TIMEOUT = 1.0   # -o http_timeout for these mounts
+DEADLINE = 2 * TIMEOUT  # one read's deadline (pcrfs(1))
+SLACK = 1.5     # FUSE, process start and scheduling on a loaded 2-core machine
+HOLD = 5.0      # a failed record is held as failing this long (pcrfs(1))
+
+
+M64 = (1 << 64) - 1
+P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                      0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+
+
+def xxh64(data):
+    """XXH64 with seed 0 (the xxHash specification), as pcrfs records a cached
+    index.db's content hash."""
+    def rotl(x, r):
+        return ((x << r) | (x >> (64 - r))) & M64
+
+    def rnd(acc, v):
+        return (rotl((acc + v * P2) & M64, 31) * P1) & M64
+
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(P1 + P2) & M64, P2, 0, (-P1) & M64]
+        while i + 32 <= n:
+            for k in range(4):
+                v[k] = rnd(v[k], int.from_bytes(data[i + 8 * k:i + 8 * k + 8], "little"))
+            i += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & M64
+        for k in range(4):
+            h = ((h ^ rnd(0, v[k])) * P1 + P4) & M64
+    else:
+        h = P5
+    h = (h + n) & M64
+    while i + 8 <= n:
+        h ^= rnd(0, int.from_bytes(data[i:i + 8], "little"))
+        h = (rotl(h, 27) * P1 + P4) & M64
+        i += 8
+    if i + 4 <= n:
+        h ^= (int.from_bytes(data[i:i + 4], "little") * P1) & M64
+        h = (rotl(h, 23) * P2 + P3) & M64
+        i += 4
+    while i < n:
+        h ^= (data[i] * P5) & M64
+        h = (rotl(h, 11) * P1) & M64
+        i += 1
+    h ^= h >> 33
+    h = (h * P2) & M64
+    h ^= h >> 29
+    h = (h * P3) & M64
+    return h ^ (h >> 32)
+
+
+def note(msg):
+    """A measured figure, on stderr (quoted in RELIABILITY.md)."""
+    sys.stderr.write("  [%s]\n" % msg)
+
+
+SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+            b'<Message>Please reduce your request rate.</Message></Error>')
+
+
+class Proxy:
+    """An HTTP proxy on 127.0.0.1 in front of s3rver; what it does to requests for
+    records/ is set by its attributes. Every handler ends within 60 s."""
+
+    def __init__(self, upstream_port):
+        self.upstream = upstream_port
+        self.lock = threading.Lock()
+        self.log = []          # (monotonic time, method, path, status)
+        self.storm_until = 0.0
+        self.retry_after = None
+        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize
+        self.corrupt_left = 0
+        self.release = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                proxy.handle(self, head=False)
+
+            def do_HEAD(self):
+                proxy.handle(self, head=True)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, prefix="ds"):
+        return "http://127.0.0.1:%d/%s/%s" % (self.port, BUCKET, prefix)
+
+    def note(self, req, status):
+        with self.lock:
+            self.log.append((time.monotonic(), req.command, req.path, status))
+
+    def handle(self, req, head):
+        rec = "/records/" in req.path
+        if rec and time.monotonic() < self.storm_until:
+            self.note(req, 503)
+            req.send_response(503)
+            req.send_header("Content-Type", "application/xml")
+            if self.retry_after is not None:
+                req.send_header("Retry-After", str(self.retry_after))
+            req.send_header("Content-Length", str(len(SLOWDOWN)))
+            req.end_headers()
+            if not head:
+                req.wfile.write(SLOWDOWN)
+            return
+        if rec and self.mode == "hang":
+            self.note(req, 0)
+            self.release.wait(60)
+            return
+        hdrs = {k: v for k, v in req.headers.items() if k.lower() in ("range", "if-match")}
+        if self.mode == "norange":
+            hdrs.pop("Range", None)
+            hdrs.pop("range", None)
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=30)
+            conn.request(req.command, req.path, headers=hdrs)
+            r = conn.getresponse()
+            data = r.read()
+            conn.close()
+        except OSError:
+            self.note(req, -1)
+            return  # the connection just closes: "connection lost"
+        self.note(req, r.status)
+        if (rec and self.mode == "corrupt" and self.corrupt_left and r.status == 206 and
+                len(data) > 65536):
+            self.corrupt_left -= 1
+            data = bytearray(data)
+            data[len(data) // 2] ^= 0x5A
+            data = bytes(data)
+        req.send_response(r.status)
+        for k, v in r.getheaders():
+            if head and k.lower() == "content-length" and rec and self.mode == "badsize":
+                v = str(int(v) + 1)  # a HEAD that disagrees with the index
+            if k.lower() in ("content-type", "content-range", "etag", "last-modified",
+                             "accept-ranges") or (head and k.lower() == "content-length"):
+                req.send_header(k, v)
+        if not head:
+            req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        if head:
+            return
+        try:
+            if rec and self.mode == "trickle":
+                end = time.monotonic() + 30
+                for i in range(0, len(data), 8):
+                    if self.release.is_set() or time.monotonic() > end:
+                        return
+                    req.wfile.write(data[i:i + 8])
+                    req.wfile.flush()
+                    time.sleep(0.25)
+            else:
+                req.wfile.write(data)
+        except OSError:
+            pass
+
+    def requests(self, pred=lambda e: True):
+        with self.lock:
+            return [e for e in self.log if pred(e)]
+
+    def reset(self):
+        with self.lock:
+            self.log.clear()
+        self.mode = "pass"
+        self.storm_until = 0.0
+        self.retry_after = None
+        self.release.set()
+        time.sleep(0.05)
+        self.release.clear()
+
+    def close(self):
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Robust(Fixture, unittest.TestCase):
+
+    @classmethod
+    def make(cls):
+        super().make()
+        cls.proxy = Proxy(cls.server.port)
+        cls.index = os.path.join(cls.store, "index.db")
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "proxy", None):
+            cls.proxy.close()
+        super().tearDownClass()
+
+    def setUp(self):
+        self.proxy.reset()
+
+    def mount_proxy(self, name, *extra):
+        opts = "%s,http_timeout=%g,http_retries=2" % (self.cache(name), TIMEOUT)
+        return self.mount(self.proxy.url(), name, "-o", opts, *extra)
+
+    def unmount_last(self):
+        m = self.mounts.pop()
+        self.assertEqual(m.unmount(), 0, m.stderr())
+
+    def reader(self, paths, pause=0.0, timeout=120):
+        """Read @paths in turn in a process of its own: [(ok, errno, secs, path)]."""
+        p = mu.run([mu.PYTHON, "-c", READER, str(pause)] + paths, check=0, timeout=timeout)
+        out = []
+        for line in p.stdout.decode().splitlines():
+            f = line.split(" ", 3)
+            if f[0] == "OK":
+                out.append((True, 0, float(f[1]), f[2]))
+            else:
+                out.append((False, int(f[1]), float(f[2]), f[3]))
+        self.assertEqual(len(out), len(paths), p.stderr.decode())
+        return out
+
+    def record_paths(self, mnt, view, record, n=None):
+        rels = sorted(files_of_record(self.index, record))[:n]
+        return [os.path.join(mnt, view, r) for r in rels]
+
+    def assert_right(self, mnt, view, paths):
+        for p in paths:
+            rel = os.path.relpath(p, os.path.join(mnt, view))
+            self.assertEqual(read(p), read(os.path.join(self.local, view, rel)), p)
+
+    def assert_back(self, mnt, view, paths):
+        """The server is right again: once the records' hold has passed, every file of
+        @paths reads right (within 40 s)."""
+        time.sleep(HOLD + 0.2)
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            res = self.reader(paths)
+            if all(r[0] for r in res):
+                break
+            time.sleep(1)
+        self.assertTrue(all(r[0] for r in res), res)
+        self.assert_right(mnt, view, paths)
+
+    def test_slowdown_storm(self):
+        mnt = self.mount_proxy("storm")
+        paths = self.record_paths(mnt, "scan5", 1) + self.record_paths(mnt, "scan5", 2)
+        self.proxy.retry_after = 1
+        start = time.monotonic()
+        self.proxy.storm_until = start + 2.5
+        res = self.reader(paths)
+        bad = [r for r in res if not r[0]]
+        note("storm: %d files, %d x 503, %d EIO, slowest read %.2f s, all in %.1f s" % (
+            len(res), len(self.proxy.requests(lambda e: e[3] == 503)), len(bad),
+            max(r[2] for r in res), time.monotonic() - start))
+        self.assertEqual(bad, [], "EIO during a SlowDown storm shorter than the budget")
+        self.assert_right(mnt, "scan5", paths)
+        slow = self.proxy.requests(lambda e: e[3] == 503)
+        self.assertTrue(slow, "the storm answered nothing")
+        # Retry-After: 1 honoured: the requests for one object are >= 0.9 s apart
+        by_path = {}
+        for t, _, path, status in self.proxy.requests(lambda e: "/records/" in e[2]):
+            by_path.setdefault(path, []).append((t, status))
+        gaps = [b[0] - a[0] for ts in by_path.values() for a, b in zip(ts, ts[1:])
+                if a[1] == 503]
+        self.assertTrue(gaps, by_path)
+        # (another thread's request for the same object may follow a 503 sooner)
+        waited = [g for g in gaps if g >= 0.9]
+        self.assertGreaterEqual(len(waited), 0.75 * len(gaps), by_path)
+        st = stats(mnt)["http"]
+        self.assertGreaterEqual(st["throttled"], len(slow) - 2)
+        self.assertGreaterEqual(st["concurrency_cuts"], 1, st)
+        self.assertGreater(st["backoff_ms"], 900)
+        self.assertEqual(st["errors"], 0)
+        self.unmount_last()
+
+    def test_jitter_per_process(self):
+        """Two daemons throttled alike (no Retry-After) retry at different times:
+        the jitter's generator is seeded per process."""
+        other = Proxy(self.server.port)
+        try:
+            seqs = []
+            for name, proxy in (("jit1", self.proxy), ("jit2", other)):
+                mnt = self.mount(proxy.url(), name, "-o", "%s,http_timeout=%g,http_retries=2"
+                                 % (self.cache(name), TIMEOUT))
+                paths = self.record_paths(mnt, "scan1", 1, 1)
+                start = time.monotonic()
+                proxy.storm_until = start + 2.0
+                res = self.reader(paths)
+                self.assertTrue(res[0][0], res)
+                ts = [e[0] for e in proxy.requests(lambda e: "/records/" in e[2])]
+                seqs.append([round(b - a, 3) for a, b in zip(ts, ts[1:])][:4])
+                self.unmount_last()
+            self.assertGreaterEqual(min(len(q) for q in seqs), 2, seqs)
+            n = min(len(q) for q in seqs)
+            same = sum(abs(a - b) < 0.01 for a, b in zip(seqs[0][:n], seqs[1][:n]))
+            note("jitter: gaps between one object's requests, two daemons: %s" % seqs)
+            self.assertLess(same, n, "both daemons retried at the same times: %s" % seqs)
+        finally:
+            other.close()
+
+    def test_norange_refused(self):
+        self.proxy.mode = "norange"
+        mnt = os.path.join(self.tmp, "norange")
+        os.makedirs(mnt)
+        p = mu.run([mu.program("PCRFS"), self.proxy.url(), mnt, "-o",
+                    self.cache("norange")], timeout=60)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("does not honour Range", err)
+        self.assertFalse(os.path.ismount(mnt))
+
+    def test_trickle_then_back(self):
+        mnt = self.mount_proxy("trickle")
+        paths = self.record_paths(mnt, "scan5", 2, 8)
+        self.proxy.mode = "trickle"
+        t0 = time.monotonic()
+        res = self.reader(paths)
+        took = time.monotonic() - t0
+        note("trickle: first file %.2f s, the other %d at most %.3f s, all %.2f s" % (
+            res[0][2], len(res) - 1, max(r[2] for r in res[1:]), took))
+        self.assertFalse(res[0][0], "the first file read from a trickling server")
+        for ok, e, secs, p in res:
+            self.assertFalse(ok, p)
+            self.assertEqual(e, errno.EIO, p)
+            self.assertLess(secs, DEADLINE + SLACK, p)
+        # the others failed at once: the record is held as failing
+        for ok, e, secs, p in res[1:]:
+            self.assertLess(secs, 0.5, p)
+        self.assertLess(took, DEADLINE + SLACK + 4)
+        self.assertGreaterEqual(stats(mnt)["http"]["held_fails"], len(paths) - 1)
+        # the server is right again: after the hold, every file reads right
+        self.proxy.reset()
+        self.assert_back(mnt, "scan5", paths)
+        self.unmount_last()
+
+    def test_stopped_server(self):
+        mnt = self.mount_proxy("stopped")
+        paths = (self.record_paths(mnt, "scan3", 1, 6) + self.record_paths(mnt, "scan3", 2, 6))
+        self.server.proc.send_signal(signal.SIGSTOP)
+        try:
+            res = self.reader(paths, timeout=90)
+        finally:
+            self.server.proc.send_signal(signal.SIGCONT)
+        note("stopped: %d reads, %d EIO, slowest %.2f s, sum %.2f s" % (
+            len(res), sum(not r[0] for r in res), max(r[2] for r in res),
+            sum(r[2] for r in res)))
+        for ok, e, secs, p in res:
+            self.assertFalse(ok, p)
+            self.assertLess(secs, DEADLINE + SLACK, "%s: %.2f s" % (p, secs))
+        self.assert_back(mnt, "scan3", paths)
+        self.unmount_last()
+
+    def test_head_disagrees_heals(self):
+        self.proxy.mode = "badsize"
+        mnt = self.mount_proxy("badsize")
+        paths = self.record_paths(mnt, "scan2", 2, 4)
+        res = self.reader(paths)
+        self.assertEqual([r[0] for r in res], [False] * len(paths), res)
+        self.proxy.reset()
+        self.assert_back(mnt, "scan2", paths)
+        self.assertIn("asked again", self.mounts[-1].stderr())
+        self.unmount_last()
+
+    def test_corrupt_prefix_heals(self):
+        self.proxy.mode = "corrupt"
+        self.proxy.corrupt_left = 1
+        mnt = self.mount_proxy("corrupt")
+        paths = self.record_paths(mnt, "full", 1)
+        res = self.reader(paths)
+        self.assertEqual(self.proxy.corrupt_left, 0, "no prefix fetch was corrupted")
+        self.assertEqual([r for r in res if not r[0]], [])
+        self.assert_right(mnt, "full", paths)
+        st = stats(mnt)["http"]
+        self.assertGreaterEqual(st["heals"], 1, st)
+        self.assertGreaterEqual(st["refetches"], 1, st)
+        self.unmount_last()
+
+    def refused(self, name, cache, want):
+        mnt = os.path.join(self.tmp, name)
+        os.makedirs(mnt, exist_ok=True)
+        p = mu.run([mu.program("PCRFS"), self.proxy.url(), mnt, "-o", "cache=" + cache],
+                   timeout=60)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn(want, err)
+        self.assertFalse(os.path.ismount(mnt))
+
+    def test_cache_poisoned(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (chown to another user)")
+        # another user's folder
+        other = os.path.join(self.tmp, "poison-other")
+        os.makedirs(other, mode=0o700)
+        os.chown(other, 65534, 65534)
+        self.refused("poison1", other, "owned by uid 65534")
+        # writable by others (a shared scratch directory used as the cache itself)
+        shared = os.path.join(self.tmp, "poison-shared")
+        os.makedirs(shared)
+        os.chmod(shared, 0o1777)
+        self.refused("poison2", shared, "writable by group or others")
+        # the store's folder planted as a symbolic link in our own cache directory
+        mine = os.path.join(self.tmp, "poison-link")
+        mnt = self.mount_proxy("poison-ok")
+        self.unmount_last()
+        good = os.path.join(self.tmp, "cache-poison-ok")
+        (folder,) = [d for d in os.listdir(good)]
+        os.makedirs(mine, mode=0o700)
+        os.symlink(os.path.join(good, folder), os.path.join(mine, folder))
+        self.refused("poison3", mine, "a symbolic link")
+        # a swapped index: two files' rows exchanged in the cached copy, same size
+        (copy,) = glob.glob(os.path.join(good, folder, "index-*.db"))
+        size = os.path.getsize(copy)
+        con = sqlite3.connect(copy)
+        a, b = con.execute("SELECT id FROM files WHERE record = 1 ORDER BY id LIMIT 2").fetchall()
+        na = con.execute("SELECT name FROM files WHERE id = ?", a).fetchone()[0]
+        nb = con.execute("SELECT name FROM files WHERE id = ?", b).fetchone()[0]
+        con.execute("UPDATE files SET name = ? WHERE id = ?", (b"\x00tmp", a[0]))
+        con.execute("UPDATE files SET name = ? WHERE id = ?", (na, b[0]))
+        con.execute("UPDATE files SET name = ? WHERE id = ?", (nb, a[0]))
+        con.commit()
+        con.close()
+        self.assertEqual(os.path.getsize(copy), size)
+        mnt = self.mount_proxy("poison-ok")
+        self.assertEqual(stats(mnt)["http"]["index_refetches"], 1)
+        paths = self.record_paths(mnt, "full", 1, 4)
+        self.assert_right(mnt, "full", paths)
+        self.unmount_last()
+        # a cached copy damaged on disk (garbage, same size): fetched again too
+        with open(copy, "r+b") as f:
+            f.seek(size // 2)
+            f.write(b"\xff" * 4096)
+        mnt = self.mount_proxy("poison-ok")
+        self.assertEqual(stats(mnt)["http"]["index_refetches"], 1)
+        self.assert_right(mnt, "full", paths)
+        self.unmount_last()
+        # garbage whose hash was recorded too (a copy damaged before it was hashed,
+        # or left by another program): it does not open as an index, so it is
+        # removed and fetched again
+        sum_file = copy[:-3] + ".sum"
+        with open(sum_file) as f:
+            self.assertEqual(f.read(), "%016x\n" % xxh64(read(copy)))  # the helper is right
+        with open(copy, "r+b") as f:
+            f.write(b"\xff" * 4096)  # over SQLite's header
+        with open(sum_file, "w") as f:
+            f.write("%016x\n" % xxh64(read(copy)))
+        mnt = self.mount_proxy("poison-ok")
+        self.assertEqual(stats(mnt)["http"]["index_refetches"], 1)
+        self.assertIn("does not validate", self.mounts[-1].stderr())
+        self.assert_right(mnt, "full", paths)
+        self.unmount_last()
+
+    def test_logfile_refused(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root (chown to another user)")
+        target = os.path.join(self.tmp, "victim")
+        with open(target, "w") as f:
+            f.write("x\n")
+        link = os.path.join(self.tmp, "log-link")
+        os.symlink(target, link)
+        theirs = os.path.join(self.tmp, "log-theirs")
+        with open(theirs, "w"):
+            pass
+        os.chown(theirs, 65534, 65534)
+        for log, want in ((link, "symbolic link"), (theirs, "owned by uid 65534")):
+            mnt = os.path.join(self.tmp, "logmnt")
+            os.makedirs(mnt, exist_ok=True)
+            p = mu.run([mu.program("PCRFS"), self.store, mnt, "-o", "logfile=" + log],
+                       timeout=60)
+            err = p.stderr.decode()
+            self.assertEqual(p.returncode, 1, err)
+            self.assertIn(want, err)
+            self.assertFalse(os.path.ismount(mnt))
+        with open(target) as f:
+            self.assertEqual(f.read(), "x\n")
+        self.assertEqual(os.path.getsize(theirs), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
