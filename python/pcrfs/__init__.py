@@ -42,9 +42,11 @@ import random
 import re
 import warnings
 
+from .store import ImageFolder, Store
+
 __all__ = ["RecordSampler", "find_mount", "info", "stats", "levels", "level", "set_level",
            "records", "file_id", "inode_parts", "pil_loader", "record_keys", "plan_epoch",
-           "rank_indices", "Autotuner"]
+           "rank_indices", "Autotuner", "Store", "ImageFolder"]
 
 _CTL = ".pcrfs"
 _INO_VIEW_SHIFT = 56
@@ -414,7 +416,9 @@ class _RecordSampler:
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         self.epoch = 0
         paths, why = _sample_paths(dataset)
-        keys = record_keys(paths)
+        # a dataset over a Store (pcrfs.ImageFolder) knows its records itself
+        keys = dataset.record_keys() if callable(getattr(dataset, "record_keys", None)) \
+            else record_keys(paths)
         groups, self.keys = {}, []
         for i, k in enumerate(keys):
             if k is None:
