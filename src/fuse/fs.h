@@ -161,7 +161,9 @@ extern const struct fuse_lowlevel_ops pcrfs_ops;
 int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st);
 /* tlsbuf.c: the calling thread's buffer, at least @size bytes. NULL: out of memory. */
 char *pcrfs_tls_buf(size_t size);
-/* Attributes of a directory with @nsubdirs subdirectories, of a file of @size bytes. */
+/* attr.c: attributes of a directory with @nsubdirs subdirectories, of a file of @size
+ * bytes (st_blksize PCRFS_BLKSIZE: ops.c says why). */
+#define PCRFS_BLKSIZE (1u << 20)
 void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs);
 void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size);
 /* tlsbuf.c: free the calling thread's buffer (libfuse's workers free theirs on exit; the

@@ -1,6 +1,6 @@
 /* pcrfs — dynamic/ (option level=K): the image tree at a level that a client
  * changes while it is in use (view.h; the FUSE driver's /.pcrfs/level and
- * user.pcrfs.level write it through pcr_views_set_level()).
+ * user.pcrfs.level write it through pcr_views_set_level(), views.c).
  *
  * An open file keeps the level it was opened at: its directory is number
  * PCR_VIEW_DYN and its files PCR_VIEW_DYN + K, K the level current when the name
@@ -92,6 +92,12 @@ static void dyn_stats(const struct pcr_view *v, struct pcr_json *b)
 }
 
 const struct pcr_view_desc pcr_view_dynamic = {
+    .help =
+    "    -o level=K             add dynamic/, serving level K (1..L or full) until\n"
+    "                           another is written to .pcrfs/level (echo 5 >\n"
+    "                           MNT/.pcrfs/level) or set with setfattr -n\n"
+    "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
+    "                           not \"ro\" (every other write still fails with EROFS)\n",
     .name = "dynamic",
     .opts = dyn_opts,
     .args_size = sizeof(struct dyn_args),
@@ -112,31 +118,20 @@ const struct pcr_view_desc pcr_view_dynamic = {
     .view_stats_json = dyn_stats,
 };
 
-bool pcr_views_dynamic(const struct pcr_views *vs)
+unsigned pcr_view_dyn_level(const void *state)
 {
-    return pcr_views_state(vs, &pcr_view_dynamic) != NULL;
+    const struct dyn *d = state;
+
+    return atomic_load_explicit(&d->level_now, memory_order_acquire);
 }
 
-unsigned pcr_views_level_now(const struct pcr_views *vs)
+void pcr_view_dyn_set(void *state, unsigned k, unsigned *old)
 {
-    const struct dyn *d = pcr_views_state(vs, &pcr_view_dynamic);
+    struct dyn *d = state;
+    unsigned was = atomic_exchange_explicit(&d->level_now, k, memory_order_acq_rel);
 
-    return d ? atomic_load_explicit(&d->level_now, memory_order_acquire) : 0;
-}
-
-int pcr_views_set_level(struct pcr_views *vs, unsigned k, unsigned *old)
-{
-    struct dyn *d = pcr_views_state(vs, &pcr_view_dynamic);
-    unsigned was;
-
-    if (!d)
-        return -ENOENT;
-    if (k < 1 || k > vs->levels)
-        return -EINVAL;
-    was = atomic_exchange_explicit(&d->level_now, k, memory_order_acq_rel);
     if (was != k)
         atomic_fetch_add_explicit(&d->switches, 1, memory_order_relaxed);
     if (old)
         *old = was;
-    return 0;
 }

@@ -332,6 +332,14 @@ static unsigned mix_count(const struct pcr_views *vs, const void *state)
 static const char *const mix_opts[] = {"mix", "mix_mean", "mix_seed", NULL};
 
 const struct pcr_view_desc pcr_view_mix = {
+    .help =
+    "    -o mix=LO-HI           add mix/: every open of a file serves a level drawn\n"
+    "                           from LO..HI (1..L or full) for that file and pass\n"
+    "                           (its n-th open), fixed while it is open\n"
+    "    -o mix_mean=M          draw with mean M (LO < M < HI; the distribution of\n"
+    "                           largest entropy) instead of uniformly\n"
+    "    -o mix_seed=N          the draws' seed (0..2^64-1, default 0): the same\n"
+    "                           seed, the same levels pass after pass\n",
     .name = "mix",
     .opts = mix_opts,
     .args_size = sizeof(struct mix_args),

@@ -142,7 +142,7 @@ static const char *skip_reason(struct refurb *rf, const struct pcr_file_info *fi
     return NULL;
 }
 
-static int scan(struct refurb *rf, char *err, size_t errlen)
+static int rf_scan(struct refurb *rf, char *err, size_t errlen)
 {
     struct pcr_json b;
     struct timespec t0, t1;
@@ -199,7 +199,7 @@ static int scan(struct refurb *rf, char *err, size_t errlen)
 
 /* The sample's JPEG bytes at the view's level, read through the store as any view
  * reads them (so -o bwlimit applies, and the level's reads are counted). */
-static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
+static int read_sample(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
 {
     struct refurb *rf = arg;
     const struct pcr_file *f;
@@ -272,7 +272,7 @@ static int refurb_setup_open(struct refurb *rf, const struct refurb_setup *set, 
         snprintf(err, errlen, "refurb: unusable options");
         return -EINVAL;
     }
-    rc = scan(rf, err, errlen);
+    rc = rf_scan(rf, err, errlen);
     if (rc)
         return rc;
     ppm = pcr_refurb_ppm_size(set->conf.size);
@@ -287,7 +287,7 @@ static int refurb_setup_open(struct refurb *rf, const struct refurb_setup *set, 
     o.conf = set->conf;
     o.cache_bytes = rf->set.cache_bytes;
     o.cache_dir = set->cache_dir;
-    rc = pcr_refurb_open(&o, load, rf, &probe);
+    rc = pcr_refurb_open(&o, read_sample, rf, &probe);
     if (rc) {
         snprintf(err, errlen, "refurb: %s%s%s", set->cache_dir ? "refurb_cache=" : "",
                  set->cache_dir ? set->cache_dir : "", set->cache_dir ? ": " : "");
@@ -311,7 +311,7 @@ static int refurb_start(void *state, char *err, size_t errlen)
     o.threads = rf->set.threads;
     o.cache_bytes = rf->set.cache_bytes;
     o.cache_dir = rf->set.cache_dir;
-    rc = pcr_refurb_open(&o, load, rf, &rf->ctx);
+    rc = pcr_refurb_open(&o, read_sample, rf, &rf->ctx);
     if (rc == -EAGAIN) /* pthread_create(): RLIMIT_NPROC or a cgroup's pids.max */
         snprintf(err, errlen,
                  "refurb: cannot start %u worker threads: %s (the process limit: ulimit -u, "
@@ -508,7 +508,7 @@ static void refurb_args_free(void *args)
 
 /* ---- the view's handlers (view.h) ----------------------------------------------------- */
 
-static bool served(const struct refurb *rf, uint64_t id, uint64_t *sample)
+static bool rf_served(const struct refurb *rf, uint64_t id, uint64_t *sample)
 {
     if (id < 1 || id > rf->nfiles || !rf->sample_of[id])
         return false;
@@ -530,7 +530,7 @@ static int rf_lookup(const struct pcr_view *v, uint64_t dir, const char *name, s
         memcpy(base, name, n - sl);
         base[n - sl] = '\0';
         rc = pcr_store_lookup(v->store, dir, base, out);
-        if (rc == 0 && !out->is_dir && served(rf, out->id, NULL))
+        if (rc == 0 && !out->is_dir && rf_served(rf, out->id, NULL))
             return 0;
         if (rc && rc != -ENOENT)
             return rc;
@@ -553,7 +553,7 @@ static int rf_readdir(const struct pcr_view *v, uint64_t dir, uint64_t *pos, str
             return rc;
         if (out->node.is_dir)
             return 0;
-        if (served(rf, out->node.id, NULL))
+        if (rf_served(rf, out->node.id, NULL))
             break;
     }
     snprintf(namebuf, namelen, "%s" PPM_SUFFIX, out->name); /* fits: skip_reason() */
@@ -585,7 +585,7 @@ static int rf_open(const struct pcr_view *v, const struct pcr_file *f, void **st
 
     *state = NULL;
     pcr_file_info(f, &fi);
-    if (!served(rf, fi.id, &sample))
+    if (!rf_served(rf, fi.id, &sample))
         return -ENOENT;
     h = calloc(1, sizeof(*h));
     if (!h)
@@ -688,7 +688,7 @@ static int rf_getxattr(const struct pcr_view *v, uint64_t id, const char *name, 
     uint64_t sample, nopen, phase;
     bool next;
 
-    if (!served(rf, id, &sample))
+    if (!rf_served(rf, id, &sample))
         return -ENOSYS;
     next = strcmp(name, REFURB_XATTR_NEXT) == 0;
     if (!next && strcmp(name, REFURB_XATTR) != 0)
@@ -706,7 +706,7 @@ static int rf_listxattr(const struct pcr_view *v, uint64_t id, const char **list
 {
     static const char names[] = REFURB_XATTR "\0" REFURB_XATTR_NEXT; /* + its NUL */
 
-    if (!served(v->state, id, NULL))
+    if (!rf_served(v->state, id, NULL))
         return -ENOSYS;
     *list = names;
     *len = sizeof(names);
@@ -741,7 +741,7 @@ static void rf_info_json(const void *state, struct pcr_json *b)
                     pcr_refurb_ppm_size(c->size), rf->n, rf->nskipped, rf->scan_s);
 }
 
-static uint64_t ld(const atomic_uint_fast64_t *c)
+static uint64_t ctr_load(const atomic_uint_fast64_t *c)
 {
     return atomic_load_explicit(c, memory_order_relaxed);
 }
@@ -756,7 +756,7 @@ static void rf_stats_json(const struct pcr_view *v, struct pcr_json *b)
     memset(&st, 0, sizeof(st));
     if (rf->ctx)
         pcr_refurb_get_stats(rf->ctx, &st);
-    opens = ld(&rf->opens);
+    opens = ctr_load(&rf->opens);
     /* passes: whole passes' worth of opens (a pass opens each of the N files once) */
     pcr_json_printf(
         b,
@@ -766,9 +766,9 @@ static void rf_stats_json(const struct pcr_view *v, struct pcr_json *b)
         ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"evicted\": %" PRIu64
         ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64 ", \"cached\": %" PRIu64
         ", \"scheduled\": %" PRIu64 ", \"schedule_refused\": %" PRIu64 "}",
-        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ld(&c->reads), ld(&c->bytes),
-        ld(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
-        st.dropped, st.queued, st.cached, ld(&rf->scheduled), ld(&rf->refused));
+        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ctr_load(&c->reads), ctr_load(&c->bytes),
+        ctr_load(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
+        st.dropped, st.queued, st.cached, ctr_load(&rf->scheduled), ctr_load(&rf->refused));
 }
 
 static int rf_ctl_data(const void *state, const char **data, size_t *len)
@@ -801,6 +801,25 @@ static const char *const rf_opts[] = {
 static const char *const rf_path_opts[] = {"refurb_cache", NULL};
 
 const struct pcr_view_desc pcr_view_refurb = {
+    .help =
+    "\n"
+    "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
+    "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
+    "stays the same for R consecutive opens of the file, then changes:\n"
+    "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
+    "    -o refurb_size=S       output side in pixels (default 224)\n"
+    "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
+    "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
+    "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
+    "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
+    "    -o refurb_seed=N       the run's seed (0..2^64-1, default 0)\n"
+    "    -o refurb_threads=N    workers preparing the next pass (0..256; default: the\n"
+    "                           number of CPUs; 0: only on demand)\n"
+    "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
+    "                           DIR (default: in RAM)\n"
+    "    -o refurb_cache_size=SIZE  bound on prepared bytes (1..1000000G, suffix\n"
+    "                           k/K, M, G; default: one crop of every file, at\n"
+    "                           most 1/4 of RAM or 1/2 of DIR's free space)\n",
     .name = "refurb",
     .opts = rf_opts,
     .path_opts = rf_path_opts,

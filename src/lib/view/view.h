@@ -103,6 +103,7 @@ struct pcr_view_desc {
     /* options whose value is a path (a daemon that changes directory makes them
      * absolute before it hands them on), NULL-ended or NULL */
     const char *const *path_opts;
+    const char *help; /* its lines of a daemon's --help, or NULL */
     size_t args_size;          /* its parsed options' struct, zeroed at first */
     enum pcr_view_level_rule level_rule;
     enum pcr_view_tree tree;
@@ -225,7 +226,7 @@ ssize_t pcr_view_read(const struct pcr_view *v, const struct pcr_file *f, void *
                       size_t size, uint64_t off);
 void pcr_view_close(const struct pcr_view *v, void *state);
 
-/* A level named by @s (@len bytes: "1".."L" or "full") of a store of @levels.
+/* A level named by @s (@len bytes: "1".."L" or "full") of a store of @levels (base.c).
  * @return the level, or 0 if @s is not one. */
 unsigned pcr_view_parse_level(unsigned levels, const char *s, size_t len);
 
@@ -248,13 +249,18 @@ bool pcr_views_have_xattrs(const struct pcr_views *vs);
 int pcr_views_ctl(const struct pcr_views *vs, unsigned pos, const char **name, const char **data,
                   size_t *len);
 
-/* dynamic/ (dynamic.c): is it on, its level now, switches so far, and set it.
+/* dynamic.c: the level in its state, and set it (*@old: the one before). */
+unsigned pcr_view_dyn_level(const void *state);
+void pcr_view_dyn_set(void *state, unsigned k, unsigned *old);
+
+/* dynamic/ (views.c): is it on, its level now, and set it.
  * @return set: 0 or -EINVAL (not a level; -ENOENT no dynamic/). */
 bool pcr_views_dynamic(const struct pcr_views *vs);
 unsigned pcr_views_level_now(const struct pcr_views *vs);
 int pcr_views_set_level(struct pcr_views *vs, unsigned k, unsigned *old);
 
-/* The store's own file handlers, for modules that change only some. */
+/* The store's own file handlers (base.c), for modules that change only some. */
+extern const struct pcr_view_file_ops pcr_view_store_ops;
 int pcr_view_store_lookup(const struct pcr_view *v, uint64_t dir, const char *name,
                           struct pcr_node *out);
 int pcr_view_store_readdir(const struct pcr_view *v, uint64_t dir, uint64_t *pos,

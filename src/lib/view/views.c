@@ -84,62 +84,6 @@ void pcr_views_args_free(struct pcr_views_args *a)
     }
 }
 
-/* ---- the store's own file handlers ---------------------------------------------------- */
-
-int pcr_view_store_lookup(const struct pcr_view *v, uint64_t dir, const char *name,
-                          struct pcr_node *out)
-{
-    return pcr_store_lookup(v->store, dir, name, out);
-}
-
-int pcr_view_store_readdir(const struct pcr_view *v, uint64_t dir, uint64_t *pos,
-                           struct pcr_dirent *out, char *namebuf, size_t namelen)
-{
-    (void)namebuf, (void)namelen;
-    return pcr_store_readdir(v->store, dir, *pos, out);
-}
-
-/* Exact, from the index, without touching record data. */
-int64_t pcr_view_store_size(const struct pcr_view *v, const struct pcr_file *f)
-{
-    return (int64_t)pcr_file_size(f, v->level);
-}
-
-/* The level is the view's: for dynamic/ the one its number names, held by this
- * handle until it is closed. A token file is decoded here, whole (about 2 kB). */
-int pcr_view_store_open(const struct pcr_view *v, const struct pcr_file *f, void **state)
-{
-    struct pcr_handle *h = NULL;
-    int rc = pcr_handle_open(v->store, f, v->level, &h);
-
-    *state = h;
-    return rc;
-}
-
-/* With an open, the handle; without, (store, file, level) -> pcr_store_pread(), no
- * allocation. */
-ssize_t pcr_view_store_read(const struct pcr_view *v, const struct pcr_file *f, void *state,
-                            char *buf, size_t size, uint64_t off)
-{
-    if (state)
-        return pcr_handle_read(state, buf, size, off);
-    return pcr_store_pread(v->store, f, v->level, buf, size, off);
-}
-
-void pcr_view_store_close(void *state)
-{
-    pcr_handle_close(state);
-}
-
-static const struct pcr_view_file_ops store_ops = {
-    .lookup = pcr_view_store_lookup,
-    .readdir = pcr_view_store_readdir,
-    .size = pcr_view_store_size,
-    .open = pcr_view_store_open,
-    .read = pcr_view_store_read,
-    .close = pcr_view_store_close,
-};
-
 /* ---- the layout ------------------------------------------------------------------------ */
 
 static bool ops_complete(const struct pcr_view_file_ops *o)
@@ -163,7 +107,7 @@ static int claim(struct pcr_views *vs, unsigned no, const struct pcr_view_desc *
     v = &vs->vtab[no];
     v->vs = vs;
     v->desc = d;
-    v->ops = d->ops ? d->ops : &store_ops;
+    v->ops = d->ops ? d->ops : &pcr_view_store_ops;
     v->state = state;
     v->store = d->tree == PCR_TREE_TOKENS ? vs->tokstore : vs->store;
     v->level = level;
@@ -376,23 +320,6 @@ void pcr_view_close(const struct pcr_view *v, void *state)
         v->ops->close(state);
 }
 
-unsigned pcr_view_parse_level(unsigned levels, const char *s, size_t len)
-{
-    unsigned k = 0;
-    size_t i;
-
-    if (len == 4 && memcmp(s, "full", 4) == 0)
-        return levels;
-    if (len == 0 || len > 3)
-        return 0; /* 3 digits hold any level (PCR_MAX_LEVELS) and stop overflow */
-    for (i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        k = k * 10 + (unsigned)(s[i] - '0');
-    }
-    return k >= 1 && k <= levels ? k : 0;
-}
-
 int pcr_view_getxattr(const struct pcr_view *v, uint64_t id, const char *name, char *buf,
                       size_t len, size_t *outlen)
 {
@@ -434,6 +361,32 @@ int pcr_views_ctl(const struct pcr_views *vs, unsigned pos, const char **name, c
         }
     }
     return -ENOENT;
+}
+
+/* ---- dynamic/'s level (dynamic.c keeps it) ---------------------------------------------- */
+
+bool pcr_views_dynamic(const struct pcr_views *vs)
+{
+    return pcr_views_state(vs, &pcr_view_dynamic) != NULL;
+}
+
+unsigned pcr_views_level_now(const struct pcr_views *vs)
+{
+    const void *d = pcr_views_state(vs, &pcr_view_dynamic);
+
+    return d ? pcr_view_dyn_level(d) : 0;
+}
+
+int pcr_views_set_level(struct pcr_views *vs, unsigned k, unsigned *old)
+{
+    void *d = pcr_views_state(vs, &pcr_view_dynamic);
+
+    if (!d)
+        return -ENOENT;
+    if (k < 1 || k > vs->levels)
+        return -EINVAL;
+    pcr_view_dyn_set(d, k, old);
+    return 0;
 }
 
 /* ---- the info and stats JSON ---------------------------------------------------------
