@@ -547,15 +547,16 @@ int main(int argc, char *argv[])
 
     /* "ro": the kernel then refuses every write itself (EROFS, no round trip), mount
      * and statvfs(2) say read-only so cp -a, rsync and tar do not try, and the write
-     * handlers in ops.c are only a second line for "-o rw".
+     * handlers (writes.c) are only a second line for "-o rw".
      * "default_permissions": the kernel checks the modes we report (0444 files,
      * 0555 directories) itself; without it FUSE grants every access that reaches the
      * daemon and the daemon would have to check permissions on every request. */
-    /* With -o level=K (the dynamic view: a view whose control file is written), neither: "ro" would make the kernel refuse
-     * the write to /.pcrfs/level before the daemon sees it, and with
+    /* With -o level=K (dynamic/: a view whose control file is written), neither: "ro"
+     * would make the kernel refuse the write to /.pcrfs/level before the daemon sees
+     * it, and with
      * default_permissions the kernel would answer other users' writes with EACCES;
      * without them every write reaches the daemon, which refuses it with EROFS
-     * (ops.c) except the level change, and answers access(2). */
+     * (writes.c) except the level change, and answers access(2) (writes.c). */
     want_write = pcr_views_args_want_write(&cli.views);
     if (!want_write && !cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
         goto out_conn;

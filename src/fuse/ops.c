@@ -57,7 +57,7 @@
  * Such a mount is not read-only (the kernel would refuse the control write itself),
  * and not default_permissions (the kernel would answer EACCES, not EROFS, to writes
  * by other users than root): every other write reaches the daemon and fails with
- * EROFS here, access(2) is answered by op_access, and only the mounting user (or
+ * EROFS (writes.c), access(2) is answered by pcrfs_op_access (writes.c), and only the mounting user (or
  * root) may change the level.
  */
 #include <errno.h>
