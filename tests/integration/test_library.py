@@ -8,6 +8,7 @@ What each test asserts, and would be false if the feature broke:
   sizes and the same bytes (first open of each file);
 - pcrfs.ImageFolder(store) as user nobody, in a mount namespace where /dev/fuse is
   /dev/null, yields every sample with torchvision's classes and targets;
+- one Store read by 4 threads at once gives every file's bytes;
 - a DataLoader with 2 workers (fork and spawn) over it and RecordSampler yields every
   sample once, grouped by the store's records;
 - a C program compiled with `pkg-config --cflags --libs pcrfs` against an installed
@@ -129,6 +130,16 @@ class LibraryTest(unittest.TestCase):
         self.assertIn("mix", str(e.exception))
         with self.assertRaises(OSError):
             pcrfs.Store(self.store, no_such_option=1)
+
+    def test_threads(self):
+        """One Store read by 4 threads at once: every file's bytes as read alone."""
+        from concurrent.futures import ThreadPoolExecutor
+        with pcrfs.Store(self.store) as st:
+            paths = [p for p, isdir, _ in walk_store(st) if not isdir]
+            want = {p: st.read(p) for p in paths}
+            with ThreadPoolExecutor(4) as ex:
+                got = list(ex.map(st.read, paths * 8))
+            self.assertEqual(got, [want[p] for p in paths * 8])
 
     def test_unprivileged_no_fuse(self):
         code = (
