@@ -23,11 +23,33 @@ class _Stat(ctypes.Structure):
                 ("is_dir", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
 
 
+def _candidates():
+    """$PCRFS_LIB, else the soname (the loader's search), else beside this module's
+    install: PREFIX/lib/python3.X/dist-packages/pcrfs -> PREFIX/lib/<multiarch>/ (a
+    /usr/local install before ldconfig has run)."""
+    if os.environ.get("PCRFS_LIB"):
+        return [os.environ["PCRFS_LIB"]]
+    import sysconfig
+    prefix = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
+    arch = sysconfig.get_config_var("MULTIARCH") or ""
+    return ["libpcrfs.so.0"] + [os.path.join(prefix, d, "libpcrfs.so.0")
+                                for d in (os.path.join("lib", arch), "lib64", "lib") if d]
+
+
 def _load():
     global _lib
     if _lib is not None:
         return _lib
-    lib = ctypes.CDLL(os.environ.get("PCRFS_LIB") or "libpcrfs.so.0")
+    err = None
+    for cand in _candidates():
+        try:
+            lib = ctypes.CDLL(cand)
+            break
+        except OSError as e:
+            err = err or e
+    else:
+        raise OSError("pcrfs: cannot load libpcrfs.so.0 (set PCRFS_LIB to its path): %s"
+                      % err)
     c_p, c_char_p, u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64
     lib.pcrfs_open.argtypes = [c_char_p, ctypes.POINTER(c_char_p), ctypes.POINTER(c_p)]
     lib.pcrfs_close.argtypes = [c_p]

@@ -13,7 +13,8 @@ What each test asserts, and would be false if the feature broke:
   sample once, grouped by the store's records;
 - a C program compiled with `pkg-config --cflags --libs pcrfs` against an installed
   tree lists and reads the store; the install carries only the umbrella header and a
-  library that exports pcrfs_* alone.
+  library that exports pcrfs_* alone; the installed Python module finds the installed
+  library without PCRFS_LIB.
 """
 
 import json
@@ -228,6 +229,18 @@ class LibraryTest(unittest.TestCase):
             first = st.listdir("full/" + cls)[0]
             n = len(st.read("full/%s/%s" % (cls, first)))
         self.assertEqual(out, [cls, first, str(n)])
+        # the installed module finds the installed library by itself (no PCRFS_LIB)
+        pkgs = [d for d, _, fs in os.walk(dest) if d.endswith(os.path.join("pcrfs"))
+                and "store.py" in fs]
+        self.assertEqual(len(pkgs), 1, pkgs)
+        env = {k: v for k, v in os.environ.items() if k != "PCRFS_LIB"}
+        env["PYTHONPATH"] = os.path.dirname(pkgs[0])
+        p = mu.run(["/usr/bin/python3", "-c", "import pcrfs; s = pcrfs.Store(%r); "
+                    "print(pcrfs.__file__, s.listdir('full')[0])" % self.store],
+                   check=0, env=env)
+        where, got = p.stdout.decode().split()
+        self.assertTrue(where.startswith(dest), where)
+        self.assertEqual(got, cls)
 
 
 C_PROGRAM = r"""
