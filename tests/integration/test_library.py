@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -186,6 +187,14 @@ class LibraryTest(unittest.TestCase):
             seen = [recs[i] for i in order]
             runs = [r for k, r in enumerate(seen) if k == 0 or seen[k - 1] != r]
             self.assertEqual(len(runs), len(set(seen)), ctx)
+        # a random_split Subset of it groups by the store's records too
+        sub = torch.utils.data.random_split(ds, [9, len(ds) - 9],
+                                            generator=torch.Generator().manual_seed(1))[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "each sample is its own record" would fail
+            s2 = pcrfs.RecordSampler(sub, window=1, shuffle=False)
+        self.assertEqual(sorted(list(s2)), list(range(9)))
+        self.assertEqual(len(s2.records), len({recs[i] for i in sub.indices}))
         st.close()
 
     def test_c_program_pkgconfig(self):
