@@ -272,7 +272,7 @@ struct pcr_tokshard_hdr {
 
 /* Decode a shard header from its PCR_TOKSHARD_HEADER bytes (untrusted; no I/O, so a
  * reader that has the bytes already, such as the store's record cache, checks them
- * the same way as pcr_tokshard_open()). *out is filled whenever the magic matches.
+ * with it: src/lib/store/read.c, the one reader of shards). *out is filled whenever the magic matches.
  * @return 0; -EINVAL not a token shard (bad magic); -ENOTSUP another version. The
  *         caller checks count, model_id and blob_bytes against what it expects. */
 int pcr_tokshard_hdr_decode(const uint8_t hdr[PCR_TOKSHARD_HEADER], struct pcr_tokshard_hdr *out);
@@ -280,7 +280,6 @@ int pcr_tokshard_hdr_decode(const uint8_t hdr[PCR_TOKSHARD_HEADER], struct pcr_t
 void pcr_tokshard_hdr_encode(const struct pcr_tokshard_hdr *h, uint8_t out[PCR_TOKSHARD_HEADER]);
 
 struct pcr_tokshard_writer;
-struct pcr_tokshard;
 
 /* Create @path (must not exist). @return 0; -errno of open (message in @err). */
 int pcr_tokshard_create(const char *path, uint64_t model_id, struct pcr_tokshard_writer **out,
@@ -295,16 +294,6 @@ int pcr_tokshard_finish(struct pcr_tokshard_writer *w, char *err, size_t errlen)
 /* Close, remove the file, free @w. */
 void pcr_tokshard_abort(struct pcr_tokshard_writer *w);
 
-/* Open a shard and validate its header against the file size and @model_id.
- * @return 0; -ENOENT/-errno of open; -EINVAL not a shard or a size mismatch
- *         (truncated); -ENOTSUP other version; -ESTALE encoded with another model. */
-int pcr_tokshard_open(const char *path, uint64_t model_id, struct pcr_tokshard **out, char *err,
-                      size_t errlen);
-uint32_t pcr_tokshard_count(const struct pcr_tokshard *s);
-/* Read the blob at [@off, @off + @len) (values from the index: untrusted).
- * @return 0; -EIO out of the blob area (logged) or a short/failed pread. */
-int pcr_tokshard_read(const struct pcr_tokshard *s, uint64_t off, uint32_t len, void *buf);
-void pcr_tokshard_close(struct pcr_tokshard *s);
 
 /* ===== SeiT release format ==================================================== */
 

@@ -42,9 +42,11 @@ import random
 import re
 import warnings
 
+from .store import ImageFolder, Store
+
 __all__ = ["RecordSampler", "find_mount", "info", "stats", "levels", "level", "set_level",
            "records", "file_id", "inode_parts", "pil_loader", "record_keys", "plan_epoch",
-           "rank_indices", "Autotuner"]
+           "rank_indices", "Autotuner", "Store", "ImageFolder"]
 
 _CTL = ".pcrfs"
 _INO_VIEW_SHIFT = 56
@@ -288,6 +290,27 @@ def record_keys(paths):
     return out
 
 
+def _own_record_keys(dataset):
+    """The record keys a dataset over a Store (pcrfs.ImageFolder: record_keys()) gives
+    itself, through Subset and ConcatDataset; None when no part of it does. Parts that
+    do not are looked up on their mounts (record_keys())."""
+    own = getattr(dataset, "record_keys", None)
+    if callable(own):
+        return own()
+    if hasattr(dataset, "dataset") and hasattr(dataset, "indices"):
+        inner = _own_record_keys(dataset.dataset)
+        return None if inner is None else [inner[int(i)] for i in dataset.indices]
+    if hasattr(dataset, "datasets"):
+        parts = [_own_record_keys(d) for d in dataset.datasets]
+        if all(p is None for p in parts):
+            return None
+        out = []
+        for d, p in zip(dataset.datasets, parts):
+            out.extend(p if p is not None else record_keys(_sample_paths(d)[0]))
+        return out
+    return None
+
+
 def _record_of_paths(paths):
     """{path: record number or None}: record_keys() without the mount (one mount)."""
     return {p: (k[1] if k else None) for p, k in zip(paths, record_keys(paths))}
@@ -414,7 +437,9 @@ class _RecordSampler:
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         self.epoch = 0
         paths, why = _sample_paths(dataset)
-        keys = record_keys(paths)
+        keys = _own_record_keys(dataset)
+        if keys is None:
+            keys = record_keys(paths)
         groups, self.keys = {}, []
         for i, k in enumerate(keys):
             if k is None:

@@ -1,11 +1,11 @@
 /* pcrfs — the FUSE driver's shared state (not installed).
  *
- * main.c parses the command line, opens the store and runs the session; ops.c holds
- * the low-level handlers; views.c the table of views (views.h); pcrfsdir.c the
- * daemon's own nodes (the root's .pcrfs and its files); control.c renders the
- * /.pcrfs files' JSON. Everything below is written once before the session starts
- * and only read afterwards, except the per-view counters (relaxed atomics), the
- * dynamic level, mix/'s passes, and what the locks named below guard.
+ * main.c parses the command line, opens the store and its views (the library's
+ * src/lib/view/view.h) and runs the session; ops.c holds the low-level handlers;
+ * pcrfsdir.c the daemon's own nodes (the root's .pcrfs and its files); control.c
+ * the /.pcrfs files' JSON around the library's. Everything below is written once
+ * before the session starts and only read afterwards, except what the views keep
+ * (counters, the dynamic level, mix/'s passes) and what the locks named below guard.
  */
 #ifndef PCRFS_FUSE_FS_H
 #define PCRFS_FUSE_FS_H
@@ -20,15 +20,9 @@
 #include <sys/types.h>
 #include <fuse_lowlevel.h>
 
+#include "inode.h"
 #include "pcrfs/store.h"
-#include "views.h"
-#include "refurbview.h"
-#include "mixview.h"
-
-/* Counter slots: [1..L] scanK, [L+1] full, [L+2] dynamic (views.c's rows say which
- * view counts where; control.c prints them). */
-#define PCRFS_MAX_QVIEWS 8 /* qNN/ views (VIEW_Q .. VIEW_Q + 7) */
-#define PCRFS_MAX_VIEWS (PCR_MAX_LEVELS + 3)
+#include "view/view.h"
 
 /* A snapshot of /.pcrfs/stats, taken when the name was looked up and kept while the
  * kernel holds its node, or until PCRFS_MAX_SNAPS newer ones have been taken
@@ -58,7 +52,7 @@ struct level_write {
  * pcrfs.open_files; see ops.c. */
 struct open_file {
     struct open_file *prev, *next; /* under pcrfs.open_lock */
-    const struct view *v;          /* NULL for /.pcrfs/level */
+    const struct pcr_view *v;      /* NULL for /.pcrfs/level */
     void *state;                   /* v->ops->open()'s */
     struct level_write *lw;        /* /.pcrfs/level open for writing; open_lock */
 };
@@ -91,27 +85,7 @@ struct pcrfs {
     const char *mountpoint; /* absolute */
     char *info;                            /* /.pcrfs/info, rendered once */
     size_t info_len;
-    /* The dynamic view (-o level=K; see ops.c). dynamic is written once at mount;
-     * level_now is the level dynamic/ serves to new lookups, changed by a write to
-     * /.pcrfs/level or setxattr user.pcrfs.level; switches counts the changes. */
-    bool dynamic;
-    atomic_uint level_now;
-    atomic_uint_fast64_t switches;
-    struct view_counters views[PCRFS_MAX_VIEWS]; /* [1..L+1], [L+2] dynamic; [0] unused */
-    struct view_counters tok_view;               /* tokens/ (VIEW_TOKENS) */
-    /* The per-image quality views q90/ q95/ q99/ (-o quality=LIST; by default when
-     * the store has a quality table): each serves every image at the lowest level
-     * whose MS-SSIM reaches its threshold (views.c). */
-    double qthresh[PCRFS_MAX_QVIEWS];
-    unsigned nq;
-    struct view_counters qviews[PCRFS_MAX_QVIEWS];
-    struct mix *mix;                             /* mix/ (-o mix=LO-HI), or NULL */
-    struct view_counters mix_view;               /* its counters (VIEW_MIX + K) */
-    struct refurb *refurb;                       /* refurb/ (-o refurb=R), or NULL */
-    struct view_counters refurb_view;            /* its counters (VIEW_REFURB) */
-    struct view vtab[PCRFS_VIEW_NUMBERS];        /* by inode view number (views.c) */
-    const struct view *root[VIEWS_ROOT_MAX];     /* the root's view directories, in order */
-    unsigned nroot;
+    struct pcr_views *views; /* the root's view directories (the library's) */
     pthread_mutex_t open_lock;                   /* guards open_files */
     struct open_file open_files;                 /* list head (ops.c) */
     /* /.pcrfs/records, rendered on first use (one pass over the index's file table)
@@ -136,18 +110,13 @@ void pcrfs_help(void);
 
 /* Render /.pcrfs/info into fs->info. @return 0 or -ENOMEM. */
 int pcrfs_info_render(struct pcrfs *fs);
-/* Render a snapshot of /.pcrfs/stats into a malloc()ed buffer.
- * @return 0 and *out / *len; -ENOMEM. */
+/* Render /.pcrfs/stats now into a malloc()ed buffer. @return 0 or -ENOMEM. */
 int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len);
-/* Parse a level as -o level=, /.pcrfs/level and user.pcrfs.level take it: exactly
- * "K" (1..L, decimal, at most 3 digits, no sign, no white space) or "full"; the
- * control file and the attribute strip one trailing newline first (pcrfsdir.c).
- * @return the level, or 0 if @s is not one. */
-unsigned pcrfs_parse_level(const struct pcrfs *fs, const char *s, size_t len);
 
-static inline unsigned pcrfs_level_now(const struct pcrfs *fs)
+/* The view of node @p, or NULL if @p is not a node of a store view. */
+static inline const struct pcr_view *view_of(const struct pcrfs *fs, struct ino_parts p)
 {
-    return atomic_load_explicit(&fs->level_now, memory_order_acquire);
+    return pcr_views_get(fs->views, p.view, p.is_file);
 }
 
 static inline void pcrfs_count(atomic_uint_fast64_t *c, uint64_t n)
@@ -192,7 +161,9 @@ extern const struct fuse_lowlevel_ops pcrfs_ops;
 int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st);
 /* tlsbuf.c: the calling thread's buffer, at least @size bytes. NULL: out of memory. */
 char *pcrfs_tls_buf(size_t size);
-/* Attributes of a directory with @nsubdirs subdirectories, of a file of @size bytes. */
+/* attr.c: attributes of a directory with @nsubdirs subdirectories, of a file of @size
+ * bytes (st_blksize PCRFS_BLKSIZE: ops.c says why). */
+#define PCRFS_BLKSIZE (1u << 20)
 void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs);
 void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size);
 /* tlsbuf.c: free the calling thread's buffer (libfuse's workers free theirs on exit; the

@@ -10,8 +10,8 @@
  *
  *   view 0        the daemon's own namespace (pcrfsdir.c): directory 1 is the mount
  *                 root (so the root is exactly FUSE_ROOT_ID = 1), directory 2 is
- *                 /.pcrfs; files 1 to 6 are its info, stats, level, codebook.npy,
- *                 records and refurb_skipped;
+ *                 /.pcrfs; files 1 to 5 are its info, stats, level, codebook.npy
+ *                 and records, 6 on the views' control files (refurb_skipped);
  *   view 1..L     scan1/ .. scanL/ (L = pcr_store_levels() <= PCR_MAX_LEVELS = 64),
  *                 serving level K = view;
  *   view L+1      full/, serving level L: the same bytes as scanL/ but its own
@@ -28,16 +28,16 @@
  *                 own, hence a view of its own; a fixed number (below dynamic/'s
  *                 range, above any L+1) keeps its inodes the same whatever L is;
  *   view 0x7E     refurb/ (-o refurb=R): the image tree's ids, its own number for
- *                 the same reason (refurbview.c);
+ *                 the same reason (src/lib/view/refurb.c);
  *   view 0xC1     mix/ (-o mix=LO-HI): its directories; view 0xC1+K its files as
  *                 served at level K (K <= 62: past dynamic/'s last number 0x80+64,
- *                 so the two never collide; mixview.c).
+ *                 so the two never collide; src/lib/view/mix.c).
  *
- * Which view owns which numbers is said once, by the rows of the table of views
- * (views.c: each row's ino_view, and LEVEL_CURRENT for dynamic/'s V + K). At mount,
- * pcrfs_views_init() lays the rows out into fs->vtab, one entry per view number
- * (the store tree, level, counters and handlers of that number, and whether its
- * directories, files or both are valid), and refuses a table in which two rows
+ * Which view owns which numbers is said once, by the descriptors of the library's
+ * views (src/lib/view/: each one's number, and PCR_LEVEL_CURRENT for dynamic/'s
+ * V + K). At mount, pcr_views_open() lays them out, one entry per view number (the
+ * store tree, level, counters and handlers of that number, and whether its
+ * directories, files or both are valid), and refuses a table in which two views
  * claim one number. Decoding an inode is then ino_split() and one index, view_of():
  * still no table of inodes, only a table of at most 256 views. A new view takes a
  * number no row can use whatever L is (66..0x7D: above the largest L+1, below
@@ -97,7 +97,7 @@
 #define SELF_FILE_LEVEL    3 /* /.pcrfs/level (with -o level=K) */
 #define SELF_FILE_CODEBOOK 4 /* /.pcrfs/codebook.npy (when the store has one) */
 #define SELF_FILE_RECORDS  5 /* /.pcrfs/records: the files grouped by record */
-#define SELF_FILE_REFURB_SKIPPED 6 /* /.pcrfs/refurb_skipped (with -o refurb=R) */
+#define SELF_FILE_VIEW_CTL 6 /* the views' control files from here on (refurb_skipped) */
 
 /* /.pcrfs/stats changes all the time, yet with no OPEN (ops.c) the kernel caches a
  * file's pages for as long as it keeps the node. So every lookup of "stats" renders
@@ -132,20 +132,7 @@
  * is only a st_ino, never a node the kernel holds. */
 #define SELF_GEN_SHIFT 8
 
-/* dynamic/: directories in view VIEW_DYN, files in VIEW_DYN + level. */
-#define VIEW_DYN 0x80
-
-/* mix/: directories in VIEW_MIX, files in VIEW_MIX + level (mixview.h). */
-#define VIEW_MIX 0xC1
-
-/* q90/ q95/ ...: per-image quality views, VIEW_Q + i - 1 for the i-th threshold. */
-#define VIEW_Q 0x70
-
-/* tokens/: the store's token tree (when it has one). */
-#define VIEW_TOKENS 0x7F
-
-/* refurb/ (-o refurb=R): the image tree, its JPEGs served as refurbished PPMs. */
-#define VIEW_REFURB 0x7E
+/* The view numbers are the library's (src/lib/view/view.h: PCR_VIEW_DYN, ...). */
 
 struct ino_parts {
     unsigned view;

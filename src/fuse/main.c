@@ -45,8 +45,6 @@ struct cli {
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
     uint64_t bwlimit;      /* -o bwlimit=RATE, bytes/s (0: none) */
     bool readahead_record; /* -o readahead=record (else kernel) */
-    char *quality;   /* -o quality=T1:T2:...|none: the qNN/ views */
-    char *level;   /* -o level=K: the dynamic view's first level, as given */
     /* stores in object storage (STORE is an s3:// or http(s):// URL) */
     char *cache;        /* -o cache=DIR */
     uint64_t cache_size; /* -o cache_size=SIZE (0: the library's default) */
@@ -57,8 +55,14 @@ struct cli {
     char *logfile; /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
-    struct refurb_args refurb; /* -o refurb=R and its refurb_* options, as given */
-    struct mix_args mix;       /* -o mix=LO-HI, mix_mean=M, mix_seed=N, as given */
+    struct pcr_views_args views; /* the views' options (level=, quality=, mix=, ...) */
+    /* the views' path options as given (the last one), made absolute before the
+     * views get them (src/lib/view/view.h, path_opts) */
+    struct {
+        const char *name;
+        char *val;
+    } paths[8];
+    unsigned npaths;
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -79,8 +83,6 @@ enum {
     KEY_TIMEOUT,
     KEY_BWLIMIT,
     KEY_READAHEAD,
-    KEY_QUALITY,
-    KEY_LEVEL,
     KEY_CACHE,
     KEY_CACHE_SIZE,
     KEY_HTTP_TIMEOUT,
@@ -91,19 +93,18 @@ enum {
     KEY_PROFILE,
     KEY_CA_BUNDLE,
     KEY_READ_AHEAD_KB,
-    KEY_MIX,      /* mix=, mix_mean=, mix_seed=: mixview.c */
-    KEY_REFURB,   /* refurb=, refurb_*=: refurbview.c */
+    KEY_VIEW,     /* a view's option (level=, mix=, refurb=, ...): src/lib/view/ */
     KEY_FUSE_NUM, /* libfuse's numeric options: checked here, kept for libfuse */
 };
 
-static const struct fuse_opt cli_spec[] = {
+/* The driver's own options; the views' (one FUSE_OPT_KEY per option of each
+ * descriptor, KEY_VIEW) are added by cli_spec_make(). */
+static const struct fuse_opt cli_own[] = {
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
     {"open", offsetof(struct cli, open), 1},
     FUSE_OPT_KEY("timeout=", KEY_TIMEOUT),
     FUSE_OPT_KEY("bwlimit=", KEY_BWLIMIT),
     FUSE_OPT_KEY("readahead=", KEY_READAHEAD),
-    FUSE_OPT_KEY("quality=", KEY_QUALITY),
-    FUSE_OPT_KEY("level=", KEY_LEVEL),
     FUSE_OPT_KEY("cache=", KEY_CACHE),
     FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
     FUSE_OPT_KEY("http_timeout=", KEY_HTTP_TIMEOUT),
@@ -114,19 +115,6 @@ static const struct fuse_opt cli_spec[] = {
     FUSE_OPT_KEY("ca_bundle=", KEY_CA_BUNDLE),
     FUSE_OPT_KEY("logfile=", KEY_LOGFILE),
     FUSE_OPT_KEY("read_ahead_kb=", KEY_READ_AHEAD_KB),
-    FUSE_OPT_KEY("mix=", KEY_MIX),
-    FUSE_OPT_KEY("mix_mean=", KEY_MIX),
-    FUSE_OPT_KEY("mix_seed=", KEY_MIX),
-    FUSE_OPT_KEY("refurb=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_size=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_scale=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_ratio=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_flip=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_level=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_seed=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_threads=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_cache=", KEY_REFURB),
-    FUSE_OPT_KEY("refurb_cache_size=", KEY_REFURB),
     FUSE_OPT_KEY("max_threads=", KEY_FUSE_NUM),
     FUSE_OPT_KEY("max_idle_threads=", KEY_FUSE_NUM),
     FUSE_OPT_KEY("max_readahead=", KEY_FUSE_NUM),
@@ -138,8 +126,28 @@ static const struct fuse_opt cli_spec[] = {
     FUSE_OPT_KEY("fsname=", KEY_FSNAME),
     FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
     FUSE_OPT_KEY("readdirplus=", KEY_READDIRPLUS),
-    FUSE_OPT_END,
 };
+
+#define CLI_VIEW_OPTS_MAX 32
+
+/* cli_own, then "NAME=" for every option of every view, then the end. The templates
+ * live in @names (CLI_VIEW_OPTS_MAX x 32 bytes). @return 0, or -1 (a table bug). */
+static int cli_spec_make(struct fuse_opt *spec, char (*names)[32])
+{
+    size_t n = sizeof(cli_own) / sizeof(cli_own[0]), k = 0;
+
+    memcpy(spec, cli_own, sizeof(cli_own));
+    for (size_t i = 0; i < pcr_view_ndescs; i++)
+        for (const char *const *o = pcr_view_descs[i]->opts; o && *o; o++) {
+            if (k >= CLI_VIEW_OPTS_MAX || strlen(*o) + 2 > 32)
+                return -1;
+            snprintf(names[k], 32, "%s=", *o);
+            spec[n++] = (struct fuse_opt)FUSE_OPT_KEY(names[k], KEY_VIEW);
+            k++;
+        }
+    spec[n] = (struct fuse_opt)FUSE_OPT_END;
+    return 0;
+}
 
 /* libfuse's own numeric options that pcrfs(1) documents: libfuse reads them with
  * sscanf("%u"), which takes "-1" as 4294967295 and "5x" as 5. The thread limits are
@@ -156,50 +164,35 @@ static const struct {
     {"congestion_threshold", 1, 65535},
 };
 
-/* -o quality=T1:T2:...|none into @t (*@n of them; 0 for none). Thresholds have at
- * most 4 digits after the point, so two never name the same qNN/ view (views.c).
- * @return 0, or -1 with one line in @msg. */
-static int parse_quality(const char *opt, double *t, unsigned *n, char *msg, size_t len)
-{
-    const char *p = opt, *end;
-    char one[32];
-
-    *n = 0;
-    if (!strcmp(opt, "none"))
-        return 0;
-    for (;; p = end + 1) {
-        end = strchr(p, ':');
-        if (!end)
-            end = p + strlen(p);
-        if ((size_t)(end - p) >= sizeof(one) || *n >= PCRFS_MAX_QVIEWS)
-            goto bad;
-        memcpy(one, p, (size_t)(end - p));
-        one[end - p] = '\0';
-        if (pcr_opt_threshold("quality", one, &t[*n], NULL, 0) != 0)
-            goto bad;
-        for (unsigned i = 0; i < *n; i++)
-            if (t[i] == t[*n]) {
-                pcr_opt_msg(msg, len, "quality", opt, "%s given twice", one);
-                return -1;
-            }
-        (*n)++;
-        if (!*end)
-            return 0;
-    }
-bad:
-    pcr_opt_msg(msg, len, "quality", opt,
-                "want none, or up to %d thresholds T1:T2:... in (0, 1] with at most %d digits "
-                "after the point (e.g. 0.9:0.95:0.99)",
-                PCRFS_MAX_QVIEWS, PCR_OPT_THRESHOLD_DECIMALS);
-    return -1;
-}
-
 /* Replace the string in @slot with @val (the last one given counts). */
 static int set_str(char **slot, const char *val)
 {
     free(*slot);
     *slot = strdup(val);
     return *slot ? 0 : -1;
+}
+
+/* A view's option: checked and kept by its module; a path is also kept here, to be
+ * made absolute (main()). @return 0, -1 a bad value (@msg), -ENOMEM. */
+static int cli_view(struct cli *c, const char *name, const char *val, char *msg, size_t len)
+{
+    const struct pcr_view_desc *d = pcr_views_opt_desc(name);
+    int rc = pcr_views_opt(&c->views, name, val, msg, len);
+    unsigned i;
+
+    for (const char *const *po = d ? d->path_opts : NULL; rc == 0 && po && *po; po++) {
+        if (strcmp(*po, name) != 0)
+            continue;
+        for (i = 0; i < c->npaths && strcmp(c->paths[i].name, name) != 0; i++)
+            ;
+        if (i == sizeof(c->paths) / sizeof(c->paths[0]))
+            return -ENOMEM;
+        c->paths[i].name = *po;
+        c->npaths = i == c->npaths ? i + 1 : c->npaths;
+        if (set_str(&c->paths[i].val, val) != 0)
+            rc = -ENOMEM;
+    }
+    return rc;
 }
 
 /* Check the value of option @arg ("NAME=VALUE", the template of @key) and keep it.
@@ -211,10 +204,8 @@ static int cli_value(struct cli *c, int key, const char *arg)
     static const char *const rdp_words[] = {"yes", "no", "auto", NULL};
     const char *eq = strchr(arg, '='), *val = eq + 1;
     char name[32], msg[512] = "";
-    double t[PCRFS_MAX_QVIEWS];
     uint64_t v = 0;
     unsigned w;
-    uint32_t k;
     int rc = 0, keep = 0;
 
     snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
@@ -229,16 +220,6 @@ static int cli_value(struct cli *c, int key, const char *arg)
     case KEY_READAHEAD:
         rc = pcr_opt_word(name, val, readahead_words, &w, msg, sizeof(msg));
         c->readahead_record = rc == 0 ? w == 1 : c->readahead_record;
-        break;
-    case KEY_QUALITY:
-        rc = parse_quality(val, t, &w, msg, sizeof(msg));
-        if (rc == 0 && set_str(&c->quality, val) != 0)
-            rc = -ENOMEM;
-        break;
-    case KEY_LEVEL: /* the range needs the store: main() */
-        rc = pcr_opt_level(name, val, &k, msg, sizeof(msg));
-        if (rc == 0 && set_str(&c->level, val) != 0)
-            rc = -ENOMEM;
         break;
     case KEY_CACHE:
     case KEY_LOGFILE:
@@ -281,11 +262,8 @@ static int cli_value(struct cli *c, int key, const char *arg)
                           sizeof(msg));
         c->read_ahead_kb = rc == 0 ? (int)v : c->read_ahead_kb;
         break;
-    case KEY_MIX:
-        rc = pcrfs_mix_opt(&c->mix, name, val, msg, sizeof(msg));
-        break;
-    case KEY_REFURB:
-        rc = pcrfs_refurb_opt(&c->refurb, name, val, msg, sizeof(msg));
+    case KEY_VIEW: /* ranges that need the store: pcr_views_open() */
+        rc = cli_view(c, name, val, msg, sizeof(msg));
         break;
     case KEY_FUSE_NUM:
         keep = 1;
@@ -487,29 +465,6 @@ static int add_opt_value(struct fuse_args *args, const char *name, const char *v
  * closed while mounted), so a store with more records than the soft RLIMIT_NOFILE
  * (often 1024: ImageNet at 1,024 images per record has 1,252) would start failing
  * with EIO. Raise the soft limit to the hard one, as daemons that cache files do. */
-/* The qNN/ views: -o quality=0.9:0.95:0.99 (checked by parse_quality() as given)
- * or none; by default 0.90, 0.95 and 0.99 when the store has a quality table
- * (mkpcrfs --quality). */
-static void set_quality_views(struct pcrfs *fs, const char *opt)
-{
-    static const double dflt[] = {0.90, 0.95, 0.99};
-    char meta[32], msg[512];
-    bool has = pcr_store_meta(fs->store, "quality", meta, sizeof(meta)) > 0 &&
-               strcmp(meta, "off") != 0;
-
-    fs->nq = 0;
-    if (!opt) {
-        for (size_t i = 0; has && i < sizeof(dflt) / sizeof(dflt[0]); i++)
-            fs->qthresh[fs->nq++] = dflt[i];
-        return;
-    }
-    if (parse_quality(opt, fs->qthresh, &fs->nq, msg, sizeof(msg)) == 0 && fs->nq && !has)
-        fprintf(stderr,
-                "pcrfs: warning: quality=%s: the store has no quality table (build "
-                "it with mkpcrfs --quality): every qNN/ serves the top level\n",
-                opt);
-}
-
 static void raise_fd_limit(void)
 {
     struct rlimit rl;
@@ -549,9 +504,11 @@ int main(int argc, char *argv[])
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
     struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1, .read_ahead_kb = -1};
-    static struct pcrfs fs; /* big (per-view counters); lives as long as the process */
-    struct refurb_setup refurb_set;
+    static struct pcrfs fs; /* lives as long as the process */
+    struct fuse_opt cli_spec[64];
+    char view_opt_names[CLI_VIEW_OPTS_MAX][32];
     struct timespec now;
+    bool want_write;
     char err[512] = "";
     char *store_abs = NULL;
     bool nonempty;
@@ -559,6 +516,11 @@ int main(int argc, char *argv[])
 
     memset(&opts, 0, sizeof(opts));
     raise_fd_limit();
+    _Static_assert(sizeof(cli_own) / sizeof(cli_own[0]) + CLI_VIEW_OPTS_MAX < 64, "cli_spec");
+    if (cli_spec_make(cli_spec, view_opt_names) != 0) {
+        fprintf(stderr, "pcrfs: the views' options do not fit the option table\n");
+        goto out_args;
+    }
     if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc) != 0) {
         ret = EXIT_USAGE;
         goto out_args;
@@ -611,18 +573,20 @@ int main(int argc, char *argv[])
 
     /* "ro": the kernel then refuses every write itself (EROFS, no round trip), mount
      * and statvfs(2) say read-only so cp -a, rsync and tar do not try, and the write
-     * handlers in ops.c are only a second line for "-o rw".
+     * handlers (writes.c) are only a second line for "-o rw".
      * "default_permissions": the kernel checks the modes we report (0444 files,
      * 0555 directories) itself; without it FUSE grants every access that reaches the
      * daemon and the daemon would have to check permissions on every request. */
-    /* With -o level=K (the dynamic view), neither: "ro" would make the kernel refuse
-     * the write to /.pcrfs/level before the daemon sees it, and with
+    /* With -o level=K (dynamic/: a view whose control file is written), neither: "ro"
+     * would make the kernel refuse the write to /.pcrfs/level before the daemon sees
+     * it, and with
      * default_permissions the kernel would answer other users' writes with EACCES;
      * without them every write reaches the daemon, which refuses it with EROFS
-     * (ops.c) except the level change, and answers access(2). */
-    if (!cli.level && !cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
+     * (writes.c) except the level change, and answers access(2) (writes.c). */
+    want_write = pcr_views_args_want_write(&cli.views);
+    if (!want_write && !cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
         goto out_conn;
-    if (!cli.level && !cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+    if (!want_write && !cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
         goto out_conn;
     if (!fuse_args_ok(&args)) {
         ret = EXIT_USAGE;
@@ -645,16 +609,28 @@ int main(int argc, char *argv[])
         }
         if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
             pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
-            pcrfs_mc_path("refurb_cache", &cli.refurb.cache, opts.mountpoint, local) != 0 ||
             /* read by libcurl at every new connection, from "/" once detached */
             pcrfs_mc_path("ca_bundle", &cli.ca_bundle, opts.mountpoint, local) != 0) {
             ret = EXIT_USAGE;
             goto out_conn;
         }
+        for (unsigned i = 0; i < cli.npaths; i++) {
+            if (pcrfs_mc_path(cli.paths[i].name, &cli.paths[i].val, opts.mountpoint, local) != 0) {
+                ret = EXIT_USAGE;
+                goto out_conn;
+            }
+            /* the absolute path replaces what was given */
+            if (pcr_views_opt(&cli.views, cli.paths[i].name, cli.paths[i].val, err,
+                              sizeof(err)) != 0) {
+                fprintf(stderr, "pcrfs: %s\n", err);
+                ret = EXIT_USAGE;
+                goto out_conn;
+            }
+        }
         if (pcrfs_mc_resources(opts.mountpoint) != 0)
             goto out_conn;
     }
-    if (cli.level && cli.has_ro)
+    if (want_write && cli.has_ro)
         fprintf(stderr, "pcrfs: warning: -o ro: the kernel will refuse every write, so the "
                         "level of dynamic/ cannot be changed\n");
 
@@ -730,37 +706,16 @@ int main(int argc, char *argv[])
         fprintf(stderr, "pcrfs: %s: the store has %u levels\n", cli.store, fs.levels);
         goto out_store;
     }
-    set_quality_views(&fs, cli.quality);
-    if (cli.level) {
-        unsigned k = pcrfs_parse_level(&fs, cli.level, strlen(cli.level));
-
-        if (!k) {
-            fprintf(stderr, "pcrfs: level=%s: want a level of this store: 1..%u or full\n",
-                    cli.level, fs.levels);
-            ret = EXIT_USAGE;
-            goto out_store;
-        }
-        fs.dynamic = true;
-        atomic_store(&fs.level_now, k);
-    }
-    rc = pcrfs_mix_init(&cli.mix, &fs);
-    if (rc) {
-        if (rc == -ENOMEM)
-            fprintf(stderr, "pcrfs: out of memory\n");
-        else
-            ret = EXIT_USAGE;
-        goto out_store;
-    }
-    if (pcrfs_refurb_parse(&cli.refurb, &fs, &refurb_set) != 0) {
+    /* the views: what is checked against the store (levels, the quality table,
+     * refurb/'s scan and cache directory), before the mount */
+    rc = pcr_views_open(fs.store, fs.tokstore, &cli.views, &fs.views, err, sizeof(err));
+    if (rc == -EINVAL) {
+        fprintf(stderr, "pcrfs: %s\n", err);
         ret = EXIT_USAGE;
         goto out_store;
-    }
-    if (refurb_set.r) {
-        rc = pcrfs_refurb_init(&fs, &refurb_set, err, sizeof(err));
-        if (rc) {
-            store_error(cli.store, err[0] ? err : strerror(-rc));
-            goto out_store;
-        }
+    } else if (rc) {
+        store_error(cli.store, err[0] ? err : strerror(-rc));
+        goto out_store;
     }
     fs.timeout = cli.timeout;
     fs.keep_cache = !cli.nokeep_cache;
@@ -770,13 +725,11 @@ int main(int argc, char *argv[])
      * refuse them. And never with nokeep_cache: the kernel keeps the cache of files
      * it opens without OPEN. */
     fs.want_no_open = !cli.open && !cli.nokeep_cache &&
-                      (cli.has_ro || (!cli.level && !cli.has_rw));
+                      (cli.has_ro || (!want_write && !cli.has_rw));
     /* refurb/: an open picks the version its handle serves, and its files are read
-     * with direct I/O, which only an OPEN reply can ask for */
-    if (fs.refurb)
-        fs.want_no_open = false;
-    /* mix/: an open counts the file's pass (mixview.c) */
-    if (fs.mix)
+     * with direct I/O, which only an OPEN reply can ask for; mix/: an open counts the
+     * file's pass (the views' needs_open) */
+    if (pcr_views_need_open(fs.views))
         fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.readdirplus_opt = cli.has_readdirplus;
@@ -798,10 +751,6 @@ int main(int argc, char *argv[])
     fs.open_files.prev = fs.open_files.next = &fs.open_files;
     pthread_mutex_init(&fs.snap_lock, NULL);
     pthread_mutex_init(&fs.records_lock, NULL);
-    if (pcrfs_views_init(&fs) != 0) {
-        fprintf(stderr, "pcrfs: the table of views is inconsistent\n");
-        goto out_store;
-    }
     if (pcrfs_info_render(&fs) != 0) {
         fprintf(stderr, "pcrfs: out of memory\n");
         goto out_store;
@@ -821,18 +770,8 @@ int main(int argc, char *argv[])
         goto out_signals;
     /* after the fork (daemon.c), which would leave the workers behind; before the
      * parent is told the mount serves, so that a failure is its exit status */
-    if (fs.refurb && (rc = pcrfs_refurb_start(&fs)) != 0) {
-        char msg[600];
-
-        if (rc == -EAGAIN) /* pthread_create(): RLIMIT_NPROC or a cgroup's pids.max */
-            snprintf(msg, sizeof(msg), "refurb: cannot start %u worker threads: %s (the "
-                     "process limit: ulimit -u, or fewer refurb_threads=)", refurb_set.threads,
-                     strerror(-rc));
-        else
-            snprintf(msg, sizeof(msg), "refurb: cannot start%s%s: %s",
-                     cli.refurb.cache ? " in " : "", cli.refurb.cache ? cli.refurb.cache : "",
-                     strerror(-rc));
-        mount_failed(msg);
+    if ((rc = pcr_views_start(fs.views, err, sizeof(err))) != 0) {
+        mount_failed(err[0] ? err : strerror(-rc));
         goto out_unmount;
     }
 
@@ -883,8 +822,7 @@ out_session:
 out_store:
     if (fs.open_files.next)
         pcrfs_ops_close_all(&fs);
-    pcrfs_refurb_free(&fs); /* no file open any more; before the store it reads */
-    pcrfs_mix_free(&fs);
+    pcr_views_close(fs.views); /* no file open any more; before the store it reads */
     pcrfs_ops_thread_done();
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
@@ -898,11 +836,6 @@ out_opts:
     free(opts.mountpoint);
 out_args:
     free(cli.store);
-    free(cli.quality);
-    free(cli.level);
-    free(cli.mix.range);
-    free(cli.mix.mean);
-    free(cli.mix.seed);
     free(cli.cache);
     free(cli.remote_only);
     free(cli.endpoint);
@@ -910,7 +843,9 @@ out_args:
     free(cli.profile);
     free(cli.ca_bundle);
     free(cli.logfile);
-    pcrfs_refurb_args_free(&cli.refurb);
+    pcr_views_args_free(&cli.views);
+    for (unsigned i = 0; i < cli.npaths; i++)
+        free(cli.paths[i].val);
     fuse_opt_free_args(&args);
     if (atomic_load(&log_syslog))
         closelog();

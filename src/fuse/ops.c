@@ -4,14 +4,14 @@
  * errno, and sends exactly one reply. Workers never reply. Inode numbers are
  * computed, not stored (see inode.h), so there is no inode table and no lock on the
  * lookup, getattr, readdir or read paths. A node is either one of a view's (the
- * table in views.c says how each view names, sizes, reads and caches; view_of()
- * finds it) or one of the daemon's own (view 0: pcrfsdir.c).
+ * library's views, src/lib/view/, say how each names, sizes, reads and caches;
+ * view_of() finds it) or one of the daemon's own (view 0: pcrfsdir.c).
  *
  * What the kernel is told, and why (the store is immutable for the life of the mount):
  *   - entry, attribute and negative-entry timeouts of fs->timeout (a day by default):
- *     after the first walk, lookups and stats never leave the kernel (a view's row
- *     may keep the names of its files uncached: dynamic/);
- *   - FOPEN_KEEP_CACHE on every open file (a row's cache.pages): the page cache
+ *     after the first walk, lookups and stats never leave the kernel (a view's
+ *     descriptor may keep the names of its files uncached: dynamic/);
+ *   - FOPEN_KEEP_CACHE on every open file (a view's cache.pages): the page cache
  *     survives close/open, so a second epoch over a dataset that fits in RAM does no
  *     FUSE reads at all
  *     (measured, full/, 4 readers: 21-28 k files/s warm with it, 5-7 k without);
@@ -30,7 +30,7 @@
  *     directory costs one LOOKUP per entry (5000 files: `ls -lR` 0.31-0.49 s against
  *     0.08-0.12 s). A training epoch pays that LOOKUP once per file per mount,
  *     inside its workers, next to a decode that costs milliseconds;
- *   - FOPEN_CACHE_DIR on directories (a row's cache.listings): a second listing is
+ *   - FOPEN_CACHE_DIR on directories (a view's cache.listings): a second listing is
  *     served by the kernel;
  *   - FOPEN_NOFLUSH: nothing is ever written (but /.pcrfs/level), so close() costs no
  *     FLUSH round trip;
@@ -57,7 +57,7 @@
  * Such a mount is not read-only (the kernel would refuse the control write itself),
  * and not default_permissions (the kernel would answer EACCES, not EROFS, to writes
  * by other users than root): every other write reaches the daemon and fails with
- * EROFS here, access(2) is answered by op_access, and only the mounting user (or
+ * EROFS (writes.c), access(2) is answered by pcrfs_op_access (writes.c), and only the mounting user (or
  * root) may change the level.
  */
 #include <errno.h>
@@ -74,8 +74,7 @@
 #include "fs.h"
 #include "inode.h"
 
-#define PCRFS_BLKSIZE (1u << 20)
-#define NAMEBUF       512 /* a view's made-up names (views.h); "scanK" */
+#define NAMEBUF       512 /* a view's made-up names (view.h's readdir); "scanK" */
 
 static struct pcrfs *fs_of(fuse_req_t req)
 {
@@ -83,34 +82,6 @@ static struct pcrfs *fs_of(fuse_req_t req)
 }
 
 /* ---- attributes ------------------------------------------------------------------ */
-
-static void stat_common(const struct pcrfs *fs, struct stat *st, uint64_t ino)
-{
-    st->st_ino = ino;
-    st->st_uid = fs->uid;
-    st->st_gid = fs->gid;
-    st->st_blksize = PCRFS_BLKSIZE;
-    st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = (time_t)fs->mtime;
-}
-
-void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs)
-{
-    stat_common(fs, st, ino);
-    st->st_mode = S_IFDIR | 0555;
-    /* exact, so find(1)'s leaf optimisation stays correct */
-    st->st_nlink = (nlink_t)(2 + nsubdirs);
-    /* directories have no bytes of their own: `du -sb` then sums file sizes only */
-    st->st_size = 0;
-}
-
-void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size)
-{
-    stat_common(fs, st, ino);
-    st->st_mode = S_IFREG | 0444;
-    st->st_nlink = 1;
-    st->st_size = (off_t)size;
-    st->st_blocks = (blkcnt_t)((size + 511) / 512);
-}
 
 /* The level file changes under the reader: its size is that of what it holds now,
  * and the kernel must not cache it. (A stats inode never changes: inode.h.) */
@@ -122,9 +93,10 @@ static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
 int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
 {
     struct ino_parts p = ino_split(ino);
-    const struct view *v;
+    const struct pcr_view *v;
     const struct pcr_file *f;
     struct pcr_dirinfo di;
+    int64_t size;
     int rc;
 
     memset(st, 0, sizeof(*st));
@@ -137,7 +109,10 @@ int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
         rc = pcr_store_file(v->store, p.id, &f);
         if (rc)
             return rc;
-        pcrfs_stat_file(fs, st, ino, v->ops->size(v, f));
+        size = pcr_view_size(v, f);
+        if (size < 0)
+            return (int)size; /* a size that cannot be known is an error, not 0 */
+        pcrfs_stat_file(fs, st, ino, (uint64_t)size);
     } else {
         rc = pcr_store_dir(v->store, p.id, &di);
         if (rc)
@@ -147,15 +122,15 @@ int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
     return 0;
 }
 
-/* How long the kernel may keep a name -> @child: a view's row says for its files;
+/* How long the kernel may keep a name -> @child: a view's cache.names says for its files;
  * /.pcrfs/stats not at all, each lookup takes a new snapshot (inode.h). */
 static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
 {
     struct ino_parts p = ino_split(child);
-    const struct view *v = view_of(fs, p);
+    const struct pcr_view *v = view_of(fs, p);
 
     if (v)
-        return view_entry_timeout(fs, v, p.is_file);
+        return p.is_file && !v->desc->cache.names ? 0.0 : fs->timeout;
     return ino_is_stats(child) ? 0.0 : fs->timeout;
 }
 
@@ -164,11 +139,18 @@ static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
 /* A miss is an answer, not an error: it is returned as a negative entry (ino 0) so
  * the kernel caches it for the entry timeout, and probing for absent files (as
  * loaders that look for optional sidecar files do) stays in the kernel. */
+/* The inode of node @id of @v as a child: with PCR_LEVEL_CURRENT a file's is the one
+ * of the level current now. 0 if it does not fit. */
+static uint64_t child_ino(const struct pcr_view *v, bool is_file, uint64_t id)
+{
+    return ino_make(pcr_view_child_number(v, is_file, id), is_file, id);
+}
+
 static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
                      struct fuse_entry_param *e)
 {
     struct ino_parts p = ino_split(parent);
-    const struct view *v;
+    const struct pcr_view *v;
     struct pcr_node node;
     uint64_t ino = 0;
     int rc;
@@ -183,7 +165,7 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
     } else if ((v = view_of(fs, p)) != NULL) {
         rc = v->ops->lookup(v, p.id, name, &node);
         if (rc == 0) {
-            ino = view_child_ino(fs, v, !node.is_dir, node.id);
+            ino = child_ino(v, !node.is_dir, node.id);
             if (!ino)
                 return -EOVERFLOW;
         } else if (rc != -ENOENT) {
@@ -214,7 +196,7 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t *pidx, const cha
 {
     uint64_t idx = *pidx, pos;
     struct ino_parts p = ino_split(dir);
-    const struct view *v = view_of(fs, p);
+    const struct pcr_view *v = view_of(fs, p);
     struct pcr_dirinfo di;
     struct pcr_dirent de;
     int rc;
@@ -244,14 +226,14 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t *pidx, const cha
         return rc;
     *pidx = pos + 2; /* a view that leaves entries out skipped ahead */
     *name = de.name;
-    *child = view_child_ino(fs, v, !de.node.is_dir, de.node.id);
+    *child = child_ino(v, !de.node.is_dir, de.node.id);
     return *child ? 0 : -EOVERFLOW;
 }
 
 static int check_dir(struct pcrfs *fs, fuse_ino_t ino)
 {
     struct ino_parts p = ino_split(ino);
-    const struct view *v;
+    const struct pcr_view *v;
     struct pcr_dirinfo di;
 
     if (p.is_file)
@@ -374,7 +356,7 @@ static void of_link(struct pcrfs *fs, struct open_file *of)
 static void of_free(struct open_file *of)
 {
     if (of->state)
-        of->v->ops->close(of->state);
+        pcr_view_close(of->v, of->state);
     free(of->lw);
     free(of);
 }
@@ -425,7 +407,7 @@ static int open_level(struct pcrfs *fs, fuse_req_t req, struct fuse_file_info *f
 static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct ino_parts p = ino_split(ino);
-    const struct view *v;
+    const struct pcr_view *v;
     const struct pcr_file *f;
     struct open_file *of;
     int rc;
@@ -453,13 +435,9 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
     of->v = v;
     rc = pcr_store_file(v->store, p.id, &f);
     if (rc == 0)
-        rc = v->ops->open(v, f, &of->state);
-    if (rc == -EIO)
-        pcrfs_count(&v->ctr->errors, 1);
-    else if (rc == 0)
-        pcrfs_count(&v->ctr->opens, 1);
-    fi->keep_cache = fs->keep_cache && v->row->cache.pages;
-    fi->direct_io = v->row->cache.direct; /* refurb/: every open its own bytes */
+        rc = pcr_view_open(v, f, &of->state); /* counts the open or its EIO */
+    fi->keep_cache = fs->keep_cache && v->desc->cache.pages;
+    fi->direct_io = v->desc->cache.direct; /* refurb/: every open its own bytes */
     if (rc) {
         free(of);
         return rc;
@@ -474,7 +452,7 @@ static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, 
 {
     struct ino_parts p = ino_split(ino);
     const struct open_file *of = (const struct open_file *)(uintptr_t)fi->fh;
-    const struct view *v;
+    const struct pcr_view *v;
     const struct pcr_file *f;
     ssize_t n;
     char *buf;
@@ -560,7 +538,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */
-    if (fs->dynamic && (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
+    if (pcr_views_dynamic(fs->views) && (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     /* No OPEN: see "No OPEN" above; the kernel says whether it understands the ENOSYS
      * (Linux >= 4.19), nothing needs to be asked for. */
@@ -631,7 +609,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct pcrfs *fs = fs_of(req);
-    const struct view *v = view_of(fs, ino_split(ino));
+    const struct pcr_view *v = view_of(fs, ino_split(ino));
     int rc = check_dir(fs, ino);
 
     if (rc) {
@@ -639,7 +617,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         return;
     }
     /* e.g. a cached listing of dynamic/ would carry the inodes of an old level */
-    if (!v || v->row->cache.listings) {
+    if (!v || v->desc->cache.listings) {
         fi->cache_readdir = 1;
         fi->keep_cache = 1;
     }
@@ -741,7 +719,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     memset(&sv, 0, sizeof(sv));
     sv.f_bsize = PCRFS_BLKSIZE;
     sv.f_frsize = PCRFS_BLKSIZE;
-    sv.f_files = views_nodes(fs_of(req)) + 5; /* + the root, /.pcrfs and its files */
+    sv.f_files = pcr_views_nodes(fs_of(req)->views) + 5; /* + the root, /.pcrfs and its files */
     sv.f_namemax = 255;
     fuse_reply_statfs(req, &sv);
 }

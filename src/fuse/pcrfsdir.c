@@ -1,6 +1,7 @@
 /* pcrfs — the daemon's own nodes (view 0, inode.h): the mount root, /.pcrfs and its
- * files info, stats, level (-o level=K), codebook.npy, records and refurb_skipped
- * (-o refurb=R: the files refurb/ leaves out, "PATH<TAB>REASON" lines, refurbview.c).
+ * files info, stats, level (-o level=K), codebook.npy, records, and the views'
+ * control files (refurb_skipped with -o refurb=R: the files refurb/ leaves out,
+ * "PATH<TAB>REASON" lines; src/lib/view/refurb.c).
  *
  * Their bytes: info and codebook.npy are fixed at mount (control.c renders info);
  * stats is a snapshot per lookup (inode.h; the ring below); level is the dynamic
@@ -8,6 +9,7 @@
  * view 0 on to the functions below (declared in fs.h).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@
 
 bool pcrfs_is_level_file(const struct pcrfs *fs, uint64_t ino)
 {
-    return fs->dynamic && ino == ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
+    return pcr_views_dynamic(fs->views) && ino == ino_make(VIEW_SELF, true, SELF_FILE_LEVEL);
 }
 
 bool pcrfs_may_control(const struct pcrfs *fs, fuse_req_t req)
@@ -33,20 +35,17 @@ bool pcrfs_may_control(const struct pcrfs *fs, fuse_req_t req)
 /* The current level as /.pcrfs/level shows it: "K\n". */
 static size_t level_render(const struct pcrfs *fs, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "%u\n", pcrfs_level_now(fs));
+    int n = snprintf(buf, len, "%u\n", pcr_views_level_now(fs->views));
 
     return n > 0 ? (size_t)n : 0;
 }
 
 static void set_level(struct pcrfs *fs, unsigned k)
 {
-    unsigned old = atomic_exchange_explicit(&fs->level_now, k, memory_order_acq_rel);
+    unsigned old = k;
 
-    if (old != k) {
-        atomic_fetch_add_explicit(&fs->switches, 1, memory_order_relaxed);
-        if (fs->debug)
-            fprintf(stderr, "pcrfs: dynamic/: level %u -> %u\n", old, k);
-    }
+    if (pcr_views_set_level(fs->views, k, &old) == 0 && old != k && fs->debug)
+        fprintf(stderr, "pcrfs: dynamic/: level %u -> %u\n", old, k);
 }
 
 /* ---- /.pcrfs/stats snapshots (inode.h) ---------------------------------------------
@@ -206,7 +205,8 @@ static int records_get(struct pcrfs *fs, const char **data, size_t *len)
 /* ---- names and attributes ------------------------------------------------------------ */
 
 /* /.pcrfs in listing order; "level" only with -o level=K, "codebook.npy" only when
- * the store has one, "refurb_skipped" only with -o refurb=R. */
+ * the store has one; then the control files of the views in use (pcr_views_ctl(),
+ * ids SELF_FILE_VIEW_CTL on). */
 static const struct {
     const char *name;
     uint64_t id;
@@ -216,13 +216,23 @@ static const struct {
     {"level", SELF_FILE_LEVEL},
     {"codebook.npy", SELF_FILE_CODEBOOK},
     {"records", SELF_FILE_RECORDS},
-    {"refurb_skipped", SELF_FILE_REFURB_SKIPPED},
 };
+#define NCTL (sizeof(ctl_files) / sizeof(ctl_files[0]))
 
 static bool ctl_present(const struct pcrfs *fs, uint64_t id)
 {
-    return (id != SELF_FILE_LEVEL || fs->dynamic) && (id != SELF_FILE_CODEBOOK || fs->codebook) &&
-           (id != SELF_FILE_REFURB_SKIPPED || fs->refurb);
+    return (id != SELF_FILE_LEVEL || pcr_views_dynamic(fs->views)) &&
+           (id != SELF_FILE_CODEBOOK || fs->codebook);
+}
+
+/* A view's control file: id SELF_FILE_VIEW_CTL + its position. @return 0 and its
+ * bytes; -ENOENT none such. */
+static int view_ctl(const struct pcrfs *fs, uint64_t id, const char **name, const char **data,
+                    size_t *len)
+{
+    if (id < SELF_FILE_VIEW_CTL || id - SELF_FILE_VIEW_CTL >= PCR_VIEWS_ROOT_MAX)
+        return -ENOENT;
+    return pcr_views_ctl(fs->views, (unsigned)(id - SELF_FILE_VIEW_CTL), name, data, len);
 }
 
 int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t *ino)
@@ -231,15 +241,26 @@ int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t
 
     *ino = 0;
     if (dir == SELF_DIR_ROOT) {
+        const struct pcr_view *v = pcr_views_root_lookup(fs->views, name);
+
         if (strcmp(name, ".pcrfs") == 0)
             *ino = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
-        else if (views_root_lookup(fs, name, ino) != 0)
-            *ino = 0;
+        else if (v)
+            *ino = ino_make(v->number, false, PCR_ROOT_DIR);
         return 0;
     }
     if (dir != SELF_DIR_CTL)
         return -ENOENT;
-    for (i = 0; i < sizeof(ctl_files) / sizeof(ctl_files[0]); i++) {
+    for (uint64_t id = SELF_FILE_VIEW_CTL;; id++) {
+        const char *cname, *data;
+        size_t len;
+
+        if (view_ctl(fs, id, &cname, &data, &len) != 0)
+            break;
+        if (strcmp(name, cname) == 0)
+            *ino = ino_make(VIEW_SELF, true, id);
+    }
+    for (i = 0; i < NCTL; i++) {
         if (strcmp(name, ctl_files[i].name) != 0 || !ctl_present(fs, ctl_files[i].id))
             continue;
         if (ctl_files[i].id == SELF_FILE_STAT)
@@ -252,18 +273,23 @@ int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t
 int pcrfs_self_dirent(const struct pcrfs *fs, uint64_t dir, uint64_t pos, const char **name,
                       uint64_t *ino)
 {
-    size_t i;
+    const struct pcr_view *v;
+    const char *data;
+    size_t i, len;
 
     if (dir == SELF_DIR_ROOT) {
-        if (views_root_entry(fs, pos, name, ino) == 0)
+        if ((v = pcr_views_root(fs->views, pos > UINT_MAX ? UINT_MAX : (unsigned)pos)) != NULL) {
+            *name = v->name;
+            *ino = ino_make(v->number, false, PCR_ROOT_DIR);
             return 0;
-        if (pos != views_root_count(fs))
+        }
+        if (pos != fs->views->nroot)
             return -ENOENT;
         *name = ".pcrfs";
         *ino = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
         return 0;
     }
-    for (i = 0; i < sizeof(ctl_files) / sizeof(ctl_files[0]); i++) {
+    for (i = 0; i < NCTL; i++) {
         if (!ctl_present(fs, ctl_files[i].id))
             continue;
         if (pos-- == 0) {
@@ -273,18 +299,22 @@ int pcrfs_self_dirent(const struct pcrfs *fs, uint64_t dir, uint64_t pos, const 
             return 0;
         }
     }
-    return -ENOENT;
+    if (pos >= PCR_VIEWS_ROOT_MAX || view_ctl(fs, SELF_FILE_VIEW_CTL + pos, name, &data, &len))
+        return -ENOENT;
+    *ino = ino_make(VIEW_SELF, true, SELF_FILE_VIEW_CTL + pos);
+    return 0;
 }
 
 int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
 {
     struct ino_parts p = ino_split(ino);
+    const char *name, *data;
     char buf[16];
     size_t len;
     int rc;
 
     if (!p.is_file && p.id == SELF_DIR_ROOT) {
-        pcrfs_stat_dir(fs, st, ino, views_root_count(fs) + 1); /* + .pcrfs */
+        pcrfs_stat_dir(fs, st, ino, fs->views->nroot + 1); /* + .pcrfs */
     } else if (!p.is_file && p.id == SELF_DIR_CTL) {
         pcrfs_stat_dir(fs, st, ino, 0);
     } else if (p.is_file && p.id == SELF_FILE_INFO) {
@@ -297,8 +327,8 @@ int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
         if (rc)
             return rc;
         pcrfs_stat_file(fs, st, ino, len);
-    } else if (p.is_file && p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb) {
-        pcrfs_stat_file(fs, st, ino, fs->refurb->skipped_len);
+    } else if (p.is_file && view_ctl(fs, p.id, &name, &data, &len) == 0) {
+        pcrfs_stat_file(fs, st, ino, len);
     } else if (ino_is_stats(ino)) {
         rc = snap_read(fs, ino, NULL, 0, 0, NULL, &len);
         if (rc)
@@ -317,10 +347,12 @@ int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
 bool pcrfs_self_immutable(const struct pcrfs *fs, uint64_t ino)
 {
     struct ino_parts p = ino_split(ino);
+    const char *name, *data;
+    size_t len;
 
     return p.view == VIEW_SELF && p.is_file &&
            (p.id == SELF_FILE_INFO || (p.id == SELF_FILE_CODEBOOK && fs->codebook) ||
-            p.id == SELF_FILE_RECORDS || (p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb) ||
+            p.id == SELF_FILE_RECORDS || view_ctl(fs, p.id, &name, &data, &len) == 0 ||
             ino_is_stats(ino));
 }
 
@@ -339,6 +371,8 @@ int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_
                     size_t *outlen)
 {
     struct ino_parts p = ino_split(ino);
+    const char *name, *data;
+    size_t len;
     char now[16];
 
     if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_INFO)
@@ -346,15 +380,13 @@ int pcrfs_self_read(struct pcrfs *fs, uint64_t ino, char *buf, size_t size, off_
     else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook)
         slice(fs->codebook, fs->codebook_len, buf, size, off, outlen);
     else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_RECORDS) {
-        const char *data;
-        size_t len;
         int rc = records_get(fs, &data, &len);
         if (rc)
             return rc;
         slice(data, len, buf, size, off, outlen);
     }
-    else if (p.view == VIEW_SELF && p.is_file && p.id == SELF_FILE_REFURB_SKIPPED && fs->refurb)
-        slice(fs->refurb->skipped, fs->refurb->skipped_len, buf, size, off, outlen);
+    else if (p.view == VIEW_SELF && p.is_file && view_ctl(fs, p.id, &name, &data, &len) == 0)
+        slice(data, len, buf, size, off, outlen);
     else if (pcrfs_is_level_file(fs, ino))
         slice(now, level_render(fs, now, sizeof(now)), buf, size, off, outlen);
     else if (ino_is_stats(ino))
@@ -411,7 +443,7 @@ static bool level_prefix(const struct pcrfs *fs, const char *s, size_t len)
 /* Apply the pending value and forget it. Under open_lock. */
 static int level_apply(struct pcrfs *fs, struct level_write *lw)
 {
-    unsigned k = pcrfs_parse_level(fs, lw->buf, lw->len);
+    unsigned k = pcr_view_parse_level(fs->levels, lw->buf, lw->len);
 
     lw->len = 0;
     if (!k)
@@ -468,8 +500,8 @@ int pcrfs_level_close(struct pcrfs *fs, struct level_write *lw)
 
 static bool has_level_xattr(const struct pcrfs *fs, uint64_t ino)
 {
-    return fs->dynamic &&
-           (ino == ino_make(VIEW_DYN, false, PCR_ROOT_DIR) || pcrfs_is_level_file(fs, ino));
+    return pcr_views_dynamic(fs->views) &&
+           (ino == ino_make(PCR_VIEW_DYN, false, PCR_ROOT_DIR) || pcrfs_is_level_file(fs, ino));
 }
 
 int pcrfs_level_setxattr(struct pcrfs *fs, fuse_req_t req, uint64_t ino, const char *name,
@@ -484,7 +516,7 @@ int pcrfs_level_setxattr(struct pcrfs *fs, fuse_req_t req, uint64_t ino, const c
         return -EPERM;
     /* the same rule as a write to /.pcrfs/level: one value, one trailing newline */
     n = level_value_len(value, size);
-    k = n < 0 ? 0 : pcrfs_parse_level(fs, value, (size_t)n);
+    k = n < 0 ? 0 : pcr_view_parse_level(fs->levels, value, (size_t)n);
     if (!k)
         return -EINVAL;
     set_level(fs, k);
@@ -496,11 +528,11 @@ int pcrfs_level_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char 
 {
     int n;
 
-    if (!fs->dynamic)
+    if (!pcr_views_dynamic(fs->views))
         return -ENOSYS;
     if (!has_level_xattr(fs, ino) || strcmp(name, LEVEL_XATTR) != 0)
         return strncmp(name, "user.", 5) == 0 ? -ENODATA : -EOPNOTSUPP;
-    n = snprintf(buf, len, "%u", pcrfs_level_now(fs));
+    n = snprintf(buf, len, "%u", pcr_views_level_now(fs->views));
     if (n <= 0 || (size_t)n >= len)
         return -EIO;
     *outlen = (size_t)n;
@@ -509,7 +541,7 @@ int pcrfs_level_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char 
 
 int pcrfs_level_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len)
 {
-    if (!fs->dynamic)
+    if (!pcr_views_dynamic(fs->views))
         return -ENOSYS;
     *list = has_level_xattr(fs, ino) ? LEVEL_XATTR : "";
     *len = has_level_xattr(fs, ino) ? sizeof(LEVEL_XATTR) : 0; /* with its NUL */

@@ -103,19 +103,30 @@ static void reply_xattr(fuse_req_t req, int rc, const char *val, size_t len, siz
         fuse_reply_buf(req, val, len);
 }
 
-/* The level's attribute (dynamic mounts) and refurb/'s (refurbview.c). A mount with
- * neither answers ENOSYS once, and the kernel stops asking; a mount with refurb/
- * must answer every node, or that ENOSYS would hide its files' attributes too. */
+/* A view's file attributes (refurb/'s: its descriptor's getxattr), or NULL. */
+static const struct pcr_view *file_view(const struct pcrfs *fs, fuse_ino_t ino, uint64_t *id)
+{
+    struct ino_parts p = ino_split(ino);
+
+    *id = p.id;
+    return p.is_file ? view_of(fs, p) : NULL;
+}
+
+/* The level's attribute (dynamic mounts) and the views' (refurb/'s). A mount with
+ * neither answers ENOSYS once, and the kernel stops asking; a mount with a view that
+ * has attributes must answer every node, or that ENOSYS would hide its files' too. */
 void pcrfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     struct pcrfs *fs = fs_of(req);
     char val[128];
     size_t len = 0;
-    int rc = pcrfs_refurb_getxattr(fs, ino, name, val, sizeof(val), &len);
+    uint64_t id;
+    const struct pcr_view *v = file_view(fs, ino, &id);
+    int rc = pcr_view_getxattr(v, id, name, val, sizeof(val), &len);
 
     if (rc == -ENOSYS)
         rc = pcrfs_level_getxattr(fs, ino, name, val, sizeof(val), &len);
-    if (rc == -ENOSYS && fs->refurb)
+    if (rc == -ENOSYS && pcr_views_have_xattrs(fs->views))
         rc = strncmp(name, "user.", 5) == 0 ? -ENODATA : -EOPNOTSUPP;
     reply_xattr(req, rc, val, len, size);
 }
@@ -125,11 +136,13 @@ void pcrfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     struct pcrfs *fs = fs_of(req);
     const char *list = "";
     size_t len = 0;
-    int rc = pcrfs_refurb_listxattr(fs, ino, &list, &len);
+    uint64_t id;
+    const struct pcr_view *v = file_view(fs, ino, &id);
+    int rc = pcr_view_listxattr(v, id, &list, &len);
 
     if (rc == -ENOSYS)
         rc = pcrfs_level_listxattr(fs, ino, &list, &len);
-    if (rc == -ENOSYS && fs->refurb) {
+    if (rc == -ENOSYS && pcr_views_have_xattrs(fs->views)) {
         list = "";
         len = 0;
         rc = 0;

@@ -79,20 +79,6 @@ void pcr_json_printf(struct pcr_json *j, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The comma before a value or key that is not the first of its container. */
-static void sep(struct pcr_json *j)
-{
-    if (j->after_key) {
-        j->after_key = false;
-        return;
-    }
-    if (j->depth == 0)
-        return;
-    if (j->more[j->depth - 1])
-        pcr_json_raw(j, ",", 1);
-    j->more[j->depth - 1] = true;
-}
-
 void pcr_json_quote(struct pcr_json *j, const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
@@ -133,7 +119,6 @@ void pcr_json_quote(struct pcr_json *j, const char *str, size_t n)
 
 void pcr_json_strn(struct pcr_json *j, const char *s, size_t n)
 {
-    sep(j);
     pcr_json_quote(j, s, n);
 }
 
@@ -148,19 +133,16 @@ void pcr_json_str(struct pcr_json *j, const char *s)
 
 void pcr_json_u64(struct pcr_json *j, uint64_t v)
 {
-    sep(j);
     pcr_json_printf(j, "%llu", (unsigned long long)v);
 }
 
 void pcr_json_i64(struct pcr_json *j, int64_t v)
 {
-    sep(j);
     pcr_json_printf(j, "%lld", (long long)v);
 }
 
 void pcr_json_double(struct pcr_json *j, double v, int prec)
 {
-    sep(j);
     if (isnan(v) || isinf(v))
         pcr_json_raw(j, "null", 4);
     else
@@ -169,13 +151,11 @@ void pcr_json_double(struct pcr_json *j, double v, int prec)
 
 void pcr_json_bool(struct pcr_json *j, bool v)
 {
-    sep(j);
     pcr_json_puts(j, v ? "true" : "false");
 }
 
 void pcr_json_null(struct pcr_json *j)
 {
-    sep(j);
     pcr_json_raw(j, "null", 4);
 }
 
@@ -190,43 +170,10 @@ void pcr_json_numtext(struct pcr_json *j, const char *s)
     for (i = 0; s[i] >= '0' && s[i] <= '9'; i++)
         ;
     if (i > 0 && i < 19 && s[i] == '\0' && (s[0] != '0' || i == 1)) {
-        sep(j);
-        pcr_json_raw(j, s, i);
+            pcr_json_raw(j, s, i);
     } else {
         pcr_json_str(j, s);
     }
-}
-
-void pcr_json_begin(struct pcr_json *j, char c)
-{
-    sep(j);
-    pcr_json_raw(j, &c, 1);
-    /* Deeper than any renderer goes: the nesting is then no longer tracked and the
-     * writer says so like an allocation failure (a buffer writer reports -ENOMEM). */
-    if (j->depth == PCR_JSON_MAX_DEPTH) {
-        j->oom = true;
-        return;
-    }
-    j->open[j->depth] = c;
-    j->more[j->depth] = false;
-    j->depth++;
-}
-
-void pcr_json_end(struct pcr_json *j)
-{
-    if (j->depth == 0)
-        return;
-    j->depth--;
-    j->after_key = false;
-    pcr_json_raw(j, j->open[j->depth] == '[' ? "]" : "}", 1);
-}
-
-void pcr_json_key(struct pcr_json *j, const char *key)
-{
-    sep(j);
-    pcr_json_quote(j, key, strlen(key));
-    pcr_json_raw(j, ":", 1);
-    j->after_key = true;
 }
 
 void pcr_json_fquote(FILE *f, const char *s)

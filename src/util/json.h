@@ -1,5 +1,5 @@
 /* pcrfs util — the one JSON writer of the tools (pcrinfo --json, the build summary)
- * and the FUSE driver (/.pcrfs/info, /.pcrfs/stats).
+ * and the library's views (the info and stats JSON of a mount and of pcrfs(3)).
  *
  * Output goes to a FILE or into a growing buffer. Strings are escaped one way
  * everywhere: '"' and '\' with a backslash, control characters (U+0000..U+001F and
@@ -8,9 +8,8 @@
  * whatever bytes a store or a source tree holds. Numbers: integers exactly, doubles
  * with a given precision, NaN and infinities as null (JSON has none).
  *
- * Objects and arrays: pcr_json_begin()/pcr_json_end() and pcr_json_key() put the
- * commas and colons in, so a renderer lists values and never counts. Compact output
- * (no spaces) unless the caller writes its own layout with pcr_json_raw().
+ * Objects and arrays are the renderer's own text (pcr_json_raw(), pcr_json_printf()):
+ * every renderer writes its own layout, so the writer keeps no nesting.
  *
  * Not thread-safe per writer; a writer is cheap, make one per rendering.
  */
@@ -23,17 +22,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define PCR_JSON_MAX_DEPTH 32
-
 struct pcr_json {
     FILE *f; /* non-NULL: write here; else into p */
     char *p; /* the buffer (malloc()ed, NUL-terminated; the caller frees it) */
     size_t len, cap;
     bool oom; /* an allocation failed: the buffer is incomplete, report -ENOMEM */
-    unsigned depth;
-    char open[PCR_JSON_MAX_DEPTH]; /* '{' or '[' of each open container */
-    bool more[PCR_JSON_MAX_DEPTH]; /* the container at that depth has a value already */
-    bool after_key;                /* a key was written: the value needs no comma */
 };
 
 /* A writer into @f, or (with NULL) into a growing buffer. */
@@ -47,8 +40,7 @@ void pcr_json_printf(struct pcr_json *j, const char *fmt, ...)
 void pcr_json_vprintf(struct pcr_json *j, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
-/* The values. Each is preceded by a comma when it is not the first of its object
- * or array (see pcr_json_key()). */
+/* The values, with no separator: the caller writes the commas and colons. */
 void pcr_json_str(struct pcr_json *j, const char *s);            /* NULL: null */
 void pcr_json_strn(struct pcr_json *j, const char *s, size_t n); /* NUL bytes escaped */
 void pcr_json_u64(struct pcr_json *j, uint64_t v);
@@ -60,12 +52,6 @@ void pcr_json_null(struct pcr_json *j);
 /* A decimal integer given as text (an index value) as a number when it is one
  * (digits only, no leading zero, at most 18 digits), else as a string; NULL: null. */
 void pcr_json_numtext(struct pcr_json *j, const char *s);
-
-/* Containers: @c is '{' or '['; pcr_json_end() closes the innermost. */
-void pcr_json_begin(struct pcr_json *j, char c);
-void pcr_json_end(struct pcr_json *j);
-/* The key of the next value in an object. */
-void pcr_json_key(struct pcr_json *j, const char *key);
 
 /* Only the escaping: the string literal of @n bytes at @s, quotes included. */
 void pcr_json_quote(struct pcr_json *j, const char *s, size_t n);

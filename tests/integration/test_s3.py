@@ -9,7 +9,11 @@ What each class asserts, and would be false if the feature broke:
   Served        every file of every view (scanK/, full/, q90/ q95/ q99/, tokens/) of the
                 s3:// mount equals the local mount's bytes, listings and sizes too;
                 every open of mix/ is the local scanK/ of its drawn level; ImageFolder +
-                DataLoader (2 workers) yield the local tensors; http:// (anonymous)
+                DataLoader (2 workers) yield the local tensors; the library
+                (pcrfs.Store on the s3:// URL, no mount) lists, sizes and reads every
+                view as the local mount does, and pcrfs.ImageFolder over it in a
+                DataLoader with 2 forked workers yields the local bytes' images;
+                http:// (anonymous)
                 serves the same bytes; /.pcrfs/info names the URL, stats count HTTP
                 requests; the mount helper passes an s3:// source through unchanged
   RecordOrder   a fresh mount read at level 5 makes at most 0.02 GETs per image (one
@@ -45,6 +49,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import mount_util as mu  # noqa: E402
+
+sys.path.insert(0, os.path.join(mu.SRCROOT, "python"))
+os.environ.setdefault("PCRFS_LIB", os.path.join(mu.build_dir(), "src", "lib", "api",
+                                                "libpcrfs.so"))
 
 SETUP = os.path.join(mu.SRCROOT, "tests", "s3", "setup.sh")
 S3RVER_DIR = os.environ.get("PCRFS_S3RVER_DIR") or os.path.join(mu.SRCROOT, "tests", "s3")
@@ -319,6 +327,53 @@ class Served(Fixture, unittest.TestCase):
         for (x, y), (x2, y2) in zip(got, want):
             self.assertEqual(y, y2)
             self.assertTrue(torch.equal(x, x2))
+
+    def store_walk(self, st, rel):
+        files, dirs = {}, set()
+        for name, isdir in st.scandir(rel):
+            p = rel + "/" + name
+            if isdir:
+                dirs.add(p.split("/", 1)[1])
+                f, d = self.store_walk(st, p)
+                files.update(f)
+                dirs |= d
+            else:
+                files[p.split("/", 1)[1]] = st.size(p)
+        return files, dirs
+
+    def test_library_equals_local(self):
+        import pcrfs
+        views = sorted(v for v in os.listdir(self.local) if not v.startswith("."))
+        with pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-lib")) as st:
+            self.assertEqual(sorted(st.listdir("")), views)
+            for view in views:
+                files, dirs = self.store_walk(st, view)
+                a, da = walk(os.path.join(self.local, view))
+                self.assertEqual(files, a, view)
+                self.assertEqual(dirs, da, view)
+                if view in ("scan2", "full", "q95", "tokens"):
+                    for rel in sorted(a):
+                        self.assertEqual(st.read(view + "/" + rel),
+                                         read(os.path.join(self.local, view, rel)), rel)
+            self.assertGreater(st.stats()["levels"][1]["record_bytes"], 0)
+
+    def test_library_dataloader_fork(self):
+        """Forked workers reopen the store (new connections) and read through them."""
+        import pcrfs
+        import torch
+        from torch.utils.data import DataLoader
+        st = pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-fork"))
+        st.listdir("scan3")  # the parent has connections and a cache before the fork
+        ds = pcrfs.ImageFolder(st, view="scan3", loader=lambda b: torch.tensor(list(b[:64])))
+        dl = DataLoader(ds, batch_size=None, num_workers=2, shuffle=False,
+                        multiprocessing_context="fork")
+        got = [(x, y) for x, y in dl]
+        self.assertEqual(len(got), self.nimages)
+        for (x, y), (p, t) in zip(got, ds.samples):
+            self.assertEqual(y, t)
+            with open(os.path.join(self.local, p), "rb") as f:
+                self.assertEqual(bytes(x.tolist()), f.read(64), p)
+        st.close()
 
     def test_mix_view(self):
         """mix/ over object storage: every open serves the drawn level (pcrfs(1)'s

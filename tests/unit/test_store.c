@@ -1,6 +1,7 @@
 /* Unit test of the writer and the reader over synthetic data: numbering, record
  * layout, sizes and bytes at every level and offset, lookup/readdir/path,
- * checksums, replacing stores, and a damaged record failing alone. */
+ * checksums, replacing stores, a damaged record failing alone, and the views laid
+ * over a store (src/lib/view/: names, numbers, levels, options, errors). */
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include "pcrfs/store.h"
 #include "pcrfs/writer.h"
 #include "common/internal.h"
+#include "view/view.h"
 #include "check.h"
 
 #define LEVELS 10
@@ -520,6 +522,79 @@ static void test_varint(void)
     CHECK(pcr_varint_get(b, sizeof(b), &v) == 0, "overlong varint");
 }
 
+/* The views of a 10-level store without a quality table: their order and numbers,
+ * the levels their entries serve, dynamic/'s switch, what options refuse. */
+static void test_views(const char *path)
+{
+    static const char *const want[] = {"scan1", "scan2", "scan3", "scan4", "scan5", "scan6",
+                                       "scan7", "scan8", "scan9", "scan10", "full", "dynamic",
+                                       "q90", "mix"};
+    struct pcr_views_args a = {0};
+    struct pcr_views *vs = NULL;
+    const struct pcr_view *v, *fv;
+    const struct pcr_file *f;
+    struct pcr_node node;
+    char err[512], msg[512], *json;
+    size_t len;
+    struct pcr_store *s;
+    unsigned old;
+
+    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
+    /* defaults: scanK/ and full/ only (no quality table, no tokens) */
+    CHECK(pcr_views_open(s, NULL, NULL, &vs, err, sizeof(err)) == 0, "views: %s", err);
+    CHECK(vs && vs->nroot == LEVELS + 1, "%u views", vs ? vs->nroot : 0);
+    CHECK(!pcr_views_dynamic(vs) && !pcr_views_need_open(vs), "no dynamic/, no mix/");
+    pcr_views_close(vs);
+
+    CHECK(pcr_views_opt(&a, "level", "3", msg, sizeof(msg)) == 0, "%s", msg);
+    CHECK(pcr_views_opt(&a, "quality", "0.9", msg, sizeof(msg)) == 0, "%s", msg);
+    CHECK(pcr_views_opt(&a, "mix", "2-4", msg, sizeof(msg)) == 0, "%s", msg);
+    CHECK(pcr_views_opt(&a, "mix", "4", msg, sizeof(msg)) == -1, "mix=4 refused as given");
+    CHECK(pcr_views_opt(&a, "nope", "1", msg, sizeof(msg)) == -ENOENT, "not a view's option");
+    CHECK(pcr_views_args_want_write(&a), "level= wants writes");
+    CHECK(pcr_views_open(s, NULL, &a, &vs, err, sizeof(err)) == 0, "views: %s", err);
+    CHECK(vs->nroot == sizeof(want) / sizeof(want[0]), "%u views", vs->nroot);
+    for (unsigned i = 0; i < vs->nroot && i < sizeof(want) / sizeof(want[0]); i++)
+        CHECK(!strcmp(pcr_views_root(vs, i)->name, want[i]), "view %u: %s", i,
+              pcr_views_root(vs, i)->name);
+    CHECK(pcr_views_root_lookup(vs, "full")->number == LEVELS + 1, "full/ is L+1");
+    CHECK(pcr_views_root_lookup(vs, "q90")->number == PCR_VIEW_Q, "q90/");
+    CHECK(pcr_views_root_lookup(vs, "scan10")->level == 10, "scan10/ serves 10");
+    CHECK(pcr_views_need_open(vs), "mix/ needs an open");
+    /* dynamic/: directories in one number, files at V + K */
+    v = pcr_views_root_lookup(vs, "dynamic");
+    CHECK(v && v->number == PCR_VIEW_DYN && v->dirs && !v->files, "dynamic/'s directory");
+    CHECK(pcr_views_get(vs, PCR_VIEW_DYN, true) == NULL, "no file in its directory number");
+    CHECK(resolve(s, "a/cmyk.JPEG", &node) == 0 && !node.is_dir, "a/cmyk.JPEG");
+    CHECK(pcr_view_child_number(v, true, node.id) == PCR_VIEW_DYN + 3, "level 3 first");
+    CHECK(pcr_views_set_level(vs, 5, &old) == 0 && old == 3, "set 5");
+    CHECK(pcr_views_set_level(vs, LEVELS + 1, NULL) == -EINVAL, "no level 11");
+    fv = pcr_views_get(vs, pcr_view_child_number(v, true, node.id), true);
+    CHECK(fv && fv->level == 5 && fv->ctr == v->ctr, "a file entry of level 5, one counter");
+    CHECK(pcr_store_file(s, node.id, &f) == 0 && pcr_view_size(fv, f) ==
+                                                     (int64_t)pcr_file_size(f, 5), "size");
+    /* mix/: the level of a file's next open is within 2..4 */
+    v = pcr_views_root_lookup(vs, "mix");
+    CHECK(v && pcr_view_child_number(v, true, node.id) >= PCR_VIEW_MIX + 2 &&
+              pcr_view_child_number(v, true, node.id) <= PCR_VIEW_MIX + 4, "mix draw");
+    CHECK(pcr_views_info_json(vs, "S", NULL, &json, &len) == 0 && strstr(json, "\"mix\"") &&
+              strstr(json, "\"q90\"") && strstr(json, "\"dynamic\": true"), "info");
+    free(json);
+    pcr_views_close(vs);
+    pcr_views_args_free(&a);
+
+    /* what needs the store is refused at open, with a message */
+    CHECK(pcr_views_opt(&a, "level", "11", msg, sizeof(msg)) == 0, "level=11 parses");
+    CHECK(pcr_views_open(s, NULL, &a, &vs, err, sizeof(err)) == -EINVAL && strstr(err, "1..10"),
+          "level=11: %s", err);
+    pcr_views_args_free(&a);
+    CHECK(pcr_views_opt(&a, "refurb_size", "32", msg, sizeof(msg)) == 0, "%s", msg);
+    CHECK(pcr_views_open(s, NULL, &a, &vs, err, sizeof(err)) == -EINVAL &&
+              strstr(err, "refurb=R"), "refurb_size alone: %s", err);
+    pcr_views_args_free(&a);
+    pcr_store_close(s);
+}
+
 int main(void)
 {
     char tmpl[] = "/tmp/pcrfs-test-store-XXXXXX", path[600], err[512], cmd[700];
@@ -536,6 +611,7 @@ int main(void)
     test_read(path);
     test_record_runs(path, 3);
     test_sequential_steps(path);
+    test_views(path);
     CHECK(build(path, false, 3, err, sizeof(err)) == -EEXIST, "exists without force");
     CHECK(build(path, true, 8, err, sizeof(err)) == 0, "force replaces a store: %s", err);
     test_read(path); /* one record this time */

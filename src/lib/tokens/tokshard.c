@@ -4,7 +4,8 @@
  * inodes and directory entries than on data; a shard holds thousands of blobs and
  * the index locates each one by (shard, offset, length): O(1) access, one pread.
  * The header pairs the shard with the model that encoded it, so a shard copied from
- * another store fails at open instead of decoding to garbage.
+ * another store fails its check (src/lib/store/read.c, with pcr_tokshard_hdr_decode:
+ * the one reader of shards is the store's) instead of decoding to garbage.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,13 +30,6 @@ struct pcr_tokshard_writer {
     uint32_t count;
     uint8_t *buf; /* write buffer: blobs are ~1 kB, write(2) per blob is wasteful */
     size_t nbuf;
-};
-
-struct pcr_tokshard {
-    int fd;
-    char *path;
-    uint32_t count;
-    uint64_t size;
 };
 
 void pcr_tokshard_hdr_encode(const struct pcr_tokshard_hdr *h, uint8_t out[PCR_TOKSHARD_HEADER])
@@ -189,101 +183,4 @@ void pcr_tokshard_abort(struct pcr_tokshard_writer *w)
         return;
     unlink(w->path);
     writer_free(w);
-}
-
-int pcr_tokshard_open(const char *path, uint64_t model_id, struct pcr_tokshard **out, char *err,
-                      size_t errlen)
-{
-    struct pcr_tokshard *s;
-    uint8_t h[PCR_TOKSHARD_HEADER];
-    struct pcr_tokshard_hdr hd;
-    struct stat st;
-    int rc;
-
-    *out = NULL;
-    s = calloc(1, sizeof(*s));
-    if (!s || !(s->path = strdup(path))) {
-        free(s);
-        return -ENOMEM;
-    }
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (s->fd < 0) {
-        rc = -errno;
-        pcr_errf(err, errlen, "%s: %s", path, strerror(errno));
-        goto fail;
-    }
-    rc = -EINVAL;
-    if (fstat(s->fd, &st) != 0 || st.st_size < (off_t)PCR_TOKSHARD_HEADER ||
-        pread(s->fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-        pcr_tokshard_hdr_decode(h, &hd) == -EINVAL) {
-        pcr_errf(err, errlen, "%s: not a pcrfs token shard", path);
-        goto fail;
-    }
-    if (hd.version != PCR_TOKSHARD_VERSION) {
-        pcr_errf(err, errlen, "%s: token shard version %" PRIu32 " (this pcrfs reads %u)", path,
-                 hd.version, PCR_TOKSHARD_VERSION);
-        rc = -ENOTSUP;
-        goto fail;
-    }
-    if (hd.blob_bytes != (uint64_t)st.st_size - PCR_TOKSHARD_HEADER) {
-        pcr_errf(err, errlen,
-                 "%s: size %" PRIu64 " but the header says %" PRIu64 " (truncated or damaged)",
-                 path, (uint64_t)st.st_size, hd.blob_bytes + PCR_TOKSHARD_HEADER);
-        goto fail;
-    }
-    if (hd.model_id != model_id) {
-        pcr_errf(err, errlen,
-                 "%s: encoded with another token model (%016" PRIx64 ", expected %016" PRIx64 ")",
-                 path, hd.model_id, model_id);
-        rc = -ESTALE;
-        goto fail;
-    }
-    s->count = hd.count;
-    s->size = (uint64_t)st.st_size;
-    *out = s;
-    return 0;
-fail:
-    pcr_tokshard_close(s);
-    return rc;
-}
-
-uint32_t pcr_tokshard_count(const struct pcr_tokshard *s)
-{
-    return s->count;
-}
-
-int pcr_tokshard_read(const struct pcr_tokshard *s, uint64_t off, uint32_t len, void *buf)
-{
-    uint8_t *p = buf;
-
-    if (off < PCR_TOKSHARD_HEADER || len == 0 || off > s->size || len > s->size - off) {
-        pcr_log(PCR_LOG_ERR,
-                "%s: blob [%" PRIu64 ", +%" PRIu32 ") outside the shard (%" PRIu64 " bytes)",
-                s->path, off, len, s->size);
-        return -EIO;
-    }
-    while (len) {
-        ssize_t r = pread(s->fd, p, len, (off_t)off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            pcr_log(PCR_LOG_ERR, "%s: read at %" PRIu64 ": %s", s->path, off,
-                    r < 0 ? strerror(errno) : "unexpected end of file");
-            return -EIO;
-        }
-        p += r;
-        len -= (uint32_t)r;
-        off += (uint64_t)r;
-    }
-    return 0;
-}
-
-void pcr_tokshard_close(struct pcr_tokshard *s)
-{
-    if (!s)
-        return;
-    if (s->fd >= 0)
-        close(s->fd);
-    free(s->path);
-    free(s);
 }

@@ -1,5 +1,11 @@
-/* pcrfs — the refurb/ view (-o refurb=R): partially augmented samples, each served
- * for R consecutive opens (refurbview.h; the library: include/pcrfs/refurb.h).
+/* pcrfs — refurb/ (option refurb=R): partially augmented samples, each served for R
+ * consecutive opens (view.h; the refurbishing itself: include/pcrfs/refurb.h).
+ *
+ * refurb/ mirrors the store's tree; a JPEG a/b.JPEG appears as a/b.JPEG.ppm, a
+ * binary PPM of S x S RGB pixels: decode at the level K, RandomResizedCrop, resize,
+ * flip (doc/REFURB.md). A file's content stays the same for R consecutive opens,
+ * then changes (the library's balanced schedule); the version an open serves is
+ * fixed when the file is opened and held by the handle until it is closed.
  *
  * Samples. At mount the file table is scanned once: every file the store holds as a
  * JPEG (kind PCR_KIND_JPEG) whose name can take ".ppm" is a sample, numbered
@@ -15,7 +21,7 @@
  * cache, a worker rendering it, or rendered here) and keeps the bytes in the handle
  * until release. So a reader sees one version from open to close whatever else
  * opens the file meanwhile; the files are opened with direct I/O (the page cache
- * would serve one open's bytes to the next: views.c's row) and the size is the PPM's
+ * would serve one open's bytes to the next: the descriptor's cache) and the size is the PPM's
  * constant size, known without work.
  *
  * Ahead of time. When the open just served makes the NEXT open of the sample a
@@ -28,7 +34,8 @@
  * to hold them: refurb_default_cache) only costs renders on demand, never other
  * bytes: a version is a pure function of (seed, sample, version, image).
  *
- * State lives in the daemon only: a remount starts every sample at its open 0.
+ * State lives in the process that opened the views (the daemon, or a program using
+ * the library): a new one starts every sample at its open 0.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,10 +48,44 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fs.h"
-#include "inode.h"
+#include "pcrfs/refurb.h"
 #include "util/json.h"
 #include "util/optparse.h"
+#include "view/view.h"
+
+/* The refurb=R and refurb_* options as given (checked, or NULL). */
+struct refurb_args {
+    char *r, *size, *scale, *ratio, *flip, *level, *seed, *threads, *cache, *cache_size;
+};
+
+/* What the options ask for. */
+struct refurb_setup {
+    unsigned r;                  /* 0: no refurb/ */
+    struct pcr_refurb_conf conf; /* size, scale, ratio, flip, seed */
+    unsigned level;              /* 1..L */
+    unsigned threads;            /* background workers */
+    const char *cache_dir;       /* NULL: RAM */
+    uint64_t cache_bytes;        /* 0: the default (refurb_default_cache) */
+};
+
+struct refurb {
+    struct pcr_refurb *ctx; /* NULL until refurb_start() */
+    struct pcr_store *store;
+    struct refurb_setup set; /* as used: cache_bytes resolved */
+    char *cache_dir;         /* set.cache_dir's copy */
+    bool cache_default;      /* cache_bytes was chosen, not given */
+    uint64_t cache_needed;   /* bytes for one version of every sample, and some */
+    uint64_t nfiles;         /* the store's */
+    uint64_t n;              /* samples: the files refurb/ serves */
+    uint32_t *sample_of;     /* [file id] -> sample + 1; 0: not served */
+    uint32_t *file_of;       /* [sample] -> file id */
+    _Atomic uint32_t *nopen; /* [sample] -> opens so far */
+    atomic_uint_fast64_t opens, scheduled, refused, failed_opens;
+    char *skipped; /* the control file refurb_skipped: "PATH\tREASON\n" lines */
+    size_t skipped_len;
+    uint64_t nskipped;
+    double scan_s; /* the scan of the file table at open */
+};
 
 #define REFURB_XATTR      "user.pcrfs.refurb"
 #define REFURB_XATTR_NEXT "user.pcrfs.refurb_next"
@@ -101,7 +142,7 @@ static const char *skip_reason(struct refurb *rf, const struct pcr_file_info *fi
     return NULL;
 }
 
-static int scan(struct refurb *rf, char *err, size_t errlen)
+static int rf_scan(struct refurb *rf, char *err, size_t errlen)
 {
     struct pcr_json b;
     struct timespec t0, t1;
@@ -158,7 +199,7 @@ static int scan(struct refurb *rf, char *err, size_t errlen)
 
 /* The sample's JPEG bytes at the view's level, read through the store as any view
  * reads them (so -o bwlimit applies, and the level's reads are counted). */
-static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
+static int read_sample(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
 {
     struct refurb *rf = arg;
     const struct pcr_file *f;
@@ -215,26 +256,23 @@ static uint64_t refurb_default_cache(struct refurb *rf, uint64_t need)
     return need < cap ? need : cap;
 }
 
-int pcrfs_refurb_init(struct pcrfs *fs, const struct refurb_setup *set, char *err, size_t errlen)
+/* @set checked against the store: scan, counters, and a throwaway context that
+ * checks the options and the cache directory now. */
+static int refurb_setup_open(struct refurb *rf, const struct refurb_setup *set, unsigned levels,
+                             char *err, size_t errlen)
 {
-    struct refurb *rf = calloc(1, sizeof(*rf));
     struct pcr_refurb_opts o;
     struct pcr_refurb *probe = NULL;
     uint64_t ppm;
     int rc;
 
-    err[0] = '\0';
-    if (!rf)
-        return -ENOMEM;
-    fs->refurb = rf;
-    rf->store = fs->store;
     rf->set = *set;
     rc = pcr_refurb_conf_check(&set->conf);
-    if (rc || set->r < 1 || set->level < 1 || set->level > fs->levels) {
+    if (rc || set->r < 1 || set->level < 1 || set->level > levels) {
         snprintf(err, errlen, "refurb: unusable options");
         return -EINVAL;
     }
-    rc = scan(rf, err, errlen);
+    rc = rf_scan(rf, err, errlen);
     if (rc)
         return rc;
     ppm = pcr_refurb_ppm_size(set->conf.size);
@@ -245,13 +283,11 @@ int pcrfs_refurb_init(struct pcrfs *fs, const struct refurb_setup *set, char *er
     }
     if (rf->set.cache_bytes < ppm)
         rf->set.cache_bytes = ppm;
-    /* a throwaway context with no threads: the options and the cache directory are
-     * checked here, on the terminal, not after the daemon has detached */
     memset(&o, 0, sizeof(o));
     o.conf = set->conf;
     o.cache_bytes = rf->set.cache_bytes;
     o.cache_dir = set->cache_dir;
-    rc = pcr_refurb_open(&o, load, rf, &probe);
+    rc = pcr_refurb_open(&o, read_sample, rf, &probe);
     if (rc) {
         snprintf(err, errlen, "refurb: %s%s%s", set->cache_dir ? "refurb_cache=" : "",
                  set->cache_dir ? set->cache_dir : "", set->cache_dir ? ": " : "");
@@ -262,35 +298,45 @@ int pcrfs_refurb_init(struct pcrfs *fs, const struct refurb_setup *set, char *er
     return 0;
 }
 
-int pcrfs_refurb_start(struct pcrfs *fs)
+/* Start the context and its worker threads: after a fork (the daemon's detach)
+ * that would leave threads behind. */
+static int refurb_start(void *state, char *err, size_t errlen)
 {
-    struct refurb *rf = fs->refurb;
+    struct refurb *rf = state;
     struct pcr_refurb_opts o;
+    int rc;
 
     memset(&o, 0, sizeof(o));
     o.conf = rf->set.conf;
     o.threads = rf->set.threads;
     o.cache_bytes = rf->set.cache_bytes;
     o.cache_dir = rf->set.cache_dir;
-    return pcr_refurb_open(&o, load, rf, &rf->ctx);
+    rc = pcr_refurb_open(&o, read_sample, rf, &rf->ctx);
+    if (rc == -EAGAIN) /* pthread_create(): RLIMIT_NPROC or a cgroup's pids.max */
+        snprintf(err, errlen,
+                 "refurb: cannot start %u worker threads: %s (the process limit: ulimit -u, "
+                 "or fewer refurb_threads=)",
+                 rf->set.threads, strerror(-rc));
+    else if (rc)
+        snprintf(err, errlen, "refurb: cannot start%s%s: %s", rf->set.cache_dir ? " in " : "",
+                 rf->set.cache_dir ? rf->set.cache_dir : "", strerror(-rc));
+    return rc;
 }
 
-void pcrfs_refurb_free(struct pcrfs *fs)
+static void refurb_free(void *state)
 {
-    struct refurb *rf = fs->refurb;
+    struct refurb *rf = state;
 
-    if (!rf)
-        return;
     pcr_refurb_close(rf->ctx);
     free(rf->sample_of);
     free(rf->file_of);
     free((void *)rf->nopen);
     free(rf->skipped);
+    free(rf->cache_dir);
     free(rf);
-    fs->refurb = NULL;
 }
 
-/* ---- the command line (main.c) --------------------------------------------------------- */
+/* ---- the options --------------------------------------------------------- */
 
 #define REFURB_MAX_R          1000
 #define REFURB_MAX_THREADS    256
@@ -314,7 +360,7 @@ static const struct {
 };
 
 /* Option @name's value @val into @set: everything but the level's range, which
- * needs the store (pcrfs_refurb_parse). The one place that knows what each option
+ * needs the store (refurb_init). The one place that knows what each option
  * takes (util/optparse.h's forms). @return 0, or -1 with one line in @msg. */
 static int parse_one(struct refurb_setup *set, const char *name, const char *val, char *msg,
                      size_t len)
@@ -363,9 +409,9 @@ static int parse_one(struct refurb_setup *set, const char *name, const char *val
     return 0;
 }
 
-int pcrfs_refurb_opt(struct refurb_args *a, const char *name, const char *val, char *msg,
-                     size_t len)
+static int refurb_opt(void *args, const char *name, const char *val, char *msg, size_t len)
 {
+    struct refurb_args *a = args;
     struct refurb_setup scratch;
 
     for (size_t i = 0; i < sizeof(refurb_opts) / sizeof(refurb_opts[0]); i++) {
@@ -384,51 +430,73 @@ int pcrfs_refurb_opt(struct refurb_args *a, const char *name, const char *val, c
     return -1;
 }
 
-int pcrfs_refurb_parse(const struct refurb_args *c, const struct pcrfs *fs,
-                       struct refurb_setup *set)
+static int refurb_init(struct pcr_views *vs, const void *args, void **state, char *err,
+                       size_t errlen)
 {
+    const struct refurb_args *c = args;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct refurb_setup setup, *set = &setup;
+    struct refurb *rf;
     bool any = false;
-    char msg[512];
+    int rc;
 
+    *state = NULL;
+    if (!c)
+        return 0;
     memset(set, 0, sizeof(*set));
     pcr_refurb_conf_default(&set->conf);
-    set->level = fs->levels;
+    set->level = vs->levels;
     set->threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
-    /* each value was checked as it was given (pcrfs_refurb_opt): only the level's
-     * range is new here */
+    /* each value was checked as it was given (refurb_opt): only the level's range
+     * is new here */
     for (size_t i = 0; i < sizeof(refurb_opts) / sizeof(refurb_opts[0]); i++) {
         const char *val = *(char *const *)((const char *)c + refurb_opts[i].off);
 
         if (!val)
             continue;
         any = true;
-        if (parse_one(set, refurb_opts[i].name, val, msg, sizeof(msg)) != 0) {
-            fprintf(stderr, "pcrfs: %s\n", msg);
-            return -1;
-        }
+        if (parse_one(set, refurb_opts[i].name, val, err, errlen) != 0)
+            return -EINVAL;
     }
     if (!c->r) {
         if (any) {
-            fprintf(stderr, "pcrfs: refurb_* options need -o refurb=R\n");
-            return -1;
+            snprintf(err, errlen, "refurb_* options need -o refurb=R");
+            return -EINVAL;
         }
         return 0;
     }
     if (c->level) {
-        set->level = pcrfs_parse_level(fs, c->level, strlen(c->level));
+        set->level = pcr_view_parse_level(vs->levels, c->level, strlen(c->level));
         if (!set->level) {
-            pcr_opt_msg(msg, sizeof(msg), "refurb_level", c->level,
-                        "want a level of this store: 1..%u or full", fs->levels);
-            fprintf(stderr, "pcrfs: %s\n", msg);
-            return -1;
+            pcr_opt_msg(err, errlen, "refurb_level", c->level,
+                        "want a level of this store: 1..%u or full", vs->levels);
+            return -EINVAL;
         }
     }
+    rf = calloc(1, sizeof(*rf));
+    if (!rf)
+        return -ENOMEM;
+    rf->store = vs->store;
+    if (set->cache_dir) {
+        rf->cache_dir = strdup(set->cache_dir); /* the args may go before the views */
+        if (!rf->cache_dir) {
+            free(rf);
+            return -ENOMEM;
+        }
+        set->cache_dir = rf->cache_dir;
+    }
+    rc = refurb_setup_open(rf, set, vs->levels, err, errlen);
+    if (rc) {
+        refurb_free(rf);
+        return rc;
+    }
+    *state = rf;
     return 0;
 }
 
-void pcrfs_refurb_args_free(struct refurb_args *a)
+static void refurb_args_free(void *args)
 {
+    struct refurb_args *a = args;
     char **f[] = {&a->r,     &a->size, &a->scale,   &a->ratio, &a->flip,
                   &a->level, &a->seed, &a->threads, &a->cache, &a->cache_size};
 
@@ -438,9 +506,9 @@ void pcrfs_refurb_args_free(struct refurb_args *a)
     }
 }
 
-/* ---- the view's handlers (views.h) ----------------------------------------------------- */
+/* ---- the view's handlers (view.h) ----------------------------------------------------- */
 
-static bool served(const struct refurb *rf, uint64_t id, uint64_t *sample)
+static bool rf_served(const struct refurb *rf, uint64_t id, uint64_t *sample)
 {
     if (id < 1 || id > rf->nfiles || !rf->sample_of[id])
         return false;
@@ -451,9 +519,9 @@ static bool served(const struct refurb *rf, uint64_t id, uint64_t *sample)
 
 /* "b.JPEG.ppm" is file b.JPEG if refurb/ serves it; any other name is a directory's
  * or nothing (a file left out is absent, its ".ppm" name too). */
-static int rf_lookup(const struct view *v, uint64_t dir, const char *name, struct pcr_node *out)
+static int rf_lookup(const struct pcr_view *v, uint64_t dir, const char *name, struct pcr_node *out)
 {
-    const struct refurb *rf = v->fs->refurb;
+    const struct refurb *rf = v->state;
     size_t n = strlen(name), sl = strlen(PPM_SUFFIX);
     char base[NAME_MAX_BYTES + 1];
     int rc;
@@ -462,7 +530,7 @@ static int rf_lookup(const struct view *v, uint64_t dir, const char *name, struc
         memcpy(base, name, n - sl);
         base[n - sl] = '\0';
         rc = pcr_store_lookup(v->store, dir, base, out);
-        if (rc == 0 && !out->is_dir && served(rf, out->id, NULL))
+        if (rc == 0 && !out->is_dir && rf_served(rf, out->id, NULL))
             return 0;
         if (rc && rc != -ENOENT)
             return rc;
@@ -473,10 +541,10 @@ static int rf_lookup(const struct view *v, uint64_t dir, const char *name, struc
     return out->is_dir ? 0 : -ENOENT;
 }
 
-static int rf_readdir(const struct view *v, uint64_t dir, uint64_t *pos, struct pcr_dirent *out,
+static int rf_readdir(const struct pcr_view *v, uint64_t dir, uint64_t *pos, struct pcr_dirent *out,
                       char *namebuf, size_t namelen)
 {
-    const struct refurb *rf = v->fs->refurb;
+    const struct refurb *rf = v->state;
     int rc;
 
     for (;; (*pos)++) {
@@ -485,7 +553,7 @@ static int rf_readdir(const struct view *v, uint64_t dir, uint64_t *pos, struct 
             return rc;
         if (out->node.is_dir)
             return 0;
-        if (served(rf, out->node.id, NULL))
+        if (rf_served(rf, out->node.id, NULL))
             break;
     }
     snprintf(namebuf, namelen, "%s" PPM_SUFFIX, out->name); /* fits: skip_reason() */
@@ -493,10 +561,12 @@ static int rf_readdir(const struct view *v, uint64_t dir, uint64_t *pos, struct 
     return 0;
 }
 
-static uint64_t rf_size(const struct view *v, const struct pcr_file *f)
+static int64_t rf_size(const struct pcr_view *v, const struct pcr_file *f)
 {
+    const struct refurb *rf = v->state;
+
     (void)f;
-    return pcr_refurb_ppm_size(v->fs->refurb->set.conf.size);
+    return (int64_t)pcr_refurb_ppm_size(rf->set.conf.size);
 }
 
 struct rf_handle {
@@ -504,9 +574,9 @@ struct rf_handle {
     size_t len;
 };
 
-static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
+static int rf_open(const struct pcr_view *v, const struct pcr_file *f, void **state)
 {
-    struct refurb *rf = v->fs->refurb;
+    struct refurb *rf = v->state;
     struct pcr_file_info fi;
     struct rf_handle *h;
     uint64_t sample, phase, nopen, version;
@@ -515,7 +585,7 @@ static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
 
     *state = NULL;
     pcr_file_info(f, &fi);
-    if (!served(rf, fi.id, &sample))
+    if (!rf_served(rf, fi.id, &sample))
         return -ENOENT;
     h = calloc(1, sizeof(*h));
     if (!h)
@@ -523,7 +593,7 @@ static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
     phase = pcr_refurb_phase(rf->n, rf->set.conf.seed, r, sample);
     nopen = atomic_fetch_add_explicit(&rf->nopen[sample], 1, memory_order_relaxed);
     version = pcr_refurb_version(nopen, phase, r);
-    pcrfs_count(&rf->opens, 1);
+    pcr_view_count(&rf->opens, 1);
     rc = pcr_refurb_get(rf->ctx, sample, version, &h->data, &h->len);
     /* After the get, so that preparing the next version never delays this one. This
      * was the last open of @version: drop it from the cache (the handle has its
@@ -533,11 +603,11 @@ static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
         if (rf->set.threads) {
             int s = pcr_refurb_schedule(rf->ctx, sample, pcr_refurb_version(nopen + 1, phase, r));
 
-            pcrfs_count(s == 0 ? &rf->scheduled : &rf->refused, 1);
+            pcr_view_count(s == 0 ? &rf->scheduled : &rf->refused, 1);
         }
     }
     if (rc) {
-        pcrfs_count(&rf->failed_opens, 1);
+        pcr_view_count(&rf->failed_opens, 1);
         free(h);
         /* an image that does not decode, a record that does not read: EIO, as any
          * view answers a damaged file; running out of memory stays ENOMEM */
@@ -547,7 +617,7 @@ static int rf_open(const struct view *v, const struct pcr_file *f, void **state)
     return 0;
 }
 
-static ssize_t rf_read(const struct view *v, const struct pcr_file *f, void *state, char *buf,
+static ssize_t rf_read(const struct pcr_view *v, const struct pcr_file *f, void *state, char *buf,
                        size_t size, uint64_t off)
 {
     const struct rf_handle *h = state;
@@ -555,7 +625,7 @@ static ssize_t rf_read(const struct view *v, const struct pcr_file *f, void *sta
 
     (void)v, (void)f;
     if (!h)
-        return -EBADF; /* never without OPEN: main.c keeps OPEN on such mounts */
+        return -EBADF; /* never without an open: the descriptor's needs_open */
     if (off >= h->len)
         return 0;
     n = h->len - (size_t)off < size ? h->len - (size_t)off : size;
@@ -573,7 +643,7 @@ static void rf_close(void *state)
     }
 }
 
-const struct view_file_ops refurb_ops = {
+static const struct pcr_view_file_ops refurb_ops = {
     .lookup = rf_lookup,
     .readdir = rf_readdir,
     .size = rf_size,
@@ -607,26 +677,18 @@ static int params_text(const struct refurb *rf, uint64_t id, uint64_t sample, ui
     return 0;
 }
 
-static bool refurb_file(const struct pcrfs *fs, uint64_t ino, uint64_t *id, uint64_t *sample)
-{
-    struct ino_parts p = ino_split(ino);
-
-    *id = p.id;
-    return fs->refurb && p.view == VIEW_REFURB && p.is_file && served(fs->refurb, p.id, sample);
-}
-
 /* Computed from the open counter and the image's size in the index: no decode, and
  * asking does not count as an open. It names the file, not a handle (the kernel
  * sends getxattr with the inode only, also for fgetxattr on a descriptor), so with
  * several readers of one file "the last open" is whichever came last. */
-int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char *buf, size_t len,
-                          size_t *outlen)
+static int rf_getxattr(const struct pcr_view *v, uint64_t id, const char *name, char *buf,
+                       size_t len, size_t *outlen)
 {
-    struct refurb *rf = fs->refurb;
-    uint64_t id, sample, nopen, phase;
+    struct refurb *rf = v->state;
+    uint64_t sample, nopen, phase;
     bool next;
 
-    if (!refurb_file(fs, ino, &id, &sample))
+    if (!rf_served(rf, id, &sample))
         return -ENOSYS;
     next = strcmp(name, REFURB_XATTR_NEXT) == 0;
     if (!next && strcmp(name, REFURB_XATTR) != 0)
@@ -640,23 +702,22 @@ int pcrfs_refurb_getxattr(struct pcrfs *fs, uint64_t ino, const char *name, char
                        outlen);
 }
 
-int pcrfs_refurb_listxattr(struct pcrfs *fs, uint64_t ino, const char **list, size_t *len)
+static int rf_listxattr(const struct pcr_view *v, uint64_t id, const char **list, size_t *len)
 {
     static const char names[] = REFURB_XATTR "\0" REFURB_XATTR_NEXT; /* + its NUL */
-    uint64_t id, sample;
 
-    if (!refurb_file(fs, ino, &id, &sample))
+    if (!rf_served(v->state, id, NULL))
         return -ENOSYS;
     *list = names;
     *len = sizeof(names);
     return 0;
 }
 
-/* ---- /.pcrfs/info and stats ---------------------------------------------------------- */
+/* ---- info and stats ---------------------------------------------------------- */
 
-void pcrfs_refurb_info_json(const struct pcrfs *fs, struct pcr_json *b)
+static void rf_info_json(const void *state, struct pcr_json *b)
 {
-    const struct refurb *rf = fs->refurb;
+    const struct refurb *rf = state;
     const struct pcr_refurb_conf *c;
 
     if (!rf) {
@@ -680,26 +741,22 @@ void pcrfs_refurb_info_json(const struct pcrfs *fs, struct pcr_json *b)
                     pcr_refurb_ppm_size(c->size), rf->n, rf->nskipped, rf->scan_s);
 }
 
-static uint64_t ld(atomic_uint_fast64_t *c)
+static uint64_t ctr_load(const atomic_uint_fast64_t *c)
 {
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-void pcrfs_refurb_stats_json(struct pcrfs *fs, struct pcr_json *b)
+static void rf_stats_json(const struct pcr_view *v, struct pcr_json *b)
 {
-    struct refurb *rf = fs->refurb;
+    struct refurb *rf = v->state;
     struct pcr_refurb_stats st;
-    struct view_counters *c = &fs->refurb_view;
+    struct pcr_view_counters *c = v->ctr;
     uint64_t opens;
 
-    if (!rf) {
-        pcr_json_puts(b, "null");
-        return;
-    }
     memset(&st, 0, sizeof(st));
     if (rf->ctx)
         pcr_refurb_get_stats(rf->ctx, &st);
-    opens = ld(&rf->opens);
+    opens = ctr_load(&rf->opens);
     /* passes: whole passes' worth of opens (a pass opens each of the N files once) */
     pcr_json_printf(
         b,
@@ -709,7 +766,84 @@ void pcrfs_refurb_stats_json(struct pcrfs *fs, struct pcr_json *b)
         ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"evicted\": %" PRIu64
         ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64 ", \"cached\": %" PRIu64
         ", \"scheduled\": %" PRIu64 ", \"schedule_refused\": %" PRIu64 "}",
-        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ld(&c->reads), ld(&c->bytes),
-        ld(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
-        st.dropped, st.queued, st.cached, ld(&rf->scheduled), ld(&rf->refused));
+        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ctr_load(&c->reads), ctr_load(&c->bytes),
+        ctr_load(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
+        st.dropped, st.queued, st.cached, ctr_load(&rf->scheduled), ctr_load(&rf->refused));
 }
+
+static int rf_ctl_data(const void *state, const char **data, size_t *len)
+{
+    const struct refurb *rf = state;
+
+    *data = rf->skipped;
+    *len = rf->skipped_len;
+    return 0;
+}
+
+static unsigned rf_count(const struct pcr_views *vs, const void *state)
+{
+    (void)vs;
+    return state != NULL;
+}
+
+static unsigned rf_level(const struct pcr_views *vs, const void *state, unsigned i)
+{
+    (void)vs, (void)i;
+    return ((const struct refurb *)state)->set.level;
+}
+
+static const char *const rf_opts[] = {
+    "refurb",      "refurb_size",    "refurb_scale", "refurb_ratio",      "refurb_flip",
+    "refurb_level", "refurb_seed",   "refurb_threads", "refurb_cache", "refurb_cache_size",
+    NULL,
+};
+
+static const char *const rf_path_opts[] = {"refurb_cache", NULL};
+
+const struct pcr_view_desc pcr_view_refurb = {
+    .help =
+    "\n"
+    "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
+    "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
+    "stays the same for R consecutive opens of the file, then changes:\n"
+    "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
+    "    -o refurb_size=S       output side in pixels (default 224)\n"
+    "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
+    "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
+    "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
+    "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
+    "    -o refurb_seed=N       the run's seed (0..2^64-1, default 0)\n"
+    "    -o refurb_threads=N    workers preparing the next pass (0..256; default: the\n"
+    "                           number of CPUs; 0: only on demand)\n"
+    "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
+    "                           DIR (default: in RAM)\n"
+    "    -o refurb_cache_size=SIZE  bound on prepared bytes (1..1000000G, suffix\n"
+    "                           k/K, M, G; default: one crop of every file, at\n"
+    "                           most 1/4 of RAM or 1/2 of DIR's free space)\n",
+    .name = "refurb",
+    .opts = rf_opts,
+    .path_opts = rf_path_opts,
+    .args_size = sizeof(struct refurb_args),
+    .level_rule = PCR_LEVEL_FIXED,
+    .tree = PCR_TREE_IMAGES,
+    /* names and listings never change; a file's bytes change from one open to the
+     * next, so no page of it may outlive its open */
+    .cache = {.names = true, .listings = true, .pages = false, .direct = true},
+    .needs_open = true, /* an open picks the version its handle serves */
+    .json_key = "refurb",
+    .ops = &refurb_ops,
+    .opt = refurb_opt,
+    .args_free = refurb_args_free,
+    .init = refurb_init,
+    .start = refurb_start,
+    .free = refurb_free,
+    .count = rf_count,
+    .number = PCR_VIEW_REFURB,
+    .level = rf_level,
+    .info_json = rf_info_json,
+    .stats_json = rf_stats_json,
+    .getxattr = rf_getxattr,
+    .listxattr = rf_listxattr,
+    .ctl_name = "refurb_skipped",
+    .ctl_data = rf_ctl_data,
+};

@@ -1,0 +1,277 @@
+"""pcrfs.Store and pcrfs.ImageFolder: a store's views without a mount, through
+libpcrfs.so (pcrfs(3)) and ctypes.
+
+    store = pcrfs.Store("/data/in1k.pcrfs")            # or "s3://bucket/in1k"
+    ds = pcrfs.ImageFolder(store, view="scan5", transform=...)
+    loader = DataLoader(ds, sampler=pcrfs.RecordSampler(ds), num_workers=8)
+
+The library is found through $PCRFS_LIB (a path to libpcrfs.so, for a build tree),
+else as the installed libpcrfs.so.0. A Store is safe in forked DataLoader workers
+(the library reopens the store in a child) and pickles as (path, options), so
+spawned workers open their own.
+"""
+
+import ctypes
+import errno
+import os
+
+_lib = None
+
+
+class _Stat(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint64), ("file_id", ctypes.c_uint64),
+                ("is_dir", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+def _candidates():
+    """$PCRFS_LIB, else the soname (the loader's search), else beside this module's
+    install: PREFIX/lib/python3.X/dist-packages/pcrfs -> PREFIX/lib/<multiarch>/ (a
+    /usr/local install before ldconfig has run)."""
+    if os.environ.get("PCRFS_LIB"):
+        return [os.environ["PCRFS_LIB"]]
+    import sysconfig
+    prefix = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
+    arch = sysconfig.get_config_var("MULTIARCH") or ""
+    return ["libpcrfs.so.0"] + [os.path.join(prefix, d, "libpcrfs.so.0")
+                                for d in (os.path.join("lib", arch), "lib64", "lib") if d]
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    err = None
+    for cand in _candidates():
+        try:
+            lib = ctypes.CDLL(cand)
+            break
+        except OSError as e:
+            err = err or e
+    else:
+        raise OSError("pcrfs: cannot load libpcrfs.so.0 (set PCRFS_LIB to its path): %s"
+                      % err)
+    c_p, c_char_p, u64 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64
+    lib.pcrfs_open.argtypes = [c_char_p, ctypes.POINTER(c_char_p), ctypes.POINTER(c_p)]
+    lib.pcrfs_close.argtypes = [c_p]
+    lib.pcrfs_close.restype = None
+    lib.pcrfs_errmsg.restype = c_char_p
+    lib.pcrfs_stat.argtypes = [c_p, c_char_p, ctypes.POINTER(_Stat)]
+    lib.pcrfs_readdir.argtypes = [c_p, c_char_p, ctypes.POINTER(u64), ctypes.c_char_p,
+                                  ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]
+    lib.pcrfs_read.argtypes = [c_p, c_char_p, c_p, ctypes.c_size_t, u64]
+    lib.pcrfs_read.restype = ctypes.c_ssize_t
+    lib.pcrfs_record.argtypes = [c_p, c_char_p, ctypes.POINTER(u64), ctypes.POINTER(u64)]
+    lib.pcrfs_levels.argtypes = [c_p]
+    lib.pcrfs_levels.restype = ctypes.c_uint
+    lib.pcrfs_set_level.argtypes = [c_p, ctypes.c_uint]
+    for f in (lib.pcrfs_info_json, lib.pcrfs_stats_json):
+        f.argtypes = [c_p, ctypes.POINTER(ctypes.c_void_p)]
+        f.restype = ctypes.c_ssize_t
+    _lib = lib
+    return lib
+
+
+def _libc_free(p):
+    ctypes.CDLL(None).free(ctypes.c_void_p(p))
+
+
+def _raise(rc, what):
+    msg = _load().pcrfs_errmsg().decode("utf-8", "replace")
+    err = -rc
+    raise OSError(err, "%s: %s" % (what, msg or os.strerror(err)))
+
+
+class Store:
+    """A pcrfs store opened without a mount: the tree a mount's root shows.
+
+    @path_or_url: a store directory or an s3:// / http(s):// URL; @options: the -o
+    options of pcrfs(1) that are not about the kernel (level=5 -> level=5,
+    quality="0.9:0.95", mix="3-8", refurb=2, cache="/tmp/c", ...). Paths are those
+    under a mount's root: "scan5/n01440764/x.JPEG"."""
+
+    def __init__(self, path_or_url, **options):
+        lib = _load()
+        self.path = os.fspath(path_or_url)
+        self.options = dict(options)
+        opts = ["%s=%s" % (k, v) for k, v in self.options.items()]
+        arr = (ctypes.c_char_p * (len(opts) + 1))(*[o.encode() for o in opts], None)
+        h = ctypes.c_void_p()
+        rc = lib.pcrfs_open(os.fsencode(self.path), arr, ctypes.byref(h))
+        if rc:
+            _raise(rc, self.path)
+        self._h = h
+
+    def __reduce__(self):  # spawned workers open their own
+        return (_reopen, (self.path, self.options))
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            _load().pcrfs_close(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise ValueError("the store is closed")
+        return self._h
+
+    def stat(self, path):
+        st = _Stat()
+        rc = _load().pcrfs_stat(self._handle(), os.fsencode(path), ctypes.byref(st))
+        if rc:
+            _raise(rc, path)
+        return st
+
+    def size(self, path):
+        """The exact size of file @path (what a mount's stat says)."""
+        st = self.stat(path)
+        if st.is_dir:
+            raise IsADirectoryError(errno.EISDIR, "a directory", path)
+        return st.size
+
+    def isdir(self, path):
+        return bool(self.stat(path).is_dir)
+
+    def listdir(self, path=""):
+        """The names in directory @path, in a mount's listing order."""
+        return [n for n, _ in self.scandir(path)]
+
+    def scandir(self, path=""):
+        """(name, is_dir) of each entry of @path, in listing order."""
+        lib, h, p = _load(), self._handle(), os.fsencode(path)
+        pos, isdir = ctypes.c_uint64(0), ctypes.c_int(0)
+        name = ctypes.create_string_buffer(512)
+        out = []
+        while True:
+            rc = lib.pcrfs_readdir(h, p, ctypes.byref(pos), name, 512, ctypes.byref(isdir))
+            if rc < 0:
+                _raise(rc, path)
+            if rc == 0:
+                return out
+            out.append((os.fsdecode(name.value), bool(isdir.value)))
+
+    def read(self, path, offset=0, length=None):
+        """The bytes of file @path (or @length of them at @offset)."""
+        if length is None:
+            length = max(self.size(path) - offset, 0)
+        buf = ctypes.create_string_buffer(length or 1)
+        n = _load().pcrfs_read(self._handle(), os.fsencode(path), buf, length, offset)
+        if n < 0:
+            _raise(n, path)
+        return buf.raw[:n]
+
+    def record(self, path):
+        """The record (1..records) that file @path lies in."""
+        rec, fid = ctypes.c_uint64(), ctypes.c_uint64()
+        rc = _load().pcrfs_record(self._handle(), os.fsencode(path), ctypes.byref(rec),
+                                  ctypes.byref(fid))
+        if rc:
+            _raise(rc, path)
+        return rec.value
+
+    def levels(self):
+        return _load().pcrfs_levels(self._handle())
+
+    def set_level(self, k):
+        rc = _load().pcrfs_set_level(self._handle(), int(k))
+        if rc:
+            _raise(rc, "set_level")
+
+    def _json(self, fn):
+        import json
+        p = ctypes.c_void_p()
+        n = fn(self._handle(), ctypes.byref(p))
+        if n < 0:
+            _raise(n, "json")
+        try:
+            return json.loads(ctypes.string_at(p, n))
+        finally:
+            _libc_free(p.value)
+
+    def info(self):
+        """What a mount's .pcrfs/info says, as a dict."""
+        return self._json(_load().pcrfs_info_json)
+
+    def stats(self):
+        """What a mount's .pcrfs/stats says (this process's counters), as a dict."""
+        return self._json(_load().pcrfs_stats_json)
+
+
+def _reopen(path, options):
+    return Store(path, **options)
+
+
+_IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def _pil_from_bytes(data):
+    import io
+    from PIL import Image
+    img = Image.open(io.BytesIO(data))
+    return img.convert("RGB")
+
+
+class ImageFolder:
+    """torchvision's ImageFolder over a view of a Store, without a mount: classes,
+    class_to_idx, samples ([(path, target)], paths as under a mount's root, e.g.
+    "scan5/<class>/<file>") and targets; an item is (PIL image in RGB, target) by
+    default. @loader, if given, takes the file's bytes. pcrfs.RecordSampler groups
+    its samples by record (record_keys())."""
+
+    def __init__(self, store, view="scan5", transform=None, target_transform=None,
+                 loader=None, extensions=_IMG_EXTENSIONS):
+        self.store, self.view = store, view.strip("/")
+        self.root = self.view
+        self.transform, self.target_transform = transform, target_transform
+        self.loader = loader or _pil_from_bytes
+        self.classes = sorted(n for n, d in store.scandir(self.view) if d)
+        if not self.classes:
+            raise FileNotFoundError(errno.ENOENT, "no class directories", self.view)
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = []
+        ext = tuple(e.lower() for e in extensions) if extensions else None
+        for c in self.classes:
+            self._walk("%s/%s" % (self.view, c), self.class_to_idx[c], ext)
+        self.imgs = self.samples
+        self.targets = [t for _, t in self.samples]
+
+    def _walk(self, d, target, ext):
+        for name, isdir in sorted(self.store.scandir(d)):
+            p = "%s/%s" % (d, name)
+            if isdir:
+                self._walk(p, target, ext)
+            elif ext is None or name.lower().endswith(ext):
+                self.samples.append((p, target))
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, target = self.samples[i]
+        sample = self.loader(self.store.read(path))
+        if self.transform is not None:
+            sample = self.transform(sample)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return sample, target
+
+    def record_keys(self):
+        """(store, record) of each sample, None where it lies in no record."""
+        out = []
+        for p, _ in self.samples:
+            try:
+                out.append((self.store.path, self.store.record(p)))
+            except OSError:
+                out.append(None)
+        return out

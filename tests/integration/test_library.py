@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""The store as a library (libpcrfs.so, pcrfs(3)) and the Python dataset over it,
+without a mount.
+
+What each test asserts, and would be false if the feature broke:
+- for every view a mount of the same store serves (scanK/, full/, dynamic/, qNN/,
+  mix/, refurb/), the library lists the same names in the same order, the same
+  sizes and the same bytes (first open of each file);
+- pcrfs.ImageFolder(store) as user nobody, in a mount namespace where /dev/fuse is
+  /dev/null, yields every sample with torchvision's classes and targets;
+- one Store read by 4 threads at once gives every file's bytes;
+- a DataLoader with 2 workers (fork and spawn) over it and RecordSampler yields every
+  sample once, grouped by the store's records;
+- a C program compiled with `pkg-config --cflags --libs pcrfs` against an installed
+  tree lists and reads the store; the install carries only the umbrella header and a
+  library that exports pcrfs_* alone; the installed Python module finds the installed
+  library without PCRFS_LIB.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+import mount_util as mu  # noqa: E402
+
+sys.path.insert(0, os.path.join(mu.SRCROOT, "python"))
+LIB = os.environ.get("PCRFS_LIB") or os.path.join(mu.build_dir(), "src", "lib", "api",
+                                                   "libpcrfs.so")
+os.environ["PCRFS_LIB"] = LIB
+import pcrfs  # noqa: E402
+
+
+def walk_mount(root, rel=""):
+    """[(rel path, is_dir, size)] in listing order, depth first."""
+    out = []
+    base = os.path.join(root, rel)
+    for name in os.listdir(base):
+        p = os.path.join(rel, name) if rel else name
+        full = os.path.join(root, p)
+        if os.path.isdir(full):
+            out.append((p, True, 0))
+            out += walk_mount(root, p)
+        else:
+            out.append((p, False, os.stat(full).st_size))
+    return out
+
+
+def walk_store(store, rel=""):
+    out = []
+    for name, isdir in store.scandir(rel):
+        p = "%s/%s" % (rel, name) if rel else name
+        if isdir:
+            out.append((p, True, 0))
+            out += walk_store(store, p)
+        else:
+            out.append((p, False, store.size(p)))
+    return out
+
+
+class LibraryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pcrfs-lib-")
+        os.chmod(cls.tmp, 0o755)  # nobody reads the store
+        cls.src = os.path.join(cls.tmp, "src")
+        common.make_dataset(cls.src, classes=3, per_class=5, seed=7)
+        cls.store = os.path.join(cls.tmp, "store")
+        mu.build_store(cls.src, cls.store, per_record=4)
+        for d, dirs, files in os.walk(cls.tmp):
+            for n in dirs:
+                os.chmod(os.path.join(d, n), 0o755)
+            for n in files:
+                os.chmod(os.path.join(d, n), 0o644)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def same_as_mount(self, **options):
+        opts = ",".join("%s=%s" % kv for kv in options.items())
+        mnt = os.path.join(self.tmp, "mnt")
+        m = mu.Mount(self.store, mnt, *(["-o", opts] if opts else []))
+        with m:
+            with pcrfs.Store(self.store, **options) as st:
+                want = [e for e in walk_mount(mnt) if not e[0].startswith(".pcrfs")]
+                got = walk_store(st)
+                self.assertEqual(got, want, options)
+                self.assertGreater(sum(1 for e in got if not e[1]), 15)
+                for p, isdir, size in got:
+                    if isdir:
+                        continue
+                    with open(os.path.join(mnt, p), "rb") as f:
+                        b = f.read()
+                    self.assertEqual(st.read(p), b, p)
+                    self.assertEqual(len(b), size, p)
+                with open(os.path.join(mnt, ".pcrfs", "info")) as f:
+                    views = json.load(f)["views"]
+                self.assertEqual(st.info()["views"], views)
+            self.assertEqual(m.unmount(), 0)
+
+    def test_views_plain(self):
+        self.same_as_mount()
+
+    def test_views_options(self):
+        # dynamic/, qNN/ (no quality table: the top level), mix/ (first draws) and
+        # refurb/ (first versions) beside the scan views
+        self.same_as_mount(level=2, quality="0.9:0.95", mix="1-3", mix_seed=5, refurb=2,
+                           refurb_size=32, refurb_threads=0)
+
+    def test_range_and_errors(self):
+        with pcrfs.Store(self.store) as st:
+            p = "full/" + "/".join(st.listdir("full")[:1])
+            p += "/" + st.listdir(p)[0]
+            whole = st.read(p)
+            self.assertEqual(st.read(p, 10, 100), whole[10:110])
+            self.assertEqual(st.read(p, len(whole) + 5, 10), b"")
+            with self.assertRaises(FileNotFoundError):
+                st.read("scan1/nope")
+            with self.assertRaises(OSError):
+                st.read("scan1")
+            self.assertGreaterEqual(st.record(p), 1)
+        with self.assertRaises(OSError) as e:
+            pcrfs.Store(self.store, mix="9-1")
+        self.assertIn("mix", str(e.exception))
+        with self.assertRaises(OSError):
+            pcrfs.Store(self.store, no_such_option=1)
+
+    def test_threads(self):
+        """One Store read by 4 threads at once: every file's bytes as read alone."""
+        from concurrent.futures import ThreadPoolExecutor
+        with pcrfs.Store(self.store) as st:
+            paths = [p for p, isdir, _ in walk_store(st) if not isdir]
+            want = {p: st.read(p) for p in paths}
+            with ThreadPoolExecutor(4) as ex:
+                got = list(ex.map(st.read, paths * 8))
+            self.assertEqual(got, [want[p] for p in paths * 8])
+
+    def test_unprivileged_no_fuse(self):
+        code = (
+            "import os, stat, pcrfs\n"
+            "assert os.getuid() != 0\n"
+            "assert not stat.S_ISCHR(os.stat('/dev/fuse').st_mode) or "
+            "os.major(os.stat('/dev/fuse').st_rdev) == 1\n"
+            "ds = pcrfs.ImageFolder(pcrfs.Store(%r), view='scan3')\n"
+            "n = 0\n"
+            "for i in range(len(ds)):\n"
+            "    img, t = ds[i]\n"
+            "    assert img.mode == 'RGB' and t == ds.targets[i]\n"
+            "    n += 1\n"
+            "print(n, len(ds.classes))\n" % self.store)
+        env = "PCRFS_LIB=%s PYTHONPATH=%s" % (LIB, os.path.join(mu.SRCROOT, "python"))
+        # /dev/null over /dev/fuse: no process in the namespace can mount
+        sh = ("mount --bind /dev/null /dev/fuse && runuser -u nobody -- env %s "
+              "/usr/bin/python3 -c \"$0\"" % env)
+        p = subprocess.run(["unshare", "-m", "sh", "-c", sh, code], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        self.assertEqual(p.stdout.split(), [b"15", b"3"])
+
+    def test_dataloader_workers(self):
+        import torch
+        import torchvision.transforms as T
+        st = pcrfs.Store(self.store)
+        ds = pcrfs.ImageFolder(st, view="scan4", transform=T.Compose([T.Resize((8, 8)),
+                                                                      T.ToTensor()]))
+        src = __import__("torchvision").datasets.ImageFolder(self.src)
+        self.assertEqual(ds.classes, src.classes)
+        self.assertEqual(ds.targets, src.targets)
+        sampler = pcrfs.RecordSampler(ds, window=1, shuffle=False)
+        recs = [st.record(p) for p, _ in ds.samples]
+        for ctx in ("fork", "spawn"):
+            dl = torch.utils.data.DataLoader(ds, batch_size=3, sampler=sampler, num_workers=2,
+                                             multiprocessing_context=ctx)
+            targets = torch.cat([t for _, t in dl]).tolist()
+            order = list(sampler)
+            self.assertEqual(sorted(order), list(range(len(ds))), ctx)
+            self.assertEqual(targets, [ds.targets[i] for i in order], ctx)
+            # record by record: each record's samples in one run
+            seen = [recs[i] for i in order]
+            runs = [r for k, r in enumerate(seen) if k == 0 or seen[k - 1] != r]
+            self.assertEqual(len(runs), len(set(seen)), ctx)
+        # a random_split Subset of it groups by the store's records too
+        sub = torch.utils.data.random_split(ds, [9, len(ds) - 9],
+                                            generator=torch.Generator().manual_seed(1))[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "each sample is its own record" would fail
+            s2 = pcrfs.RecordSampler(sub, window=1, shuffle=False)
+        self.assertEqual(sorted(list(s2)), list(range(9)))
+        self.assertEqual(len(s2.records), len({recs[i] for i in sub.indices}))
+        st.close()
+
+    def test_c_program_pkgconfig(self):
+        dest = os.path.join(self.tmp, "dest")
+        mu.run(["meson", "install", "-C", mu.build_dir(), "--no-rebuild", "--quiet",
+                "--destdir", dest], check=0, timeout=300)
+        pcs = [os.path.join(d, f) for d, _, fs in os.walk(dest) for f in fs
+               if f == "pcrfs.pc"]
+        self.assertEqual(len(pcs), 1, pcs)
+        hdrs = sorted(f for d, _, fs in os.walk(dest) for f in fs if f.endswith(".h"))
+        self.assertEqual(hdrs, ["pcrfs.h"])
+        prog = os.path.join(self.tmp, "lsread.c")
+        with open(prog, "w") as f:
+            f.write(C_PROGRAM)
+        # the installed pcrfs.pc, its prefix moved under the staging directory
+        pcdir = os.path.join(self.tmp, "pc")
+        os.makedirs(pcdir, exist_ok=True)
+        with open(pcs[0]) as f:
+            pc = f.read().split("\n")
+        prefix = [ln for ln in pc if ln.startswith("prefix=")][0][len("prefix="):]
+        with open(os.path.join(pcdir, "pcrfs.pc"), "w") as f:
+            f.write("\n".join("prefix=" + dest + prefix if ln.startswith("prefix=") else ln
+                              for ln in pc))
+        env = dict(os.environ, PKG_CONFIG_PATH=pcdir)
+        flags = mu.run(["pkg-config", "--cflags", "--libs", "pcrfs"],
+                       check=0, env=env).stdout.decode().split()
+        exe = os.path.join(self.tmp, "lsread")
+        mu.run(["cc", "-Wall", "-Werror", "-o", exe, prog] + flags, check=0)
+        libdir = [f[2:] for f in flags if f.startswith("-L")][0]
+        so = [n for n in os.listdir(libdir) if n.startswith("libpcrfs.so")]
+        self.assertIn("libpcrfs.so.0", so)
+        dyn = mu.run(["nm", "-D", "--defined-only", os.path.join(libdir, "libpcrfs.so.0")],
+                     check=0).stdout.decode().split("\n")
+        syms = [ln.split()[-1] for ln in dyn if ln.strip() and " T " in ln]
+        self.assertTrue(syms and all(s.startswith("pcrfs_") for s in syms), syms)
+        out = mu.run([exe, self.store], check=0,
+                     env=dict(os.environ, LD_LIBRARY_PATH=libdir)).stdout.decode().split()
+        with pcrfs.Store(self.store) as st:
+            names = st.listdir("full")
+            cls = names[0]
+            first = st.listdir("full/" + cls)[0]
+            n = len(st.read("full/%s/%s" % (cls, first)))
+        self.assertEqual(out, [cls, first, str(n)])
+        # the installed module finds the installed library by itself (no PCRFS_LIB)
+        pkgs = [d for d, _, fs in os.walk(dest) if d.endswith(os.path.join("pcrfs"))
+                and "store.py" in fs]
+        self.assertEqual(len(pkgs), 1, pkgs)
+        env = {k: v for k, v in os.environ.items() if k != "PCRFS_LIB"}
+        env["PYTHONPATH"] = os.path.dirname(pkgs[0])
+        p = mu.run(["/usr/bin/python3", "-c", "import pcrfs; s = pcrfs.Store(%r); "
+                    "print(pcrfs.__file__, s.listdir('full')[0])" % self.store],
+                   check=0, env=env)
+        where, got = p.stdout.decode().split()
+        self.assertTrue(where.startswith(dest), where)
+        self.assertEqual(got, cls)
+
+
+C_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <pcrfs/pcrfs.h>
+
+int main(int argc, char **argv)
+{
+    pcrfs_store *s;
+    struct pcrfs_stat st;
+    char cls[256], file[256], path[1024];
+    uint64_t pos = 0;
+    int isdir;
+    ssize_t n;
+    char *buf;
+
+    if (argc < 2 || pcrfs_open(argv[1], NULL, &s) != 0)
+        return fprintf(stderr, "open: %s\n", pcrfs_errmsg()), 1;
+    if (pcrfs_readdir(s, "full", &pos, cls, sizeof(cls), &isdir) != 1)
+        return 1;
+    snprintf(path, sizeof(path), "full/%s", cls);
+    pos = 0;
+    if (pcrfs_readdir(s, path, &pos, file, sizeof(file), &isdir) != 1)
+        return 1;
+    snprintf(path, sizeof(path), "full/%s/%s", cls, file);
+    if (pcrfs_stat(s, path, &st) != 0 || !(buf = malloc(st.size + 1)))
+        return 1;
+    n = pcrfs_read(s, path, buf, st.size + 1, 0);
+    if (n != (ssize_t)st.size)
+        return fprintf(stderr, "read: %s\n", pcrfs_errmsg()), 1;
+    printf("%s\n%s\n%zd\n", cls, file, n);
+    free(buf);
+    pcrfs_close(s);
+    return 0;
+}
+"""
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
