@@ -34,6 +34,15 @@ struct pcr_writer_opts {
     unsigned levels;       /* L (10 for libjpeg's default script) */
     const char *script;    /* scan script name recorded in the store ("libjpeg-default") */
     bool force;            /* replace an existing store at the target */
+    int64_t created;       /* meta "created" (the mtime a mount serves), seconds since
+                            * the epoch; 0: now */
+    /* A part of a planned build (mkpcrfs --plan --part): files are numbered from
+     * part_first_file + 1 and records from part_first_record + 1, the part holds
+     * part_files files, and finish checks that count instead of the whole tree's
+     * and leaves the store check to the merge (pcr_writer_add_part()), since a part
+     * alone is not a store. */
+    bool part;
+    uint64_t part_first_file, part_first_record, part_files;
 };
 
 /* Start a store at @path. @path must not exist, unless opts->force and it is a
@@ -139,6 +148,31 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen);
 
 /* Remove everything this writer created and free it. Safe from any point. */
 void pcr_writer_abort(struct pcr_writer *w);
+
+/* A part written by a part writer (pcr_writer_opts.part), as its meta keys say
+ * ("part.plan", "part.index", "part.count", "part.first_file", "part.files",
+ * "part.first_record", "part.records"; the caller sets them with
+ * pcr_writer_set_meta()) and "levels". */
+struct pcr_part_info {
+    char plan[64];                  /* the plan's identity */
+    uint64_t index, count;          /* part index of count, 1 <= index <= count */
+    uint64_t first_file, files;     /* its files: ids first_file + 1 .. + files */
+    uint64_t first_record, records; /* its records, likewise */
+    unsigned levels;
+};
+/* Read the part at @dir. @return 0; -ENOENT not a part (no index.db or no part
+ * keys); -EINVAL a key missing or malformed; message in @err. */
+int pcr_part_read_info(const char *dir, struct pcr_part_info *info, char *err, size_t errlen);
+
+/* Merge: add part @dir to @w, a writer of a whole store; parts come in order, the
+ * first one first (@first: its meta keys, blobs, directory rows and token tree are
+ * taken, the part keys excepted). Record files are hard-linked when @dir and the
+ * store share a file system, copied otherwise; each must be a regular file of the
+ * size its index row says, named as its id says, numbered where the last part
+ * ended. Index rows are copied as they are, in the writer's one transaction.
+ * @return 0 or a negative errno, message in @err. */
+int pcr_writer_add_part(struct pcr_writer *w, const char *dir, bool first, char *err,
+                        size_t errlen);
 
 /* The temporary directory being written (to remove it from a signal path). */
 const char *pcr_writer_tmpdir(const struct pcr_writer *w);

@@ -17,6 +17,21 @@
 
 /* Records a worker may run ahead of the one being written, plus that one. */
 #define WINDOW 3
+/* Reads of a file that keeps changing while it is read, before it is stored as last
+ * read (with a warning). */
+#define READ_ATTEMPTS 3
+
+int64_t build_mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* "SECONDS.NANOSECONDS" of @ns, into @buf. */
+static const char *fmt_ns(int64_t ns, char buf[32])
+{
+    snprintf(buf, 32, "%" PRId64 ".%09" PRId64, ns / 1000000000, ns % 1000000000);
+    return buf;
+}
 
 /* ---- Phase 1: the walk (walk.h); the walker's directory d is our id d + 1 ---- */
 
@@ -79,6 +94,8 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
         b->files = tool_grow(b->files, &b->filecap, 64, sizeof(*b->files));
     b->files[b->nfiles].dir = d + 1;
     b->files[b->nfiles].name = *name;
+    b->files[b->nfiles].size = (uint64_t)st->st_size;
+    b->files[b->nfiles].mtime_ns = build_mtime_ns(st);
     *name = NULL;
     b->nfiles++;
     b->dirs[d].nfiles++;
@@ -228,26 +245,56 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     uint8_t *src = NULL, *out = NULL;
     size_t len = 0, outlen = 0;
     struct stat st;
+    char t1[32], t2[32];
     int fd, rc;
 
-    /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
-    fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
-        rc = -errno;
-        fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));
-        goto out;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        fail(b, "%s: no longer a regular file", tool_escaped(&esc, rel));
+    /* A file that changes while it is read is read again: what is stored must be one
+     * state of it. In a planned build it must still be the state the plan fixed. */
+    for (unsigned attempt = 1;; attempt++) {
+        struct stat after;
+
+        /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
+        fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0) {
+            rc = -errno;
+            fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+            goto out;
+        }
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            rc = -EINVAL;
+            fail(b, "%s: no longer a regular file", tool_escaped(&esc, rel));
+            close(fd);
+            goto out;
+        }
+        if (b->planned && ((uint64_t)st.st_size != f->size || build_mtime_ns(&st) != f->mtime_ns)) {
+            rc = -ESTALE;
+            fail(b, "%s: changed since the plan (size %" PRIu64 ", modified %s; the plan has %" PRIu64
+                    ", %s)",
+                 tool_escaped(&esc, rel), (uint64_t)st.st_size, fmt_ns(build_mtime_ns(&st), t1),
+                 f->size, fmt_ns(f->mtime_ns, t2));
+            close(fd);
+            goto out;
+        }
+        rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
+        if (rc == 0 && fstat(fd, &after) < 0)
+            rc = -errno;
         close(fd);
-        goto out;
-    }
-    rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
-    close(fd);
-    if (rc < 0) {
-        fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
-        goto out;
+        if (rc < 0) {
+            fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+            goto out;
+        }
+        s->changed = (uint64_t)after.st_size != len || after.st_size != st.st_size ||
+                     build_mtime_ns(&after) != build_mtime_ns(&st);
+        if (s->changed && b->planned) {
+            rc = -ESTALE;
+            fail(b, "%s: changed since the plan (while being read)", tool_escaped(&esc, rel));
+            free(src);
+            goto out;
+        }
+        if (!s->changed || attempt == READ_ATTEMPTS)
+            break;
+        free(src);
+        src = NULL;
     }
     s->src_size = len;
     s->note[0] = '\0';
@@ -310,9 +357,9 @@ static void *worker(void *arg)
         struct slot *s;
 
         pthread_mutex_lock(&b->lock);
-        while (!b->stop && b->next < b->nfiles && b->next / b->per_record >= b->wrec + WINDOW)
+        while (!b->stop && b->next < b->fend && b->next / b->per_record >= b->wrec + WINDOW)
             pthread_cond_wait(&b->space_cv, &b->lock);
-        if (b->stop || b->next >= b->nfiles) {
+        if (b->stop || b->next >= b->fend) {
             pthread_mutex_unlock(&b->lock);
             return NULL;
         }
@@ -402,9 +449,16 @@ int build_transcode(struct build *b)
     unsigned t, started;
     int rc = 0;
 
+    uint64_t nfiles = b->fend - b->fbegin, total_bytes = 0;
+
+    for (i = b->fbegin; i < b->fend; i++)
+        total_bytes += b->files[i].size;
+    /* a part starts at a record boundary: the window counts records from there */
+    b->next = b->fbegin;
+    b->wrec = b->fbegin / b->per_record;
     b->nslots = (uint64_t)b->per_record * WINDOW;
-    if (b->nslots > b->nfiles)
-        b->nslots = b->nfiles ? b->nfiles : 1;
+    if (b->nslots > nfiles)
+        b->nslots = nfiles ? nfiles : 1;
     b->slots = calloc(b->nslots, sizeof(*b->slots));
     if (!b->slots) {
         tool_err("out of memory");
@@ -412,7 +466,7 @@ int build_transcode(struct build *b)
         free(tids);
         return -1;
     }
-    progress_start(b->progress, b->nfiles, b->total_bytes);
+    progress_start(b->progress, nfiles, total_bytes);
 
     started = start_workers(b, tids);
     if (!started) {
@@ -421,16 +475,23 @@ int build_transcode(struct build *b)
         return -1;
     }
 
-    for (lo = 0; lo < b->nfiles && rc == 0; lo += b->per_record) {
-        uint64_t hi = lo + b->per_record < b->nfiles ? lo + b->per_record : b->nfiles;
+    for (lo = b->fbegin; lo < b->fend && rc == 0; lo += b->per_record) {
+        uint64_t hi = lo + b->per_record < b->fend ? lo + b->per_record : b->fend;
 
         for (i = lo; i < hi; i++) {
             struct slot *s = &b->slots[i % b->nslots];
             const struct fnode *f = &b->files[i];
 
-            if (wait_slot(b, i, i, done_bytes) < 0) {
+            if (wait_slot(b, i, i - b->fbegin, done_bytes) < 0) {
                 rc = -1;
                 break;
+            }
+            if (s->changed) {
+                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+
+                tool_warn("%s changed while being read, %d times: stored as last read",
+                          tool_escaped(&esc, rel), READ_ATTEMPTS);
+                free(rel);
             }
             if (s->kind == PCR_KIND_VERBATIM) {
                 char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
@@ -460,7 +521,7 @@ int build_transcode(struct build *b)
                 .quality = s->kind == PCR_KIND_JPEG && s->has_quality ? s->quality : NULL,
             };
             done_bytes += s->src_size;
-            progress_update(i + 1, done_bytes, false);
+            progress_update(i + 1 - b->fbegin, done_bytes, false);
         }
         if (mk_interrupted)
             rc = -2;
@@ -490,7 +551,7 @@ int build_transcode(struct build *b)
         pthread_mutex_unlock(&b->lock);
     }
     if (rc == 0)
-        progress_update(b->nfiles, done_bytes, true);
+        progress_update(nfiles, done_bytes, true);
 
     stop_workers(b);
     for (t = 0; t < started; t++)
@@ -571,6 +632,10 @@ void build_free(struct build *b)
     for (i = 0; i < b->nfiles; i++)
         free(b->files[i].name);
     free(b->files);
+    for (unsigned k = 0; k < b->ntokopts; k++)
+        free(b->tokopts[k].value);
+    free(b->tokopts);
+    free(b->scans_text);
     if (b->slots) {
         for (i = 0; i < b->nslots; i++)
             free(b->slots[i].data);

@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include "pcrfs/jpeg.h"
 #include "pcrfs/writer.h"
@@ -43,6 +44,10 @@ struct dnode {
 struct fnode {
     uint64_t dir; /* id of its directory */
     char *name;
+    /* As the walk (or the plan) saw it: a file that differs when it is read has
+     * changed since (an error in a planned build, else re-read). */
+    uint64_t size;
+    int64_t mtime_ns;
 };
 
 /* One file's result, filled by a worker, consumed by the main thread. */
@@ -55,6 +60,7 @@ struct slot {
     struct pcr_split split;    /* JPEG only */
     struct pcr_jpeg_info info; /* JPEG only */
     char note[256];            /* VERBATIM: why; JPEG: why it has no quality table */
+    bool changed;              /* kept changing while read: stored as last read */
     bool has_quality;          /* JPEG: quality[] holds levels 1..L-1 */
     double quality[PCR_MAX_LEVELS];
 };
@@ -66,6 +72,19 @@ struct build {
     bool force, drop_markers, quiet, progress, verbose;
     bool quality; /* measure each JPEG's MS-SSIM per level (--quality / --no-quality) */
     struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
+    char *scans_text;           /* a --scans FILE's text (NULL for a preset), for a plan */
+    int64_t created;            /* meta "created": SOURCE_DATE_EPOCH, a plan's, or 0 (now) */
+
+    /* A planned build (plan.h): the token options as given, the plan's identity,
+     * and (a part) the files [fbegin, fend) it builds; a whole build has 0, nfiles. */
+    struct {
+        int code;
+        char *value;
+    } *tokopts;
+    unsigned ntokopts;
+    bool planned;
+    char plan_id[32];
+    uint64_t fbegin, fend;
 
     struct dnode *dirs;
     uint64_t ndirs, dircap;
@@ -109,5 +128,10 @@ int build_transcode(struct build *b);
 /* The build options as meta keys. @return 0 or a negative errno. */
 int build_set_meta(struct build *b);
 void build_free(struct build *b);
+/* mkpcrfs --merge: make b->store of the part directories @dirs (merge.c).
+ * @return 0 or -1 (reported; nothing was written). */
+int merge_run(struct build *b, char **dirs, unsigned n);
+/* The modification time of @st in nanoseconds since the epoch. */
+int64_t build_mtime_ns(const struct stat *st);
 
 #endif

@@ -297,7 +297,7 @@ static int create_index(struct pcr_writer *w, const struct pcr_writer_opts *opts
         return ret;
     }
     snprintf(v, sizeof(v), "%u", opts->levels);
-    snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
+    snprintf(now, sizeof(now), "%lld", (long long)(opts->created > 0 ? opts->created : time(NULL)));
     if ((ret = pcr_index_put_meta(w->idx, "levels", v)) ||
         (ret = pcr_index_put_meta(w->idx, "script",
                                   opts->script ? opts->script : "libjpeg-default")) ||
@@ -330,6 +330,13 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, stru
     w->parentfd = w->tmpfd = w->recfd = w->wfd = w->tokfd = -1;
     w->force = opts->force;
     w->levels = opts->levels;
+    w->part = opts->part;
+    w->part_first = opts->part_first_file;
+    w->part_files = opts->part_files;
+    if (opts->part) {
+        w->t[PCR_TREE_IMAGES].nfiles = opts->part_first_file;
+        w->t[PCR_TREE_IMAGES].nrecs = opts->part_first_record;
+    }
     w->path = strdup(path);
     tmp1 = strdup(path);
     tmp2 = strdup(path);
@@ -771,7 +778,9 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
     int ret, fd;
 
     struct wtree *ti = &w->t[PCR_TREE_IMAGES], *tt = &w->t[PCR_TREE_TOKENS];
-    if (ti->ndirs == 0 || ti->files_declared != ti->nfiles || tt->files_declared != tt->nfiles) {
+    bool complete = w->part ? ti->nfiles - w->part_first == w->part_files
+                            : ti->files_declared == ti->nfiles;
+    if (ti->ndirs == 0 || !complete || tt->files_declared != tt->nfiles) {
         pcr_errf(err, errlen,
                  "store numbering incomplete: %llu directories, %llu of %llu files, "
                  "%llu of %llu token files",
@@ -820,8 +829,9 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
         pcr_errf(err, errlen, "%s/%s: %s", w->tmppath, MARKER, strerror(-ret));
         goto fail;
     }
-    /* What leaves the writer must pass the reader's validation. */
-    ret = pcr_store_open(w->tmppath, &check, err, errlen);
+    /* What leaves the writer must pass the reader's validation (a part is checked
+     * as a whole store once merged). */
+    ret = w->part ? 0 : pcr_store_open(w->tmppath, &check, err, errlen);
     pcr_store_close(check);
     if (ret)
         goto fail;
