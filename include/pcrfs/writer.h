@@ -69,6 +69,8 @@ struct pcr_dir_row {
 };
 int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row);
 
+#define PCR_WRITER_PIECE (1u << 20)
+
 /* One file of a record. */
 struct pcr_item {
     uint64_t id, dir;
@@ -77,6 +79,13 @@ struct pcr_item {
     const uint8_t *data;          /* JPEG: the progressive file, EOI included,
                                    * then the trailer; VERBATIM: the source bytes */
     size_t len;
+    /* VERBATIM with data NULL: the writer fetches the len bytes itself, in pieces of
+     * at most PCR_WRITER_PIECE bytes in increasing @off, so that a file of any size
+     * takes bounded memory. @read fills @buf with exactly @n bytes at @off and
+     * returns 0, or a negative errno that fails the record (its message, if any,
+     * is the caller's to give). */
+    int (*read)(void *arg, uint64_t off, uint8_t *buf, size_t n);
+    void *read_arg;
     const struct pcr_split *split; /* JPEG only: pcr_jpeg_split() of the progressive
                                    * file (data without the trailer) */
     size_t trailer;               /* JPEG only: the last @trailer bytes of data are

@@ -61,8 +61,21 @@ struct slot {
     struct pcr_jpeg_info info; /* JPEG only */
     char note[256];            /* VERBATIM: why; JPEG: why it has no quality table */
     bool changed;              /* kept changing while read: stored as last read */
+    bool streamed;             /* VERBATIM, data NULL: the writer fetches it (stream_read) */
+    int64_t mtime_ns;          /* streamed: its mtime when it was looked at */
     bool has_quality;          /* JPEG: quality[] holds levels 1..L-1 */
     double quality[PCR_MAX_LEVELS];
+};
+
+/* A streamed file while the writer fetches it (build.c, stream_read()). */
+struct stream {
+    const struct build *b;
+    char *rel;
+    int fd;
+    uint64_t size;
+    int64_t mtime_ns;
+    bool changed;
+    char msg[512]; /* why it failed */
 };
 
 struct build {
