@@ -19,6 +19,7 @@
 #include "summary.h"
 #include "tokimport.h"
 #include "tool.h"
+#include "util/optparse.h"
 
 #define DEFAULT_PER_RECORD 1024
 #define MAX_PER_RECORD     (1u << 20)
@@ -186,17 +187,23 @@ static void load_scripts(const char *arg, struct pcr_scripts *out, char **keep)
 static void parse_part(const char *arg, struct cmdline *cl)
 {
     const char *slash = strchr(arg, '/');
-    char first[32];
+    char first[32], msg[160];
 
+    /* the strict parser for each number (no sign, space, hex or suffix) */
     if (!slash || (size_t)(slash - arg) >= sizeof(first))
-        tool_usage_error("--part=%s: want I/N, part I of N (1 <= I <= N <= %u)", arg, MAX_PARTS);
+        goto bad;
     memcpy(first, arg, (size_t)(slash - arg));
     first[slash - arg] = '\0';
-    cl->part = tool_opt_uint("--part (I of I/N)", first, 1, MAX_PARTS);
-    cl->nparts = tool_opt_uint("--part (N of I/N)", slash + 1, 1, MAX_PARTS);
+    if (pcr_opt_uint("--part", first, 1, MAX_PARTS, NULL, &cl->part, msg, sizeof(msg)) < 0 ||
+        pcr_opt_uint("--part", slash + 1, 1, MAX_PARTS, NULL, &cl->nparts, msg, sizeof(msg)) < 0)
+        goto bad;
     if (cl->part > cl->nparts)
         tool_usage_error("--part=%s: part %" PRIu64 " of %" PRIu64 " does not exist (want 1 <= I <= N)",
                          arg, cl->part, cl->nparts);
+    return;
+bad:
+    tool_usage_error("--part=%s: want I/N, part I of N: whole numbers, 1 <= I <= N <= %u", arg,
+                     MAX_PARTS);
 }
 
 /* SOURCE_DATE_EPOCH (reproducible-builds.org): the store's "created", so that two
