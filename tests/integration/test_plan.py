@@ -99,24 +99,14 @@ def merge(store, parts, check=0):
     return run([mkpcrfs(), "-q", "--merge", store] + parts, check=check)
 
 
-class Parts(unittest.TestCase, StoreCompare):
+class PlanTest(unittest.TestCase, StoreCompare):
+    """A class with its own temporary directory, filled by prepare()."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = common.TempDir("pcrfs-plan-")
         try:
-            cls.src = os.path.join(cls.tmp.path, "src")
-            common.make_dataset(cls.src, 3, 8, 31, awkward=True, size=96)
-            # a non-JPEG over the streaming threshold (4 MiB): never read whole
-            with open(os.path.join(cls.src, "n00000000", "clip.mkv"), "wb") as f:
-                f.write(np.random.default_rng(5).integers(0, 256, 6 << 20, dtype=np.uint8)
-                        .tobytes())
-            cls.whole = os.path.join(cls.tmp.path, "whole")
-            run([mkpcrfs(), "-q", "-n", str(PER_RECORD), cls.src, cls.whole], env=env_epoch(),
-                check=0)
-            cls.plan = os.path.join(cls.tmp.path, "p.plan")
-            plan(["-n", str(PER_RECORD)], cls.plan, cls.src)
-            cls.levels = json.loads(
-                run([pcrinfo(), "--json", cls.whole], check=0).stdout)["levels"]
+            cls.prepare()
         except Exception:
             cls.tmp.cleanup()
             raise
@@ -124,6 +114,24 @@ class Parts(unittest.TestCase, StoreCompare):
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
+
+
+class Parts(PlanTest):
+    @classmethod
+    def prepare(cls):
+        cls.src = os.path.join(cls.tmp.path, "src")
+        common.make_dataset(cls.src, 3, 8, 31, awkward=True, size=96)
+        # a non-JPEG over the streaming threshold (4 MiB): never read whole
+        with open(os.path.join(cls.src, "n00000000", "clip.mkv"), "wb") as f:
+            f.write(np.random.default_rng(5).integers(0, 256, 6 << 20, dtype=np.uint8)
+                    .tobytes())
+        cls.whole = os.path.join(cls.tmp.path, "whole")
+        run([mkpcrfs(), "-q", "-n", str(PER_RECORD), cls.src, cls.whole], env=env_epoch(),
+            check=0)
+        cls.plan = os.path.join(cls.tmp.path, "p.plan")
+        plan(["-n", str(PER_RECORD)], cls.plan, cls.src)
+        cls.levels = json.loads(
+            run([pcrinfo(), "--json", cls.whole], check=0).stdout)["levels"]
 
     def build_parts(self, n, concurrent=False):
         outs = [os.path.join(self.tmp.path, "p%d-%d" % (n, i)) for i in range(1, n + 1)]
@@ -221,24 +229,15 @@ class Parts(unittest.TestCase, StoreCompare):
         self.assertIn("ms-ssim-luma", dump)
 
 
-class Killed(unittest.TestCase, StoreCompare):
+class Killed(PlanTest):
     """A part killed mid-way, then run again."""
 
     @classmethod
-    def setUpClass(cls):
-        cls.tmp = common.TempDir("pcrfs-plan-kill-")
-        try:
-            cls.src = os.path.join(cls.tmp.path, "src")
-            common.make_dataset(cls.src, 1, 30, 41, size=640)
-            cls.plan = os.path.join(cls.tmp.path, "k.plan")
-            plan(["-n", "2"], cls.plan, cls.src)
-        except Exception:
-            cls.tmp.cleanup()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp.cleanup()
+    def prepare(cls):
+        cls.src = os.path.join(cls.tmp.path, "src")
+        common.make_dataset(cls.src, 1, 30, 41, size=640)
+        cls.plan = os.path.join(cls.tmp.path, "k.plan")
+        plan(["-n", "2"], cls.plan, cls.src)
 
     def test_rerun_after_kill(self):
         out = os.path.join(self.tmp.path, "part")
@@ -259,6 +258,36 @@ class Killed(unittest.TestCase, StoreCompare):
         clean = os.path.join(self.tmp.path, "clean")
         part(self.plan, 1, 1, clean, jobs=1)
         self.assert_same_store(clean, out)
+
+
+class Stream(PlanTest):
+    """A large non-JPEG (named .JPEG) is streamed: bounded memory, bytes intact."""
+
+    @classmethod
+    def prepare(cls):
+        cls.src = os.path.join(cls.tmp.path, "src")
+        common.make_dataset(cls.src, 1, 3, 51, size=96)
+        cls.big = os.path.join(cls.src, "n00000000", "video.JPEG")
+        with open(cls.big, "wb") as f:
+            f.truncate(256 << 20)  # sparse: costs no disk to make
+            f.seek(100 << 20)
+            f.write(b"not zero")
+
+    def test_bounded_memory(self):
+        store = os.path.join(self.tmp.path, "store")
+        # peak RSS of the builder alone: measured by a fresh process around it
+        probe = ("import resource, subprocess, sys\n"
+                 "subprocess.run(sys.argv[1:], check=True)\n"
+                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+        out = run([common.PYTHON, "-c", probe, mkpcrfs(), "-q", "-j", "2", self.src, store],
+                  check=0).stdout
+        self.assertLess(int(out), 64 << 10, "peak RSS in KiB, for a 256 MiB file")
+        run([pcrinfo(), "--verify", store], check=0)
+        h = subprocess.run([pcrinfo(), "--cat", "n00000000/video.JPEG", store],
+                           stdout=subprocess.PIPE, check=True).stdout
+        self.assertEqual(len(h), 256 << 20)
+        self.assertEqual(h[(100 << 20):(100 << 20) + 8], b"not zero")
+        self.assertEqual(h.count(0), (256 << 20) - 8)
 
 
 # ---- refusals, one clitable row each -------------------------------------------------
