@@ -169,6 +169,12 @@ struct pcr_part_info {
     uint64_t first_record, records; /* its records, likewise */
     unsigned levels;
 };
+/* Part @index of @count of a build of @nfiles files in records of @per_record:
+ * records [R(index-1)/count, R*index/count) of the R = ceil(nfiles/per_record)
+ * (contiguous, sizes differing by one at most; empty when count > R) and their
+ * files, into @out (plan and levels untouched). */
+void pcr_part_range(uint64_t nfiles, uint64_t per_record, uint64_t index, uint64_t count,
+                    struct pcr_part_info *out);
 /* Read the part at @dir. @return 0; -ENOENT not a part (no index.db or no part
  * keys); -EINVAL a key missing or malformed; message in @err. */
 int pcr_part_read_info(const char *dir, struct pcr_part_info *info, char *err, size_t errlen);

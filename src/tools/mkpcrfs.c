@@ -464,23 +464,17 @@ static int write_plan(struct build *b, const char *plan)
     return 0;
 }
 
-/* A part: the plan into @b, the part's range of files, and the token options for
- * part 1 (which carries the token tree). @return 0 or -1 (reported). */
+/* A part: the plan into @b, the part's range of records and files into @range, and
+ * the token options for part 1 (which carries the token tree). @return 0 or -1
+ * (reported). */
 static int read_part(struct build *b, const struct cmdline *cl, struct tokimport_opts *topts,
-                     struct pcr_writer_opts *wopts)
+                     struct pcr_writer_opts *wopts, struct pcr_part_info *range)
 {
-    uint64_t nrec, rlo, rhi;
-
     if (plan_read(b, cl->plan) < 0)
         return -1;
-    nrec = (b->nfiles + b->per_record - 1) / b->per_record;
-    /* records [rlo, rhi): N near-equal contiguous ranges */
-    rlo = (uint64_t)((unsigned __int128)nrec * (cl->part - 1) / cl->nparts);
-    rhi = (uint64_t)((unsigned __int128)nrec * cl->part / cl->nparts);
-    b->fbegin = rlo * b->per_record;
-    b->fend = rhi * b->per_record < b->nfiles ? rhi * b->per_record : b->nfiles;
-    if (b->fend < b->fbegin)
-        b->fend = b->fbegin;
+    pcr_part_range(b->nfiles, b->per_record, cl->part, cl->nparts, range);
+    b->fbegin = range->first_file;
+    b->fend = range->first_file + range->files;
     for (unsigned k = 0; cl->part == 1 && k < b->ntokopts; k++)
         if (!tokimport_option(topts, b->tokopts[k].code, b->tokopts[k].value)) {
             tool_err("%s: a token option this mkpcrfs does not know (%d)", cl->plan,
@@ -488,21 +482,16 @@ static int read_part(struct build *b, const struct cmdline *cl, struct tokimport
             return -1;
         }
     wopts->part = true;
-    wopts->part_first_file = b->fbegin;
-    wopts->part_first_record = rlo;
-    wopts->part_files = b->fend - b->fbegin;
+    wopts->part_first_file = range->first_file;
+    wopts->part_first_record = range->first_record;
+    wopts->part_files = range->files;
     return 0;
 }
 
 /* The part keys (pcrfs/writer.h, struct pcr_part_info). @return 0 or a negative errno. */
-static int set_part_meta(struct build *b, const struct cmdline *cl)
+static int set_part_meta(struct build *b, const struct pcr_part_info *r)
 {
-    const uint64_t v[] = {cl->part,
-                          cl->nparts,
-                          b->fbegin,
-                          b->fend - b->fbegin,
-                          b->fbegin / b->per_record,
-                          (b->fend - b->fbegin + b->per_record - 1) / b->per_record};
+    const uint64_t v[] = {r->index, r->count, r->first_file, r->files, r->first_record, r->records};
     static const char *const key[] = {"part.index", "part.count", "part.first_file",
                                       "part.files", "part.first_record", "part.records"};
     char num[32];
@@ -522,6 +511,7 @@ int main(int argc, char **argv)
     struct tokimport_opts topts = {0};
     struct tokimport *tok = NULL;
     struct cmdline cl = {0};
+    struct pcr_part_info range = {0};
     bool tokens;
     struct pcr_writer_opts wopts = {0};
     sigset_t block, old;
@@ -541,7 +531,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (cl.mode == MODE_PART) {
-        if (read_part(&b, &cl, &topts, &wopts) < 0)
+        if (read_part(&b, &cl, &topts, &wopts, &range) < 0)
             return 1;
         tokens = tokimport_enabled(&topts);
     }
@@ -583,7 +573,7 @@ int main(int argc, char **argv)
         goto failed;
     rc = build_set_meta(&b);
     if (rc == 0 && cl.mode == MODE_PART)
-        rc = set_part_meta(&b, &cl);
+        rc = set_part_meta(&b, &range);
     if (rc < 0) {
         tool_err("writing %s: %s", b.store, strerror(-rc));
         goto failed;

@@ -99,6 +99,23 @@ static int read_info(struct pcr_index *idx, const char *dir, struct pcr_part_inf
     return 0;
 }
 
+void pcr_part_range(uint64_t nfiles, uint64_t per_record, uint64_t index, uint64_t count,
+                    struct pcr_part_info *out)
+{
+    uint64_t nrec = (nfiles + per_record - 1) / per_record;
+    /* 128-bit products: nrec * index may pass 64 bits for huge plans */
+    uint64_t rlo = (uint64_t)((unsigned __int128)nrec * (index - 1) / count);
+    uint64_t rhi = (uint64_t)((unsigned __int128)nrec * index / count);
+    uint64_t flo = rlo * per_record, fhi = rhi * per_record < nfiles ? rhi * per_record : nfiles;
+
+    out->index = index;
+    out->count = count;
+    out->first_record = rlo;
+    out->records = rhi - rlo;
+    out->first_file = flo;
+    out->files = fhi > flo ? fhi - flo : 0;
+}
+
 int pcr_part_read_info(const char *dir, struct pcr_part_info *info, char *err, size_t errlen)
 {
     struct pcr_index *idx = NULL;
