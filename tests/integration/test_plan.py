@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -288,6 +289,34 @@ class Stream(PlanTest):
         self.assertEqual(len(h), 256 << 20)
         self.assertEqual(h[(100 << 20):(100 << 20) + 8], b"not zero")
         self.assertEqual(h.count(0), (256 << 20) - 8)
+
+    def test_growing_file_named(self):
+        """A streamed file appended to all through the build: stored as read, with a
+        warning naming it (it was silently cut before)."""
+        src = os.path.join(self.tmp.path, "growing")
+        os.makedirs(os.path.join(src, "a"))
+        path = os.path.join(src, "a", "log.bin")
+        with open(path, "wb") as f:
+            f.write(b"\1" * (20 << 20))
+        stop = threading.Event()
+
+        def append():
+            deadline = time.monotonic() + 60
+            with open(path, "ab", buffering=0) as f:
+                while not stop.is_set() and time.monotonic() < deadline:
+                    f.write(b"more")
+                    time.sleep(0.001)
+
+        t = threading.Thread(target=append)
+        t.start()
+        try:
+            p = run([mkpcrfs(), "-q", "-j", "2", src, os.path.join(self.tmp.path, "gstore")],
+                    check=0)
+        finally:
+            stop.set()
+            t.join()
+        self.assertIn(b"a/log.bin changed while being read: stored as read", p.stderr)
+        run([pcrinfo(), "--verify", os.path.join(self.tmp.path, "gstore")], check=0)
 
 
 # ---- refusals, one clitable row each -------------------------------------------------
