@@ -288,9 +288,9 @@ int main(int argc, char **argv)
         goto out;
     }
     if (part) {
-        const uint64_t pv[] = {part, nparts, range.first_file, range.files, range.first_record,
-                               range.records};
-        static const char *const pk[] = {"part.index", "part.count", "part.first_file",
+        const uint64_t pv[] = {
+            part, nparts, range.first_file, range.files, range.first_record, range.records};
+        static const char *const pk[] = {"part.index", "part.count",        "part.first_file",
                                          "part.files", "part.first_record", "part.records"};
         char plan[64];
 

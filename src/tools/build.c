@@ -352,8 +352,9 @@ static int process(struct build *b, uint64_t i, struct slot *s)
         }
         if (b->planned && ((uint64_t)st.st_size != f->size || build_mtime_ns(&st) != f->mtime_ns)) {
             rc = -ESTALE;
-            fail(b, "%s: changed since the plan (size %" PRIu64 ", modified %s; the plan has %" PRIu64
-                    ", %s)",
+            fail(b,
+                 "%s: changed since the plan (size %" PRIu64 ", modified %s; the plan has %" PRIu64
+                 ", %s)",
                  tool_escaped(&esc, rel), (uint64_t)st.st_size, fmt_ns(build_mtime_ns(&st), t1),
                  f->size, fmt_ns(f->mtime_ns, t2));
             close(fd);

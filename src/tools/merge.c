@@ -36,7 +36,8 @@ static void report_missing(const struct part *p, unsigned n)
         shown++;
     }
     tool_err("missing part%s %s%s of %" PRIu64 " (plan %s): nothing was written",
-             missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count, p[0].info.plan);
+             missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count,
+             p[0].info.plan);
     tool_buf_free(&list);
 }
 
@@ -55,8 +56,8 @@ static int check_parts(struct part *p, unsigned n)
             struct tool_buf e1 = {0}, e2 = {0};
 
             tool_err("%s: part %" PRIu64 " of %" PRIu64 " of another plan (%s; %s is of plan %s)",
-                     tool_escaped(&e1, p[i].dir), p[i].info.index, p[i].info.count,
-                     p[i].info.plan, tool_escaped(&e2, p[0].dir), p[0].info.plan);
+                     tool_escaped(&e1, p[i].dir), p[i].info.index, p[i].info.count, p[i].info.plan,
+                     tool_escaped(&e2, p[0].dir), p[0].info.plan);
             tool_buf_free(&e1);
             tool_buf_free(&e2);
             return -1;

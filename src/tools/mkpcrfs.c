@@ -82,9 +82,9 @@ static int print_summary(const struct build *b, double elapsed)
     summary_print_text(sm, stdout);
     if (elapsed >= 0)
         printf("\nbuilt in %.1f s: %.1f images/s, %.1f MB/s of source, %u thread%s\n", elapsed,
-           elapsed > 0 ? (double)b->nfiles / elapsed : 0.0,
-           elapsed > 0 ? (double)b->total_bytes / elapsed / 1e6 : 0.0, b->jobs,
-           b->jobs == 1 ? "" : "s");
+               elapsed > 0 ? (double)b->nfiles / elapsed : 0.0,
+               elapsed > 0 ? (double)b->total_bytes / elapsed / 1e6 : 0.0, b->jobs,
+               b->jobs == 1 ? "" : "s");
     summary_free(sm);
     pcr_store_close(s);
     return 0;
@@ -198,7 +198,8 @@ static void parse_part(const char *arg, struct cmdline *cl)
         pcr_opt_uint("--part", slash + 1, 1, MAX_PARTS, NULL, &cl->nparts, msg, sizeof(msg)) < 0)
         goto bad;
     if (cl->part > cl->nparts)
-        tool_usage_error("--part=%s: part %" PRIu64 " of %" PRIu64 " does not exist (want 1 <= I <= N)",
+        tool_usage_error("--part=%s: part %" PRIu64 " of %" PRIu64
+                         " does not exist (want 1 <= I <= N)",
                          arg, cl->part, cl->nparts);
     return;
 bad:
@@ -492,7 +493,7 @@ static int read_part(struct build *b, const struct cmdline *cl, struct tokimport
 static int set_part_meta(struct build *b, const struct pcr_part_info *r)
 {
     const uint64_t v[] = {r->index, r->count, r->first_file, r->files, r->first_record, r->records};
-    static const char *const key[] = {"part.index", "part.count", "part.first_file",
+    static const char *const key[] = {"part.index", "part.count",        "part.first_file",
                                       "part.files", "part.first_record", "part.records"};
     char num[32];
     int rc = pcr_writer_set_meta(b->w, "part.plan", b->plan_id);

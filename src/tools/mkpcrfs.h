@@ -93,7 +93,7 @@ struct build {
     struct {
         int code;
         char *value;
-    } *tokopts;
+    } * tokopts;
     unsigned ntokopts;
     bool planned;
     char plan_id[32];

@@ -364,8 +364,8 @@ static int read_files(struct in *in, struct build *b)
             !in->tok[3][0])
             return bad(in, "want a file line");
         /* its directory: the one whose range holds id i + 1 */
-        while (d < b->ndirs && (b->dirs[d].nfiles == 0 || b->dirs[d].first_file +
-                                                                  b->dirs[d].nfiles <= i + 1))
+        while (d < b->ndirs &&
+               (b->dirs[d].nfiles == 0 || b->dirs[d].first_file + b->dirs[d].nfiles <= i + 1))
             d++;
         if (d == b->ndirs || b->dirs[d].first_file > i + 1)
             return bad(in, "a file outside every directory's range");

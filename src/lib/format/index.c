@@ -762,7 +762,8 @@ static int id_record_row(sqlite3_stmt *st, void *arg)
     struct id_record_arg *a = arg;
 
     /* the schema is exact, but a crafted row may still hold another type */
-    if (sqlite3_column_type(st, 0) != SQLITE_INTEGER || sqlite3_column_type(st, 1) != SQLITE_INTEGER)
+    if (sqlite3_column_type(st, 0) != SQLITE_INTEGER ||
+        sqlite3_column_type(st, 1) != SQLITE_INTEGER)
         return 0;
     return a->cb(a->ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1));
 }

@@ -227,8 +227,7 @@ static int take_file(struct merge *m, const char *name, int64_t size)
     if (in < 0 || fstat(in, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != size) {
         ret = in < 0 ? -errno : -EINVAL;
         pcr_errf(m->err, m->errlen, "%s: %s: %s", m->dir, name,
-                 ret == -EINVAL ? "not a regular file of the size its index says"
-                                : strerror(-ret));
+                 ret == -EINVAL ? "not a regular file of the size its index says" : strerror(-ret));
         if (in >= 0)
             close(in);
         return ret;
@@ -269,8 +268,8 @@ static int copy_record(void *ctx, const struct pcr_index_record *r)
     else
         snprintf(want, sizeof(want), "%06llu.tks", (unsigned long long)r->id);
     if ((uint64_t)r->id != t->nrecs + 1 || strcmp(r->name, want) != 0 || r->size < 0) {
-        pcr_errf(m->err, m->errlen, "%s: record %" PRId64 " (%s) out of order or misnamed",
-                 m->dir, r->id, r->name);
+        pcr_errf(m->err, m->errlen, "%s: record %" PRId64 " (%s) out of order or misnamed", m->dir,
+                 r->id, r->name);
         return -EINVAL;
     }
     ret = take_file(m, r->name, r->size);
@@ -314,8 +313,8 @@ static int copy_tree(struct merge *m, enum pcr_index_tree tree, int64_t first_fi
     m->nrecs = m->nfiles = 0;
     ret = pcr_index_load_records(m->src, tree, copy_record, m);
     if (!ret)
-        ret = pcr_index_load_files(m->src, tree, first_file, INT64_MAX - first_file,
-                                   copy_file_row, m);
+        ret = pcr_index_load_files(m->src, tree, first_file, INT64_MAX - first_file, copy_file_row,
+                                   m);
     return ret;
 }
 
@@ -339,8 +338,7 @@ static int open_sub(struct pcr_writer *w, struct merge *m, const char *sub, int 
     return ret;
 }
 
-int pcr_writer_add_part(struct pcr_writer *w, const char *dir, bool first, char *err,
-                        size_t errlen)
+int pcr_writer_add_part(struct pcr_writer *w, const char *dir, bool first, char *err, size_t errlen)
 {
     struct merge m = {.w = w, .dir = dir, .srcfd = -1, .dstfd = -1, .err = err, .errlen = errlen};
     struct pcr_part_info info;
@@ -355,8 +353,9 @@ int pcr_writer_add_part(struct pcr_writer *w, const char *dir, bool first, char 
         goto out;
     if (info.first_file != ti->nfiles || info.first_record != ti->nrecs ||
         (first && (ti->ndirs || info.index != 1))) {
-        pcr_errf(err, errlen, "%s: part %" PRIu64 " of %" PRIu64 " does not follow the parts before it",
-                 dir, info.index, info.count);
+        pcr_errf(err, errlen,
+                 "%s: part %" PRIu64 " of %" PRIu64 " does not follow the parts before it", dir,
+                 info.index, info.count);
         ret = -EINVAL;
         goto out;
     }
@@ -394,7 +393,9 @@ int pcr_writer_add_part(struct pcr_writer *w, const char *dir, bool first, char 
 out:
     if (ret && !err[0])
         pcr_errf(err, errlen, "%s: %s", dir,
-                 w->err[0] ? w->err : m.src ? pcr_index_errmsg(m.src) : strerror(-ret));
+                 w->err[0] ? w->err
+                 : m.src   ? pcr_index_errmsg(m.src)
+                           : strerror(-ret));
     if (m.srcfd >= 0)
         close(m.srcfd);
     pcr_index_close(m.src);

@@ -564,8 +564,7 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
         !writer_name_ok(it->name))
         return -EINVAL;
     if (it->kind == PCR_KIND_VERBATIM)
-        return (it->len == 0 || it->data || it->read) && !it->trailer && !it->quality ? 0
-                                                                                    : -EINVAL;
+        return (it->len == 0 || it->data || it->read) && !it->trailer && !it->quality ? 0 : -EINVAL;
     for (unsigned k = 0; it->quality && k + 1 < w->levels; k++)
         if (!(it->quality[k] >= 0.0 && it->quality[k] <= 1.0)) /* NaN fails too */
             return -EINVAL;
@@ -744,32 +743,32 @@ static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint6
         qblob[qlen++] = (uint8_t)q;
         qblob[qlen++] = (uint8_t)(q >> 8);
     }
-    ret = pcr_index_put_file(w->idx, PCR_TREE_IMAGES,
-                             &(struct pcr_index_file){
-                                 .id = (int64_t)it->id,
-                                 .dir = (int64_t)it->dir,
-                                 .name = (const uint8_t *)it->name,
-                                 .namelen = strlen(it->name),
-                                 .kind = it->kind,
-                                 .record = (int64_t)rec,
-                                 .slot = slot,
-                                 .nchunks = nc,
-                                 .chunks = cblob,
-                                 .chunks_len = clen,
-                                 .size = (int64_t)it->len,
-                                 .width = it->kind == PCR_KIND_JPEG ? it->info.width : 0,
-                                 .height = it->kind == PCR_KIND_JPEG ? it->info.height : 0,
-                                 .components = it->kind == PCR_KIND_JPEG ? it->info.components : 0,
-                                 .src_size = (int64_t)it->src_size,
-                                 .checksum = item_streamed(it) ? st->checksum
-                                                               : pcr_xxh64(it->data, it->len),
-                                 .note = it->note,
-                                 .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
-                                 .sums = sums,
-                                 .sums_len = slen,
-                                 .quality = qblob,
-                                 .quality_len = qlen,
-                             });
+    ret = pcr_index_put_file(
+        w->idx, PCR_TREE_IMAGES,
+        &(struct pcr_index_file){
+            .id = (int64_t)it->id,
+            .dir = (int64_t)it->dir,
+            .name = (const uint8_t *)it->name,
+            .namelen = strlen(it->name),
+            .kind = it->kind,
+            .record = (int64_t)rec,
+            .slot = slot,
+            .nchunks = nc,
+            .chunks = cblob,
+            .chunks_len = clen,
+            .size = (int64_t)it->len,
+            .width = it->kind == PCR_KIND_JPEG ? it->info.width : 0,
+            .height = it->kind == PCR_KIND_JPEG ? it->info.height : 0,
+            .components = it->kind == PCR_KIND_JPEG ? it->info.components : 0,
+            .src_size = (int64_t)it->src_size,
+            .checksum = item_streamed(it) ? st->checksum : pcr_xxh64(it->data, it->len),
+            .note = it->note,
+            .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
+            .sums = sums,
+            .sums_len = slen,
+            .quality = qblob,
+            .quality_len = qlen,
+        });
     free(sums);
     return ret ? writer_index_error(w, ret) : 0;
 }
@@ -840,8 +839,8 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
     int ret, fd;
 
     struct wtree *ti = &w->t[PCR_TREE_IMAGES], *tt = &w->t[PCR_TREE_TOKENS];
-    bool complete = w->part ? ti->nfiles - w->part_first == w->part_files
-                            : ti->files_declared == ti->nfiles;
+    bool complete =
+        w->part ? ti->nfiles - w->part_first == w->part_files : ti->files_declared == ti->nfiles;
     if (ti->ndirs == 0 || !complete || tt->files_declared != tt->nfiles) {
         pcr_errf(err, errlen,
                  "store numbering incomplete: %llu directories, %llu of %llu files, "
