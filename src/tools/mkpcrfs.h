@@ -16,6 +16,10 @@
  *  3. Record the build options, commit (the writer renames the temporary
  *     directory into place), then open the new store and print its summary with the
  *     same code as pcrinfo.
+ * A planned build (plan.h) splits this: --plan runs phase 1 and writes the tree
+ * down; --part reads it back instead of walking and runs phases 2 and 3 over its
+ * range of records [fbegin, fend) with a part writer; --merge (merge.c) makes the
+ * store of all the parts, which is the store phases 1-3 make in one process.
  * Token grids (--tokens, --seit; tokimport.h) are read, checked and trained on
  * before phase 1, so that a bad token input fails before any image is transcoded,
  * and written to the store between phases 2 and 3. With tokens SRC may be left
