@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "pcrfs/checksum.h"
+#include "pcrfs/store.h"
 #include "plan.h"
 #include "tool.h"
 
@@ -79,6 +80,8 @@ int plan_write(const struct build *b, const char *path)
     }
     pcr_xxh64_init(&o.h);
     put(&o, PLAN_MAGIC);
+    end_line(&o);
+    put(&o, "made_by mkpcrfs %s", PCR_VERSION);
     end_line(&o);
     put(&o, "created %" PRId64, b->created);
     end_line(&o);
@@ -259,6 +262,17 @@ static int read_options(struct in *in, struct build *b)
 {
     uint64_t v;
     char why[256] = "";
+
+    /* parts of one store are built by one version: another may cut other bytes */
+    if (next_line(in, 3) != 3 || strcmp(in->tok[0], "made_by") != 0 ||
+        strcmp(in->tok[1], "mkpcrfs") != 0)
+        return bad(in, "want \"made_by mkpcrfs VERSION\"");
+    if (strcmp(in->tok[2], PCR_VERSION) != 0) {
+        tool_err("%s: planned by mkpcrfs %s; this is mkpcrfs %s (build every part with the "
+                 "version that made the plan)",
+                 in->path, in->tok[2], PCR_VERSION);
+        return -1;
+    }
 
     if (key_num(in, "created", INT64_MAX, &v))
         return -1;

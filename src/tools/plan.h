@@ -7,6 +7,7 @@
  * space, '%' and DEL), about 50 bytes per image:
  *
  *   pcrfs-plan 1
+ *   made_by mkpcrfs VERSION   a part of another version refuses the plan
  *   created SECONDS        meta "created" of the store (the mtime a mount serves)
  *   source PATH            SRC as given ("-": none, a store of tokens only)
  *   per_record N

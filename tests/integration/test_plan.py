@@ -155,7 +155,8 @@ class Parts(PlanTest):
         nfiles = int(text.split(b"\nfiles ")[1].split(b"\n")[0])
         self.assertGreater(nfiles, 40)
         self.assertLess(len(text) / nfiles, 100, "bytes per file")
-        self.assertTrue(text.startswith(b"pcrfs-plan 1\ncreated " + EPOCH.encode()))
+        self.assertTrue(text.startswith(b"pcrfs-plan 1\nmade_by mkpcrfs "))
+        self.assertIn(b"\ncreated " + EPOCH.encode() + b"\n", text)
 
     def test_one_part(self):
         outs = self.build_parts(1)
@@ -339,6 +340,15 @@ def setup_edited(ctx):
         f.write(text)
 
 
+def setup_version(ctx):
+    with open(os.path.join(ctx["tmp"], "a.plan"), "rb") as f:
+        lines = f.read().split(b"\n")
+    assert lines[1].startswith(b"made_by mkpcrfs "), lines[1]
+    lines[1] = b"made_by mkpcrfs 0.0.0-other"
+    with open(os.path.join(ctx["tmp"], "t_version.plan"), "wb") as f:
+        f.write(b"\n".join(lines))
+
+
 def check_merged(ctx, p):
     store = os.path.join(ctx["tmp"], "m_ok")
     assert os.path.isfile(os.path.join(store, "index.db")), "no store"
@@ -404,6 +414,9 @@ class PlanRows(ct.CliTable):
         ct.Case("plan edited", ["{mkpcrfs}", "--plan", "{tmp}/t_edited.plan", "--part", "1/1",
                                 "{tmp}/out"], rc=1, setup=setup_edited,
                 msg=r"t_edited\.plan:\d+: the plan's hash does not match"),
+        ct.Case("plan of another version", ["{mkpcrfs}", "--plan", "{tmp}/t_version.plan",
+                                            "--part", "1/1", "{tmp}/out"], rc=1,
+                setup=setup_version, msg=r"planned by mkpcrfs 0\.0\.0-other; this is mkpcrfs"),
         ct.Case("source changed since the plan",
                 ["{mkpcrfs}", "--plan", "{tmp}/t_changed/plan", "--part", "1/1", "{tmp}/out"],
                 rc=1, setup=setup_changed,
