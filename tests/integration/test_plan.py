@@ -9,6 +9,9 @@ What each class asserts, and would be false if the feature broke:
                pcrinfo --extract writes at every level; record files are hard links of
                the parts' (copies across file systems); a 6 MB non-JPEG is streamed;
                --quality and --tokens in parts give the one-machine store too
+  Stream       a 256 MiB non-JPEG builds in < 64 MiB of RSS; a file that never reads
+               as its stat says is read 3 times then named in a warning, and is an
+               error in a part; a streamed file appended to is named in a warning
   Killed       a part killed mid-way leaves no OUT, and run again gives the same
                bytes as a part never interrupted
   PlanRows     (clitable.py) one row per refusal: bad --part values, --part without
@@ -263,7 +266,8 @@ class Killed(PlanTest):
 
 
 class Stream(PlanTest):
-    """A large non-JPEG (named .JPEG) is streamed: bounded memory, bytes intact."""
+    """A large non-JPEG (named .JPEG) is streamed: bounded memory, bytes intact; files
+    that change while read are read again, named, or (in a part) refused."""
 
     @classmethod
     def prepare(cls):
@@ -290,6 +294,29 @@ class Stream(PlanTest):
         self.assertEqual(len(h), 256 << 20)
         self.assertEqual(h[(100 << 20):(100 << 20) + 8], b"not zero")
         self.assertEqual(h.count(0), (256 << 20) - 8)
+
+    def test_file_never_stable(self):
+        """A file whose reads never agree with its stat (/proc/version: size 0, ~100
+        bytes read) is read three times, then stored as read with a warning; in a
+        part it is the "changed since the plan" error."""
+        if not os.path.isfile("/proc/version"):
+            self.skipTest("no /proc/version")
+        src = os.path.join(self.tmp.path, "unstable")
+        os.makedirs(os.path.join(src, "a"))
+        os.symlink("/proc/version", os.path.join(src, "a", "version.txt"))
+        p = run([mkpcrfs(), "-q", src, os.path.join(self.tmp.path, "ustore")], check=0)
+        self.assertIn(b"a/version.txt changed while being read, 3 times: stored as last read",
+                      p.stderr)
+        with open("/proc/version", "rb") as f:
+            want = f.read()
+        got = run([pcrinfo(), "--cat", "a/version.txt", os.path.join(self.tmp.path, "ustore")],
+                  check=0).stdout
+        self.assertEqual(got, want)
+        uplan = os.path.join(self.tmp.path, "u.plan")
+        plan([], uplan, src)
+        p = part(uplan, 1, 1, os.path.join(self.tmp.path, "upart"), check=1)
+        self.assertIn(b"a/version.txt: changed since the plan (while being read)", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.path, "upart")))
 
     def test_growing_file_named(self):
         """A streamed file appended to all through the build: stored as read, with a
