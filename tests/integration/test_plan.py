@@ -202,7 +202,7 @@ class Parts(PlanTest):
         finally:
             shutil.rmtree(far, ignore_errors=True)
 
-    def test_part_runs_the_plan_not_the_command_line(self):
+    def test_more_parts_than_records(self):
         # more parts than records: the last ones are empty, and still merge
         outs = self.build_parts(20)
         store = os.path.join(self.tmp.path, "m20")
