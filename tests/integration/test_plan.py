@@ -8,7 +8,8 @@ What each class asserts, and would be false if the feature broke:
                options: every index row, every record file's bytes, and every file
                pcrinfo --extract writes at every level; record files are hard links of
                the parts' (copies across file systems); a 6 MB non-JPEG is streamed;
-               --quality and --tokens in parts give the one-machine store too
+               --quality and --tokens in parts give the one-machine store too; both
+               stores mounted serve the same trees, bytes, sizes and mtimes
   Stream       a 256 MiB non-JPEG builds in < 64 MiB of RSS; a file that never reads
                as its stat says is read 3 times then named in a warning, and is an
                error in a part; a streamed file appended to is named in a warning
@@ -34,6 +35,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clitable as ct  # noqa: E402
 import common  # noqa: E402
+import mount_util as mu  # noqa: E402
 from common import run  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -185,6 +187,43 @@ class Parts(PlanTest):
         store = os.path.join(self.tmp.path, "m4")
         merge(store, outs)
         self.assert_same_store(self.whole, store, levels=[1, self.levels])
+
+    def test_mounts_serve_the_same(self):
+        """Both stores mounted: every view of every level (full/, scanK/) and
+        /.pcrfs/info (but for the store's path) list, stat (mode, size, mtime) and
+        read the same."""
+        outs = self.build_parts(2)
+        store = os.path.join(self.tmp.path, "mmount")
+        merge(store, outs)
+        seen = []
+        mounts = [mu.Mount(s, os.path.join(self.tmp.path, "mnt-" + os.path.basename(s)))
+                  for s in (self.whole, store)]
+        try:
+            for m in mounts:
+                m.start()
+                views = sorted(v for v in os.listdir(m.mnt) if v == "full" or
+                               (v.startswith("scan") and v[4:].isdigit()))
+                self.assertEqual(len(views), self.levels + 1, views)  # scan1..L, full
+                tree = {}
+                for v in views:
+                    for dirpath, dirnames, filenames in os.walk(os.path.join(m.mnt, v)):
+                        for name in dirnames + filenames:
+                            p = os.path.join(dirpath, name)
+                            st = os.lstat(p)
+                            data = common.read(p) if name in filenames else None
+                            tree[os.path.relpath(p, m.mnt)] = (st.st_mode, st.st_size,
+                                                               st.st_mtime_ns, data)
+                info = json.loads(common.read(os.path.join(m.mnt, ".pcrfs", "info")))
+                self.assertEqual(info.pop("store"), m.store)  # the one difference
+                tree[".pcrfs/info"] = info
+                seen.append(tree)
+        finally:
+            for m in mounts:
+                m.cleanup()
+        self.assertGreater(len(seen[0]), 40 * self.levels)
+        self.assertEqual(sorted(seen[0]), sorted(seen[1]))
+        for k, v in seen[0].items():
+            self.assertTrue(v == seen[1][k], k)
 
     def test_copy_across_file_systems(self):
         shm = "/dev/shm"
