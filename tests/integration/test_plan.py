@@ -139,8 +139,8 @@ class Parts(PlanTest):
         cls.levels = json.loads(
             run([pcrinfo(), "--json", cls.whole], check=0).stdout)["levels"]
 
-    def build_parts(self, n, concurrent=False):
-        outs = [os.path.join(self.tmp.path, "p%d-%d" % (n, i)) for i in range(1, n + 1)]
+    def build_parts(self, n, concurrent=False, tag="p"):
+        outs = [os.path.join(self.tmp.path, "%s%d-%d" % (tag, n, i)) for i in range(1, n + 1)]
         if concurrent:
             procs = [subprocess.Popen([mkpcrfs(), "-q", "-j", "1", "--plan", self.plan,
                                        "--part", "%d/%d" % (i, n), out],
@@ -192,7 +192,7 @@ class Parts(PlanTest):
         """Both stores mounted: every view of every level (full/, scanK/) and
         /.pcrfs/info (but for the store's path) list, stat (mode, size, mtime) and
         read the same."""
-        outs = self.build_parts(2)
+        outs = self.build_parts(2, tag="mount")
         store = os.path.join(self.tmp.path, "mmount")
         merge(store, outs)
         seen = []
