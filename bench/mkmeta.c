@@ -1,6 +1,6 @@
 /* mkmeta — build an ImageNet-sized pcrfs store for the metadata benchmarks.
  *
- *   mkmeta [-f] [-n FILES] [-d DIRS] [-r PER_RECORD] STORE
+ *   mkmeta [-f] [-n FILES] [-d DIRS] [-r PER_RECORD] [-P I/N] STORE
  *
  * The store has ImageNet-1k's shape: by default 1,281,167 files in 1,000 class
  * directories named like WordNet ids (n01440764/n01440764_10026.JPEG), 1,300 files
@@ -12,11 +12,17 @@
  * one image keeps the build to the cost of the index and the record writes, which
  * is what the metadata figures are about.
  *
+ * With -P I/N it writes part I of N of that store instead, as mkpcrfs --part would
+ * (pcr_part_range(), the part keys; its plan is named by the shape), so that
+ * mkpcrfs --merge can be measured at ImageNet scale. SOURCE_DATE_EPOCH fixes the
+ * store's "created", so that a merge and a whole build compare row for row.
+ *
  * Prints one line of JSON: files, dirs, records, image bytes, seconds, and three
  * names for the benchmarks to use without listing anything first: the first class,
  * its file count, and the first file of the middle class.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +119,7 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mkmeta [-f] [-n FILES] [-d DIRS] [-r PER_RECORD] STORE\n");
+    fprintf(f, "usage: mkmeta [-f] [-n FILES] [-d DIRS] [-r PER_RECORD] [-P I/N] STORE\n");
 }
 
 int main(int argc, char **argv)
@@ -130,12 +136,13 @@ int main(int argc, char **argv)
     struct pcr_item *items = NULL;
     char(*names)[NAMELEN] = NULL;
     char err[512] = "", why[128] = "", v[32], sample[2 * NAMELEN] = "";
-    uint64_t fid = 1;
+    uint64_t fid = 1, part = 0, nparts = 0, flo = 0, fhi;
+    struct pcr_part_info range;
     unsigned nitems = 0;
     double t0;
     int c, rc, ret = 1;
 
-    while ((c = getopt(argc, argv, "fn:d:r:h")) != -1) {
+    while ((c = getopt(argc, argv, "fn:d:r:P:h")) != -1) {
         switch (c) {
         case 'f':
             wopts.force = true;
@@ -148,6 +155,13 @@ int main(int argc, char **argv)
             break;
         case 'r':
             per_record = strtoull(optarg, NULL, 10);
+            break;
+        case 'P':
+            if (sscanf(optarg, "%" SCNu64 "/%" SCNu64, &part, &nparts) != 2 || part < 1 ||
+                part > nparts) {
+                usage(stderr);
+                return 2;
+            }
             break;
         case 'h':
             usage(stdout);
@@ -164,6 +178,18 @@ int main(int argc, char **argv)
     }
     pcr_log_set_hook(log_hook, NULL, PCR_LOG_WARN);
     t0 = now();
+    if (getenv("SOURCE_DATE_EPOCH"))
+        wopts.created = strtoll(getenv("SOURCE_DATE_EPOCH"), NULL, 10);
+    fhi = nfiles;
+    if (part) {
+        pcr_part_range(nfiles, per_record, part, nparts, &range);
+        flo = range.first_file;
+        fhi = flo + range.files;
+        wopts.part = true;
+        wopts.part_first_file = flo;
+        wopts.part_first_record = range.first_record;
+        wopts.part_files = range.files;
+    }
 
     if (tiny_baseline(&base, &baselen) != 0 ||
         pcr_jpeg_transcode(base, baselen, NULL, &prog, &proglen, &info, why, sizeof(why)) != 0 ||
@@ -224,6 +250,11 @@ int main(int argc, char **argv)
             snprintf(sample, sizeof(sample), "n%08llu/%s", wnid, names[0]);
         for (uint64_t k = 0; k < n; k++) {
             struct pcr_item *it = &items[nitems];
+
+            if (fid <= flo || fid > fhi) { /* another part's */
+                fid++;
+                continue;
+            }
             /* the names of a record must live until it is written: copy them */
             it->name = strdup(names[k]);
             if (!it->name) {
@@ -238,7 +269,7 @@ int main(int argc, char **argv)
             it->split = &split;
             it->info = info;
             it->src_size = baselen;
-            if (++nitems == per_record || it->id == nfiles) {
+            if (++nitems == per_record || it->id == fhi) {
                 rc = pcr_writer_add_record(w, items, nitems);
                 for (unsigned i = 0; i < nitems; i++)
                     free((char *)items[i].name);
@@ -255,6 +286,25 @@ int main(int argc, char **argv)
         pcr_writer_set_meta(w, "created_by", "bench/mkmeta")) {
         fprintf(stderr, "mkmeta: %s\n", pcr_writer_error(w));
         goto out;
+    }
+    if (part) {
+        const uint64_t pv[] = {
+            part, nparts, range.first_file, range.files, range.first_record, range.records};
+        static const char *const pk[] = {"part.index", "part.count",        "part.first_file",
+                                         "part.files", "part.first_record", "part.records"};
+        char plan[64];
+
+        snprintf(plan, sizeof(plan), "mkmeta-%llu-%llu-%llu", (unsigned long long)nfiles,
+                 (unsigned long long)ndirs, (unsigned long long)per_record);
+        rc = pcr_writer_set_meta(w, "part.plan", plan);
+        for (unsigned k = 0; !rc && k < 6; k++) {
+            snprintf(v, sizeof(v), "%llu", (unsigned long long)pv[k]);
+            rc = pcr_writer_set_meta(w, pk[k], v);
+        }
+        if (rc) {
+            fprintf(stderr, "mkmeta: %s\n", pcr_writer_error(w));
+            goto out;
+        }
     }
     rc = pcr_writer_finish(w, err, sizeof(err));
     w = NULL;

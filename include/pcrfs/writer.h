@@ -34,6 +34,15 @@ struct pcr_writer_opts {
     unsigned levels;       /* L (10 for libjpeg's default script) */
     const char *script;    /* scan script name recorded in the store ("libjpeg-default") */
     bool force;            /* replace an existing store at the target */
+    int64_t created;       /* meta "created" (the mtime a mount serves), seconds since
+                            * the epoch; 0: now */
+    /* A part of a planned build (mkpcrfs --plan --part): files are numbered from
+     * part_first_file + 1 and records from part_first_record + 1, the part holds
+     * part_files files, and finish checks that count instead of the whole tree's
+     * and leaves the store check to the merge (pcr_writer_add_part()), since a part
+     * alone is not a store. */
+    bool part;
+    uint64_t part_first_file, part_first_record, part_files;
 };
 
 /* Start a store at @path. @path must not exist, unless opts->force and it is a
@@ -60,6 +69,8 @@ struct pcr_dir_row {
 };
 int pcr_writer_add_dir(struct pcr_writer *w, const struct pcr_dir_row *row);
 
+#define PCR_WRITER_PIECE (1u << 20)
+
 /* One file of a record. */
 struct pcr_item {
     uint64_t id, dir;
@@ -68,6 +79,13 @@ struct pcr_item {
     const uint8_t *data;          /* JPEG: the progressive file, EOI included,
                                    * then the trailer; VERBATIM: the source bytes */
     size_t len;
+    /* VERBATIM with data NULL: the writer fetches the len bytes itself, in pieces of
+     * at most PCR_WRITER_PIECE bytes in increasing @off, so that a file of any size
+     * takes bounded memory. @read fills @buf with exactly @n bytes at @off and
+     * returns 0, or a negative errno that fails the record (its message, if any,
+     * is the caller's to give). */
+    int (*read)(void *arg, uint64_t off, uint8_t *buf, size_t n);
+    void *read_arg;
     const struct pcr_split *split; /* JPEG only: pcr_jpeg_split() of the progressive
                                    * file (data without the trailer) */
     size_t trailer;               /* JPEG only: the last @trailer bytes of data are
@@ -139,6 +157,37 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen);
 
 /* Remove everything this writer created and free it. Safe from any point. */
 void pcr_writer_abort(struct pcr_writer *w);
+
+/* A part written by a part writer (pcr_writer_opts.part), as its meta keys say
+ * ("part.plan", "part.index", "part.count", "part.first_file", "part.files",
+ * "part.first_record", "part.records"; the caller sets them with
+ * pcr_writer_set_meta()) and "levels". */
+struct pcr_part_info {
+    char plan[64];                  /* the plan's identity */
+    uint64_t index, count;          /* part index of count, 1 <= index <= count */
+    uint64_t first_file, files;     /* its files: ids first_file + 1 .. + files */
+    uint64_t first_record, records; /* its records, likewise */
+    unsigned levels;
+};
+/* Part @index of @count of a build of @nfiles files in records of @per_record:
+ * records [R(index-1)/count, R*index/count) of the R = ceil(nfiles/per_record)
+ * (contiguous, sizes differing by one at most; empty when count > R) and their
+ * files, into @out (plan and levels untouched). */
+void pcr_part_range(uint64_t nfiles, uint64_t per_record, uint64_t index, uint64_t count,
+                    struct pcr_part_info *out);
+/* Read the part at @dir. @return 0; -ENOENT not a part (no index.db or no part
+ * keys); -EINVAL a key missing or malformed; message in @err. */
+int pcr_part_read_info(const char *dir, struct pcr_part_info *info, char *err, size_t errlen);
+
+/* Merge: add part @dir to @w, a writer of a whole store; parts come in order, the
+ * first one first (@first: its meta keys, blobs, directory rows and token tree are
+ * taken, the part keys excepted). Record files are hard-linked when @dir and the
+ * store share a file system, copied otherwise; each must be a regular file of the
+ * size its index row says, named as its id says, numbered where the last part
+ * ended. Index rows are copied as they are, in the writer's one transaction.
+ * @return 0 or a negative errno, message in @err. */
+int pcr_writer_add_part(struct pcr_writer *w, const char *dir, bool first, char *err,
+                        size_t errlen);
 
 /* The temporary directory being written (to remove it from a signal path). */
 const char *pcr_writer_tmpdir(const struct pcr_writer *w);

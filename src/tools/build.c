@@ -17,6 +17,26 @@
 
 /* Records a worker may run ahead of the one being written, plus that one. */
 #define WINDOW 3
+/* Reads of a file that keeps changing while it is read, before it is stored as last
+ * read (with a warning). */
+#define READ_ATTEMPTS 3
+/* A file larger than this that is not a JPEG (or larger than MAX_TRANSCODE) is
+ * never read into memory: the writer streams it into the record (bounded memory
+ * whatever the size: a video in the tree must not exhaust it). */
+#define STREAM_MIN    (4u << 20)
+#define MAX_TRANSCODE (1ull << 30)
+
+int64_t build_mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* "SECONDS.NANOSECONDS" of @ns, into @buf. */
+static const char *fmt_ns(int64_t ns, char buf[32])
+{
+    snprintf(buf, 32, "%" PRId64 ".%09" PRId64, ns / 1000000000, ns % 1000000000);
+    return buf;
+}
 
 /* ---- Phase 1: the walk (walk.h); the walker's directory d is our id d + 1 ---- */
 
@@ -79,6 +99,8 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
         b->files = tool_grow(b->files, &b->filecap, 64, sizeof(*b->files));
     b->files[b->nfiles].dir = d + 1;
     b->files[b->nfiles].name = *name;
+    b->files[b->nfiles].size = (uint64_t)st->st_size;
+    b->files[b->nfiles].mtime_ns = build_mtime_ns(st);
     *name = NULL;
     b->nfiles++;
     b->dirs[d].nfiles++;
@@ -218,6 +240,84 @@ static void measure(struct build *b, struct slot *s)
         snprintf(s->note, sizeof(s->note), "%s", why[0] ? why : strerror(-rc));
 }
 
+/* Is the file open as @fd (stat @st), larger than STREAM_MIN, to be streamed into
+ * its record rather than read (not a JPEG by its first bytes, or larger than
+ * MAX_TRANSCODE)? Then @s says so (verbatim, data NULL) and the writer fetches its
+ * bytes (stream_read()). */
+static bool stream_only(int fd, const struct stat *st, struct slot *s)
+{
+    uint8_t magic[2] = {0, 0};
+    bool jpeg = pread(fd, magic, 2, 0) == 2 && magic[0] == 0xFF && magic[1] == 0xD8;
+
+    if (jpeg && (uint64_t)st->st_size <= MAX_TRANSCODE)
+        return false;
+    /* the note a read file gets from the transcoder for the same reason */
+    snprintf(s->note, sizeof(s->note), "%s",
+             jpeg ? "larger than 1 GiB: not transcoded" : "not a JPEG");
+    s->kind = PCR_KIND_VERBATIM;
+    s->data = NULL;
+    s->len = (size_t)st->st_size;
+    s->src_size = (uint64_t)st->st_size;
+    s->streamed = true;
+    s->changed = false;
+    s->mtime_ns = build_mtime_ns(st);
+    return true;
+}
+
+/* pcr_item.read of a streamed file: opens it at the first piece, checks at the
+ * last that it neither grew nor changed while read (a planned build fails then;
+ * another stores what was read, with a warning), and closes it. */
+static int stream_read(void *arg, uint64_t off, uint8_t *buf, size_t n)
+{
+    struct stream *c = arg;
+    const struct build *b = c->b;
+    struct tool_buf esc = {0};
+    struct stat st;
+    size_t got = 0;
+    uint8_t extra;
+    int rc = 0;
+
+    if (off == 0) {
+        c->fd = tool_open_rel(b->srcfd, c->rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (c->fd < 0 || fstat(c->fd, &st) < 0) {
+            snprintf(c->msg, sizeof(c->msg), "cannot open %s: %s", tool_escaped(&esc, c->rel),
+                     strerror(errno));
+            rc = -errno;
+            goto out;
+        }
+        if ((uint64_t)st.st_size != c->size || build_mtime_ns(&st) != c->mtime_ns)
+            c->changed = true;
+    }
+    while (got < n) {
+        ssize_t k = pread(c->fd, buf + got, n - got, (off_t)(off + got));
+
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            snprintf(c->msg, sizeof(c->msg), "reading %s: %s", tool_escaped(&esc, c->rel),
+                     k < 0 ? strerror(errno) : "it shrank while being read");
+            rc = k < 0 ? -errno : -ESTALE;
+            goto out;
+        }
+        got += (size_t)k;
+    }
+    if (off + n == c->size) {
+        if (pread(c->fd, &extra, 1, (off_t)c->size) != 0 || fstat(c->fd, &st) < 0 ||
+            (uint64_t)st.st_size != c->size || build_mtime_ns(&st) != c->mtime_ns)
+            c->changed = true;
+        close(c->fd);
+        c->fd = -1;
+    }
+    if (c->changed && b->planned) {
+        snprintf(c->msg, sizeof(c->msg), "%s: changed since the plan (while being read)",
+                 tool_escaped(&esc, c->rel));
+        rc = -ESTALE;
+    }
+out:
+    tool_buf_free(&esc);
+    return rc;
+}
+
 static int process(struct build *b, uint64_t i, struct slot *s)
 {
     const struct fnode *f = &b->files[i];
@@ -228,26 +328,63 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     uint8_t *src = NULL, *out = NULL;
     size_t len = 0, outlen = 0;
     struct stat st;
+    char t1[32], t2[32];
     int fd, rc;
 
-    /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
-    fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0) {
-        rc = -errno;
-        fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));
-        goto out;
-    }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        fail(b, "%s: no longer a regular file", tool_escaped(&esc, rel));
+    s->streamed = false;
+    /* A file that changes while it is read is read again: what is stored must be one
+     * state of it. In a planned build it must still be the state the plan fixed. */
+    for (unsigned attempt = 1;; attempt++) {
+        struct stat after;
+
+        /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
+        fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        if (fd < 0) {
+            rc = -errno;
+            fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+            goto out;
+        }
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            rc = -EINVAL;
+            fail(b, "%s: no longer a regular file", tool_escaped(&esc, rel));
+            close(fd);
+            goto out;
+        }
+        if (b->planned && ((uint64_t)st.st_size != f->size || build_mtime_ns(&st) != f->mtime_ns)) {
+            rc = -ESTALE;
+            fail(b,
+                 "%s: changed since the plan (size %" PRIu64 ", modified %s; the plan has %" PRIu64
+                 ", %s)",
+                 tool_escaped(&esc, rel), (uint64_t)st.st_size, fmt_ns(build_mtime_ns(&st), t1),
+                 f->size, fmt_ns(f->mtime_ns, t2));
+            close(fd);
+            goto out;
+        }
+        if ((uint64_t)st.st_size > STREAM_MIN && stream_only(fd, &st, s)) {
+            close(fd);
+            rc = 0;
+            goto out;
+        }
+        rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
+        if (rc == 0 && fstat(fd, &after) < 0)
+            rc = -errno;
         close(fd);
-        goto out;
-    }
-    rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
-    close(fd);
-    if (rc < 0) {
-        fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
-        goto out;
+        if (rc < 0) {
+            fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+            goto out;
+        }
+        s->changed = (uint64_t)after.st_size != len || after.st_size != st.st_size ||
+                     build_mtime_ns(&after) != build_mtime_ns(&st);
+        if (s->changed && b->planned) {
+            rc = -ESTALE;
+            fail(b, "%s: changed since the plan (while being read)", tool_escaped(&esc, rel));
+            free(src);
+            goto out;
+        }
+        if (!s->changed || attempt == READ_ATTEMPTS)
+            break;
+        free(src);
+        src = NULL;
     }
     s->src_size = len;
     s->note[0] = '\0';
@@ -310,9 +447,9 @@ static void *worker(void *arg)
         struct slot *s;
 
         pthread_mutex_lock(&b->lock);
-        while (!b->stop && b->next < b->nfiles && b->next / b->per_record >= b->wrec + WINDOW)
+        while (!b->stop && b->next < b->fend && b->next / b->per_record >= b->wrec + WINDOW)
             pthread_cond_wait(&b->space_cv, &b->lock);
-        if (b->stop || b->next >= b->nfiles) {
+        if (b->stop || b->next >= b->fend) {
             pthread_mutex_unlock(&b->lock);
             return NULL;
         }
@@ -396,15 +533,23 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
 int build_transcode(struct build *b)
 {
     struct pcr_item *items = tool_xmalloc(sizeof(*items) * b->per_record);
+    struct stream *streams = tool_xmalloc(sizeof(*streams) * b->per_record);
     struct tool_buf esc = {0};
     pthread_t *tids = tool_xmalloc(sizeof(*tids) * b->jobs);
     uint64_t done_bytes = 0, lo, i;
     unsigned t, started;
     int rc = 0;
 
+    uint64_t nfiles = b->fend - b->fbegin, total_bytes = 0;
+
+    for (i = b->fbegin; i < b->fend; i++)
+        total_bytes += b->files[i].size;
+    /* a part starts at a record boundary: the window counts records from there */
+    b->next = b->fbegin;
+    b->wrec = b->fbegin / b->per_record;
     b->nslots = (uint64_t)b->per_record * WINDOW;
-    if (b->nslots > b->nfiles)
-        b->nslots = b->nfiles ? b->nfiles : 1;
+    if (b->nslots > nfiles)
+        b->nslots = nfiles ? nfiles : 1;
     b->slots = calloc(b->nslots, sizeof(*b->slots));
     if (!b->slots) {
         tool_err("out of memory");
@@ -412,7 +557,7 @@ int build_transcode(struct build *b)
         free(tids);
         return -1;
     }
-    progress_start(b->progress, b->nfiles, b->total_bytes);
+    progress_start(b->progress, nfiles, total_bytes);
 
     started = start_workers(b, tids);
     if (!started) {
@@ -421,16 +566,25 @@ int build_transcode(struct build *b)
         return -1;
     }
 
-    for (lo = 0; lo < b->nfiles && rc == 0; lo += b->per_record) {
-        uint64_t hi = lo + b->per_record < b->nfiles ? lo + b->per_record : b->nfiles;
+    for (lo = b->fbegin; lo < b->fend && rc == 0; lo += b->per_record) {
+        uint64_t hi = lo + b->per_record < b->fend ? lo + b->per_record : b->fend;
+
+        uint64_t filled = 0;
 
         for (i = lo; i < hi; i++) {
             struct slot *s = &b->slots[i % b->nslots];
             const struct fnode *f = &b->files[i];
 
-            if (wait_slot(b, i, i, done_bytes) < 0) {
+            if (wait_slot(b, i, i - b->fbegin, done_bytes) < 0) {
                 rc = -1;
                 break;
+            }
+            if (s->changed) {
+                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+
+                tool_warn("%s changed while being read, %d times: stored as last read",
+                          tool_escaped(&esc, rel), READ_ATTEMPTS);
+                free(rel);
             }
             if (s->kind == PCR_KIND_VERBATIM) {
                 char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
@@ -459,20 +613,56 @@ int build_transcode(struct build *b)
                 .note = s->kind == PCR_KIND_VERBATIM ? s->note : NULL,
                 .quality = s->kind == PCR_KIND_JPEG && s->has_quality ? s->quality : NULL,
             };
+            if (s->streamed) {
+                struct stream *c = &streams[i - lo];
+
+                *c = (struct stream){.b = b,
+                                     .rel = tool_join(b->dirs[f->dir - 1].rel, f->name),
+                                     .fd = -1,
+                                     .size = s->len,
+                                     .mtime_ns = s->mtime_ns};
+                items[i - lo].data = NULL;
+                items[i - lo].read = stream_read;
+                items[i - lo].read_arg = c;
+            }
+            filled = i - lo + 1;
             done_bytes += s->src_size;
-            progress_update(i + 1, done_bytes, false);
+            progress_update(i + 1 - b->fbegin, done_bytes, false);
         }
         if (mk_interrupted)
             rc = -2;
         if (rc == 0) {
             int e = pcr_writer_add_record(b->w, items, (unsigned)(hi - lo));
+            const char *why = NULL;
 
-            if (e < 0) {
+            for (i = lo; i < hi; i++) {
+                struct stream *c = &streams[i - lo];
+
+                if (!items[i - lo].read)
+                    continue;
+                if (c->msg[0] && !why)
+                    why = c->msg;
+                else if (c->changed && e == 0)
+                    tool_warn("%s changed while being read: stored as read",
+                              tool_escaped(&esc, c->rel));
+            }
+            if (e < 0 && why) {
+                tool_err("%s", why);
+                rc = -1;
+            } else if (e < 0) {
                 tool_err("writing %s: %s", b->store, strerror(-e));
                 if (b->verbose && pcr_writer_error(b->w)[0])
                     tool_err("%s", pcr_writer_error(b->w));
                 rc = -1;
             }
+        }
+        /* The streamed files' names and descriptors (the items this record filled). */
+        for (uint64_t k = 0; k < filled; k++) {
+            if (!items[k].read)
+                continue;
+            if (streams[k].fd >= 0)
+                close(streams[k].fd);
+            free(streams[k].rel);
         }
         /* Release the record's slots (also on failure: nothing may leak). */
         pthread_mutex_lock(&b->lock);
@@ -490,7 +680,7 @@ int build_transcode(struct build *b)
         pthread_mutex_unlock(&b->lock);
     }
     if (rc == 0)
-        progress_update(b->nfiles, done_bytes, true);
+        progress_update(nfiles, done_bytes, true);
 
     stop_workers(b);
     for (t = 0; t < started; t++)
@@ -508,6 +698,7 @@ int build_transcode(struct build *b)
     if (mk_interrupted)
         rc = -2;
     free(items);
+    free(streams);
     free(tids);
     tool_buf_free(&esc);
     return rc;
@@ -571,6 +762,10 @@ void build_free(struct build *b)
     for (i = 0; i < b->nfiles; i++)
         free(b->files[i].name);
     free(b->files);
+    for (unsigned k = 0; k < b->ntokopts; k++)
+        free(b->tokopts[k].value);
+    free(b->tokopts);
+    free(b->scans_text);
     if (b->slots) {
         for (i = 0; i < b->nslots; i++)
             free(b->slots[i].data);

@@ -16,6 +16,10 @@
  *  3. Record the build options, commit (the writer renames the temporary
  *     directory into place), then open the new store and print its summary with the
  *     same code as pcrinfo.
+ * A planned build (plan.h) splits this: --plan runs phase 1 and writes the tree
+ * down; --part reads it back instead of walking and runs phases 2 and 3 over its
+ * range of records [fbegin, fend) with a part writer; --merge (merge.c) makes the
+ * store of all the parts, which is the store phases 1-3 make in one process.
  * Token grids (--tokens, --seit; tokimport.h) are read, checked and trained on
  * before phase 1, so that a bad token input fails before any image is transcoded,
  * and written to the store between phases 2 and 3. With tokens SRC may be left
@@ -28,6 +32,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include "pcrfs/jpeg.h"
 #include "pcrfs/writer.h"
@@ -43,6 +48,10 @@ struct dnode {
 struct fnode {
     uint64_t dir; /* id of its directory */
     char *name;
+    /* As the walk (or the plan) saw it: a file that differs when it is read has
+     * changed since (an error in a planned build, else re-read). */
+    uint64_t size;
+    int64_t mtime_ns;
 };
 
 /* One file's result, filled by a worker, consumed by the main thread. */
@@ -55,8 +64,22 @@ struct slot {
     struct pcr_split split;    /* JPEG only */
     struct pcr_jpeg_info info; /* JPEG only */
     char note[256];            /* VERBATIM: why; JPEG: why it has no quality table */
+    bool changed;              /* kept changing while read: stored as last read */
+    bool streamed;             /* VERBATIM, data NULL: the writer fetches it (stream_read) */
+    int64_t mtime_ns;          /* streamed: its mtime when it was looked at */
     bool has_quality;          /* JPEG: quality[] holds levels 1..L-1 */
     double quality[PCR_MAX_LEVELS];
+};
+
+/* A streamed file while the writer fetches it (build.c, stream_read()). */
+struct stream {
+    const struct build *b;
+    char *rel;
+    int fd;
+    uint64_t size;
+    int64_t mtime_ns;
+    bool changed;
+    char msg[512]; /* why it failed */
 };
 
 struct build {
@@ -66,6 +89,19 @@ struct build {
     bool force, drop_markers, quiet, progress, verbose;
     bool quality; /* measure each JPEG's MS-SSIM per level (--quality / --no-quality) */
     struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
+    char *scans_text;           /* a --scans FILE's text (NULL for a preset), for a plan */
+    int64_t created;            /* meta "created": SOURCE_DATE_EPOCH, a plan's, or 0 (now) */
+
+    /* A planned build (plan.h): the token options as given, the plan's identity,
+     * and (a part) the files [fbegin, fend) it builds; a whole build has 0, nfiles. */
+    struct {
+        int code;
+        char *value;
+    } * tokopts;
+    unsigned ntokopts;
+    bool planned;
+    char plan_id[32];
+    uint64_t fbegin, fend;
 
     struct dnode *dirs;
     uint64_t ndirs, dircap;
@@ -109,5 +145,10 @@ int build_transcode(struct build *b);
 /* The build options as meta keys. @return 0 or a negative errno. */
 int build_set_meta(struct build *b);
 void build_free(struct build *b);
+/* mkpcrfs --merge: make b->store of the part directories @dirs (merge.c).
+ * @return 0 or -1 (reported; nothing was written). */
+int merge_run(struct build *b, char **dirs, unsigned n);
+/* The modification time of @st in nanoseconds since the epoch. */
+int64_t build_mtime_ns(const struct stat *st);
 
 #endif

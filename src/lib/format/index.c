@@ -728,32 +728,97 @@ int pcr_index_commit(struct pcr_index *idx, char *err, size_t errlen)
     return 0;
 }
 
-int pcr_index_file_records(struct pcr_index *idx, enum pcr_index_tree tree,
-                           int (*cb)(void *ctx, int64_t id, int64_t record), void *ctx)
+/* Step @sql to its end on the reader's connection, handing each row to @row (which
+ * skips rows of unexpected types, returning 0). @return 0, the first non-zero @row
+ * value, or -EIO. */
+static int each_row_of(struct pcr_index *idx, const char *sql,
+                       int (*row)(sqlite3_stmt *st, void *arg), void *arg)
 {
-    const char *sql = tree == PCR_TREE_TOKENS ? "SELECT id, record FROM tok_files ORDER BY id"
-                                              : "SELECT id, record FROM files ORDER BY id";
     sqlite3_stmt *st = NULL;
     int rc, cbret = 0;
 
-    if (tree == PCR_TREE_TOKENS && !idx->has_tokens)
-        return 0;
     pthread_mutex_lock(&idx->lock);
     idx->why[0] = '\0';
     rc = index_prepare(idx, sql, 0, &st);
     if (rc == SQLITE_OK) {
-        while ((rc = index_step(idx, st)) == SQLITE_ROW) {
-            /* the schema is exact, but a crafted row may still hold another type */
-            if (sqlite3_column_type(st, 0) != SQLITE_INTEGER ||
-                sqlite3_column_type(st, 1) != SQLITE_INTEGER)
-                continue;
-            if ((cbret = cb(ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1))) != 0)
+        while ((rc = index_step(idx, st)) == SQLITE_ROW)
+            if ((cbret = row(st, arg)) != 0)
                 break;
-        }
     }
     sqlite3_finalize(st);
     pthread_mutex_unlock(&idx->lock);
     if (cbret)
         return cbret;
     return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+struct id_record_arg {
+    int (*cb)(void *ctx, int64_t id, int64_t record);
+    void *ctx;
+};
+
+static int id_record_row(sqlite3_stmt *st, void *arg)
+{
+    struct id_record_arg *a = arg;
+
+    /* the schema is exact, but a crafted row may still hold another type */
+    if (sqlite3_column_type(st, 0) != SQLITE_INTEGER ||
+        sqlite3_column_type(st, 1) != SQLITE_INTEGER)
+        return 0;
+    return a->cb(a->ctx, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1));
+}
+
+int pcr_index_file_records(struct pcr_index *idx, enum pcr_index_tree tree,
+                           int (*cb)(void *ctx, int64_t id, int64_t record), void *ctx)
+{
+    struct id_record_arg a = {cb, ctx};
+
+    if (tree == PCR_TREE_TOKENS && !idx->has_tokens)
+        return 0;
+    return each_row_of(idx,
+                       tree == PCR_TREE_TOKENS ? "SELECT id, record FROM tok_files ORDER BY id"
+                                               : "SELECT id, record FROM files ORDER BY id",
+                       id_record_row, &a);
+}
+
+/* Meta keys and blobs: TEXT keys with TEXT (meta) or BLOB (blobs) values; the
+ * writer never makes others. */
+struct kv_arg {
+    bool blob;
+    int (*meta)(void *ctx, const char *key, const char *value);
+    int (*data)(void *ctx, const char *key, const void *data, size_t len);
+    void *ctx;
+};
+
+static int kv_row(sqlite3_stmt *st, void *arg)
+{
+    struct kv_arg *a = arg;
+    const char *key = (const char *)sqlite3_column_text(st, 0);
+
+    if (sqlite3_column_type(st, 0) != SQLITE_TEXT ||
+        sqlite3_column_type(st, 1) != (a->blob ? SQLITE_BLOB : SQLITE_TEXT))
+        return 0;
+    if (!a->blob)
+        return a->meta(a->ctx, key, (const char *)sqlite3_column_text(st, 1));
+    const void *v = sqlite3_column_blob(st, 1);
+    return a->data(a->ctx, key, v ? v : "", (size_t)sqlite3_column_bytes(st, 1));
+}
+
+int pcr_index_each_meta(struct pcr_index *idx,
+                        int (*cb)(void *ctx, const char *key, const char *value), void *ctx)
+{
+    struct kv_arg a = {.blob = false, .meta = cb, .ctx = ctx};
+
+    return each_row_of(idx, "SELECT key, value FROM meta ORDER BY key", kv_row, &a);
+}
+
+int pcr_index_each_blob(struct pcr_index *idx,
+                        int (*cb)(void *ctx, const char *key, const void *data, size_t len),
+                        void *ctx)
+{
+    struct kv_arg a = {.blob = true, .data = cb, .ctx = ctx};
+
+    if (!idx->st[ST_BLOB])
+        return 0; /* no blob table: no blobs */
+    return each_row_of(idx, "SELECT key, value FROM blobs ORDER BY key", kv_row, &a);
 }

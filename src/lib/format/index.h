@@ -102,6 +102,15 @@ int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_
 int pcr_index_file_records(struct pcr_index *idx, enum pcr_index_tree tree,
                            int (*cb)(void *ctx, int64_t id, int64_t record), void *ctx);
 
+/* Every meta key (TEXT values only) and every blob, in key order, for copying an
+ * index into another (a merge of parts). @return 0, the first non-zero callback
+ * value, or -EIO. */
+int pcr_index_each_meta(struct pcr_index *idx,
+                        int (*cb)(void *ctx, const char *key, const char *value), void *ctx);
+int pcr_index_each_blob(struct pcr_index *idx,
+                        int (*cb)(void *ctx, const char *key, const void *data, size_t len),
+                        void *ctx);
+
 int pcr_index_put_meta(struct pcr_index *idx, const char *key, const char *value);
 int pcr_index_put_blob(struct pcr_index *idx, const char *key, const void *data, size_t len);
 int pcr_index_put_dir(struct pcr_index *idx, enum pcr_index_tree tree,

@@ -297,7 +297,7 @@ static int create_index(struct pcr_writer *w, const struct pcr_writer_opts *opts
         return ret;
     }
     snprintf(v, sizeof(v), "%u", opts->levels);
-    snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
+    snprintf(now, sizeof(now), "%lld", (long long)(opts->created > 0 ? opts->created : time(NULL)));
     if ((ret = pcr_index_put_meta(w->idx, "levels", v)) ||
         (ret = pcr_index_put_meta(w->idx, "script",
                                   opts->script ? opts->script : "libjpeg-default")) ||
@@ -330,6 +330,13 @@ int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, stru
     w->parentfd = w->tmpfd = w->recfd = w->wfd = w->tokfd = -1;
     w->force = opts->force;
     w->levels = opts->levels;
+    w->part = opts->part;
+    w->part_first = opts->part_first_file;
+    w->part_files = opts->part_files;
+    if (opts->part) {
+        w->t[PCR_TREE_IMAGES].nfiles = opts->part_first_file;
+        w->t[PCR_TREE_IMAGES].nrecs = opts->part_first_record;
+    }
     w->path = strdup(path);
     tmp1 = strdup(path);
     tmp2 = strdup(path);
@@ -557,7 +564,7 @@ static int check_item(const struct pcr_writer *w, const struct pcr_item *it, uin
         !writer_name_ok(it->name))
         return -EINVAL;
     if (it->kind == PCR_KIND_VERBATIM)
-        return (it->len == 0 || it->data) && !it->trailer && !it->quality ? 0 : -EINVAL;
+        return (it->len == 0 || it->data || it->read) && !it->trailer && !it->quality ? 0 : -EINVAL;
     for (unsigned k = 0; it->quality && k + 1 < w->levels; k++)
         if (!(it->quality[k] >= 0.0 && it->quality[k] <= 1.0)) /* NaN fails too */
             return -EINVAL;
@@ -617,9 +624,52 @@ static void group_offsets(const struct pcr_item *items, unsigned n, unsigned ngr
     goff[ngroups] = pos;
 }
 
+/* What the writer learnt of a file it fetched itself (pcr_item.read): its
+ * checksum and block sums, for its index row. */
+struct streamed {
+    uint64_t checksum;
+    uint8_t *sums;
+    size_t sums_len;
+};
+
+static bool item_streamed(const struct pcr_item *it)
+{
+    return it->kind == PCR_KIND_VERBATIM && !it->data && it->read && it->len > 0;
+}
+
+/* Fetch streamed item @it piece by piece into the record, summing on the way. */
+static int stream_item(struct pcr_writer *w, const struct pcr_item *it, struct streamed *out)
+{
+    struct pcr_xxh64 h;
+    uint8_t *piece = malloc(PCR_WRITER_PIECE);
+    int ret = 0;
+
+    out->sums = malloc(4 * pcr_sum_blocks(it->len) + 4);
+    out->sums_len = 0;
+    if (!piece || !out->sums) {
+        free(piece);
+        return -ENOMEM;
+    }
+    pcr_xxh64_init(&h);
+    for (uint64_t off = 0; off < it->len && !ret; off += PCR_WRITER_PIECE) {
+        /* pieces are whole sum blocks, so the sums are those of the whole file */
+        size_t n = it->len - off < PCR_WRITER_PIECE ? (size_t)(it->len - off) : PCR_WRITER_PIECE;
+
+        ret = it->read(it->read_arg, off, piece, n);
+        if (!ret) {
+            pcr_xxh64_update(&h, piece, n);
+            out->sums_len += pcr_sums_put(piece, n, out->sums + out->sums_len);
+            ret = wput(w, piece, n);
+        }
+    }
+    out->checksum = pcr_xxh64_final(&h);
+    free(piece);
+    return ret;
+}
+
 /* Write records/@name (header, then the groups) and fdatasync() it. */
 static int write_record(struct pcr_writer *w, const char *name, const struct pcr_item *items,
-                        unsigned n, unsigned ngroups, uint64_t size)
+                        unsigned n, unsigned ngroups, uint64_t size, struct streamed *st)
 {
     uint8_t hdr[PCR_RECORD_HDR];
     int ret;
@@ -637,7 +687,9 @@ static int write_record(struct pcr_writer *w, const char *name, const struct pcr
         for (unsigned i = 0; !ret && i < n; i++) {
             const uint8_t *p;
             size_t l;
-            if (item_chunk(&items[i], g, &p, &l))
+            if (g == 0 && item_streamed(&items[i]))
+                ret = stream_item(w, &items[i], &st[i]);
+            else if (item_chunk(&items[i], g, &p, &l))
                 ret = wput(w, p, l);
         }
     if (!ret)
@@ -656,7 +708,7 @@ static int write_record(struct pcr_writer *w, const char *name, const struct pcr
  * inside their groups: gpos[g] is where group g's next chunk goes, advanced here)
  * and the block sums of its chunks. */
 static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint64_t rec,
-                          unsigned slot, uint64_t *gpos)
+                          unsigned slot, uint64_t *gpos, const struct streamed *st)
 {
     uint8_t cblob[PCR_MAX_CHUNKS * 20], qblob[2 * PCR_MAX_LEVELS];
     unsigned nc = item_nchunks(it);
@@ -672,10 +724,16 @@ static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint6
     for (unsigned g = 0; g < nc; g++) {
         const uint8_t *p = NULL;
         size_t l = 0;
-        item_chunk(it, g, &p, &l);
+        if (item_streamed(it)) {
+            l = it->len;
+            memcpy(sums + slen, st->sums, st->sums_len);
+            slen += st->sums_len;
+        } else {
+            item_chunk(it, g, &p, &l);
+            slen += pcr_sums_put(p, l, sums + slen);
+        }
         clen += pcr_varint_put(cblob + clen, gpos[g]);
         clen += pcr_varint_put(cblob + clen, l);
-        slen += pcr_sums_put(p, l, sums + slen);
         gpos[g] += l;
     }
     /* MS-SSIM rounded down to a multiple of 1/60000, a u16 (pcrfs(5)): a threshold
@@ -685,31 +743,32 @@ static int put_image_file(struct pcr_writer *w, const struct pcr_item *it, uint6
         qblob[qlen++] = (uint8_t)q;
         qblob[qlen++] = (uint8_t)(q >> 8);
     }
-    ret = pcr_index_put_file(w->idx, PCR_TREE_IMAGES,
-                             &(struct pcr_index_file){
-                                 .id = (int64_t)it->id,
-                                 .dir = (int64_t)it->dir,
-                                 .name = (const uint8_t *)it->name,
-                                 .namelen = strlen(it->name),
-                                 .kind = it->kind,
-                                 .record = (int64_t)rec,
-                                 .slot = slot,
-                                 .nchunks = nc,
-                                 .chunks = cblob,
-                                 .chunks_len = clen,
-                                 .size = (int64_t)it->len,
-                                 .width = it->kind == PCR_KIND_JPEG ? it->info.width : 0,
-                                 .height = it->kind == PCR_KIND_JPEG ? it->info.height : 0,
-                                 .components = it->kind == PCR_KIND_JPEG ? it->info.components : 0,
-                                 .src_size = (int64_t)it->src_size,
-                                 .checksum = pcr_xxh64(it->data, it->len),
-                                 .note = it->note,
-                                 .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
-                                 .sums = sums,
-                                 .sums_len = slen,
-                                 .quality = qblob,
-                                 .quality_len = qlen,
-                             });
+    ret = pcr_index_put_file(
+        w->idx, PCR_TREE_IMAGES,
+        &(struct pcr_index_file){
+            .id = (int64_t)it->id,
+            .dir = (int64_t)it->dir,
+            .name = (const uint8_t *)it->name,
+            .namelen = strlen(it->name),
+            .kind = it->kind,
+            .record = (int64_t)rec,
+            .slot = slot,
+            .nchunks = nc,
+            .chunks = cblob,
+            .chunks_len = clen,
+            .size = (int64_t)it->len,
+            .width = it->kind == PCR_KIND_JPEG ? it->info.width : 0,
+            .height = it->kind == PCR_KIND_JPEG ? it->info.height : 0,
+            .components = it->kind == PCR_KIND_JPEG ? it->info.components : 0,
+            .src_size = (int64_t)it->src_size,
+            .checksum = item_streamed(it) ? st->checksum : pcr_xxh64(it->data, it->len),
+            .note = it->note,
+            .trailer = it->kind == PCR_KIND_JPEG && it->trailer ? 1 : 0,
+            .sums = sums,
+            .sums_len = slen,
+            .quality = qblob,
+            .quality_len = qlen,
+        });
     free(sums);
     return ret ? writer_index_error(w, ret) : 0;
 }
@@ -719,6 +778,7 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
     struct wtree *t = &w->t[PCR_TREE_IMAGES];
     uint8_t gblob[(PCR_MAX_CHUNKS + 1) * 10];
     uint64_t goff[PCR_MAX_CHUNKS + 1], gpos[PCR_MAX_CHUNKS] = {0};
+    struct streamed *st;
     unsigned ngroups;
     size_t glen = 0;
     char name[32];
@@ -730,14 +790,17 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
     if (ngroups == 0)
         return -EINVAL;
     group_offsets(items, n, ngroups, goff);
+    st = calloc(n, sizeof(*st));
+    if (!st)
+        return -ENOMEM;
 
     t->nrecs++;
     pcr_record_name(t->nrecs, name);
-    ret = write_record(w, name, items, n, ngroups, goff[ngroups]);
+    ret = write_record(w, name, items, n, ngroups, goff[ngroups], st);
     if (ret) {
         pcr_errf(w->err, sizeof(w->err), "writing %s/records/%s: %s", w->tmppath, name,
                  strerror(-ret));
-        return ret;
+        goto out;
     }
 
     for (unsigned g = 0; g <= ngroups; g++)
@@ -749,14 +812,19 @@ int pcr_writer_add_record(struct pcr_writer *w, const struct pcr_item *items, un
                                                           .nimages = n,
                                                           .groups = gblob,
                                                           .groups_len = glen});
-    if (ret)
-        return writer_index_error(w, ret);
+    if (ret) {
+        ret = writer_index_error(w, ret);
+        goto out;
+    }
     for (unsigned i = 0; !ret && i < n; i++)
-        ret = put_image_file(w, &items[i], t->nrecs, i, gpos);
-    if (ret)
-        return ret;
-    t->nfiles += n;
-    return 0;
+        ret = put_image_file(w, &items[i], t->nrecs, i, gpos, &st[i]);
+    if (!ret)
+        t->nfiles += n;
+out:
+    for (unsigned i = 0; i < n; i++)
+        free(st[i].sums);
+    free(st);
+    return ret;
 }
 
 static int sync_dir(int fd)
@@ -771,7 +839,9 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
     int ret, fd;
 
     struct wtree *ti = &w->t[PCR_TREE_IMAGES], *tt = &w->t[PCR_TREE_TOKENS];
-    if (ti->ndirs == 0 || ti->files_declared != ti->nfiles || tt->files_declared != tt->nfiles) {
+    bool complete =
+        w->part ? ti->nfiles - w->part_first == w->part_files : ti->files_declared == ti->nfiles;
+    if (ti->ndirs == 0 || !complete || tt->files_declared != tt->nfiles) {
         pcr_errf(err, errlen,
                  "store numbering incomplete: %llu directories, %llu of %llu files, "
                  "%llu of %llu token files",
@@ -820,8 +890,9 @@ int pcr_writer_finish(struct pcr_writer *w, char *err, size_t errlen)
         pcr_errf(err, errlen, "%s/%s: %s", w->tmppath, MARKER, strerror(-ret));
         goto fail;
     }
-    /* What leaves the writer must pass the reader's validation. */
-    ret = pcr_store_open(w->tmppath, &check, err, errlen);
+    /* What leaves the writer must pass the reader's validation (a part is checked
+     * as a whole store once merged). */
+    ret = w->part ? 0 : pcr_store_open(w->tmppath, &check, err, errlen);
     pcr_store_close(check);
     if (ret)
         goto fail;
