@@ -39,7 +39,9 @@ run "$PCRINFO" --verify "$WORK/train.pcr"
 
 echo; echo "== mount it"
 mkdir "$MNT"
-run "$PCRFS" "$WORK/train.pcr" "$MNT"
+# -o logfile: the detached daemon's messages go to a file (machines and containers
+# without a syslog socket would otherwise lose them, and pcrfs says so)
+run "$PCRFS" "$WORK/train.pcr" "$MNT" -o logfile="$WORK/pcrfs.log"
 for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.05; done
 mountpoint -q "$MNT" || { echo "pcrfs did not mount" >&2; exit 1; }
 run ls -v "$MNT"
