@@ -766,6 +766,7 @@ void build_free(struct build *b)
         free(b->tokopts[k].value);
     free(b->tokopts);
     free(b->scans_text);
+    free(b->src_owned);
     if (b->slots) {
         for (i = 0; i < b->nslots; i++)
             free(b->slots[i].data);

@@ -90,6 +90,7 @@ struct build {
     bool quality; /* measure each JPEG's MS-SSIM per level (--quality / --no-quality) */
     struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
     char *scans_text;           /* a --scans FILE's text (NULL for a preset), for a plan */
+    char *src_owned;            /* src when it came from a plan (freed with the build) */
     int64_t created;            /* meta "created": SOURCE_DATE_EPOCH, a plan's, or 0 (now) */
 
     /* A planned build (plan.h): the token options as given, the plan's identity,

@@ -277,12 +277,12 @@ static int read_options(struct in *in, struct build *b)
     if (key_num(in, "created", INT64_MAX, &v))
         return -1;
     b->created = (int64_t)v;
-    b->src = key_str(in, "source");
+    b->src = b->src_owned = key_str(in, "source");
     if (!b->src)
         return bad(in, "want \"source PATH\"");
     if (strcmp(b->src, "-") == 0) {
-        free((char *)b->src);
-        b->src = NULL;
+        free(b->src_owned);
+        b->src = b->src_owned = NULL;
     }
     if (key_num(in, "per_record", 1u << 20, &v) || v < 1)
         return v < 1 ? bad(in, "per_record 0") : -1;
