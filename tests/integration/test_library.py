@@ -15,6 +15,8 @@ What each test asserts, and would be false if the feature broke:
   tree lists and reads the store; the install carries only the umbrella header and a
   library that exports pcrfs_* alone; the installed Python module finds the installed
   library without PCRFS_LIB;
+- pcrinfo --extract and --cat at --level K and full give scanK/'s and full/'s tree
+  and bytes (they are clients of the public API);
 - pcrfs_open() refuses a bad bwlimit=, readahead=, cache=, cache_size=,
   http_timeout= or http_retries= with the same line as the daemon (one parser).
 """
@@ -166,6 +168,29 @@ class LibraryTest(unittest.TestCase):
         with self.assertRaises(OSError) as e:
             pcrfs.Store(self.store, cache_size="1M")
         self.assertIn("only for a store in object storage", str(e.exception))
+
+    def test_pcrinfo_is_a_client(self):
+        # pcrinfo --cat and --extract read through the public API (pcrfs(3)): at
+        # --level K they give scanK/'s tree, at full full/'s, with the same bytes
+        pcrinfo = mu.program("PCRINFO")
+        with pcrfs.Store(self.store) as st:
+            for level, view in (("2", "scan2"), ("full", "full")):
+                out = os.path.join(self.tmp, "extract-" + view)
+                mu.run([pcrinfo, "--extract", out, "--level", level, self.store], check=0)
+                want = walk_store(st, view)
+                got = walk_mount(out)
+                self.assertEqual(sorted(got), sorted((p[len(view) + 1:], d, n)
+                                                     for p, d, n in want), view)
+                files = [p for p, d, _ in want if not d]
+                for p in files:
+                    with open(os.path.join(out, p[len(view) + 1:]), "rb") as f:
+                        self.assertEqual(f.read(), st.read(p), p)
+                rel = files[0][len(view) + 1:]
+                r = subprocess.run([pcrinfo, "--cat", "./" + rel, "--level", level,
+                                    self.store], capture_output=True, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stdout, st.read(files[0]))
+                shutil.rmtree(out)
 
     def test_threads(self):
         """One Store read by 4 threads at once: every file's bytes as read alone."""
