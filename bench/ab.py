@@ -30,10 +30,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 READ_TREE = os.path.join(os.path.dirname(HERE), "tests/bench/read_tree.py")
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+import mount_util as mu  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -45,33 +46,29 @@ def cpu_s(pid):
 
 
 class Mount:
+    """One side: its daemon and store, mounted and unmounted with the tests' helper
+    (tests/integration/mount_util.py, Mount)."""
+
     def __init__(self, name, pcrfs, store, mnt, log):
         self.name, self.pcrfs, self.store, self.mnt, self.log = name, pcrfs, store, mnt, log
+        self.m = None
         self.proc = None
 
     def up(self):
         self.down()
-        os.makedirs(self.mnt, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([self.pcrfs, self.store, self.mnt, "-f"],
-                                         stdout=log, stderr=log)
-        t0 = time.monotonic()
-        while not os.path.ismount(self.mnt):
-            if self.proc.poll() is not None:
-                raise SystemExit("%s exited %d (log %s)" % (self.pcrfs, self.proc.returncode,
-                                                            self.log))
-            if time.monotonic() - t0 > 60:
-                raise SystemExit("%s: not mounted after 60 s" % self.mnt)
-            time.sleep(0.001)
+        try:
+            self.m = mu.Mount(self.store, self.mnt, pcrfs=self.pcrfs, errpath=self.log)
+            self.m.start(timeout=60, step=0.001)
+        except AssertionError as e:
+            raise SystemExit("ab: %s (log %s)" % (e, self.log))
+        self.proc = self.m.proc
 
     def down(self):
-        if os.path.ismount(self.mnt):
-            subprocess.run(["fusermount3", "-u", self.mnt], check=True)
-        if self.proc:
-            if self.proc.wait(timeout=60) != 0:
-                print("ab: warning: the daemon of %s exited %d" % (self.mnt,
-                                                                   self.proc.returncode))
-            self.proc = None
+        if self.m:
+            rc = self.m.stop(timeout=60)
+            if rc != 0:
+                print("ab: warning: the daemon of %s exited %s" % (self.mnt, rc))
+            self.m = self.proc = None
 
     def read(self, view, cold, threads, passes):
         cmd = ["/usr/bin/python3", READ_TREE, "--json", "--threads", str(threads),

@@ -29,6 +29,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+import mount_util as mu  # noqa: E402
 SECTIONS = ["dataset", "build", "pcr", "bytes", "reader", "imagefolder", "bwlimit", "meta",
             "fidelity", "tokens", "pyloader", "listing", "cold"]
 
@@ -68,7 +70,7 @@ class Bench:
         self.read_tree_py = os.path.join(a.repo, "tests/bench/read_tree.py")
         self.logdir = os.path.join(self.work, "logs")
         os.makedirs(self.logdir, exist_ok=True)
-        self.mounts = {}  # mount point -> Popen of its daemon (foreground)
+        self.mounts = {}  # mount point -> its mu.Mount (daemon in the foreground)
         self.section = None
         self.cmds = {}
         self.res = {}
@@ -170,43 +172,34 @@ class Bench:
     # ---- mounts ------------------------------------------------------------------------
 
     def mount(self, kind, src, mnt, opts=()):
-        """Mount in the foreground (so we own the daemon's pid); wait until it answers.
+        """Mount in the foreground (so we own the daemon's pid) with the tests' helper
+        (tests/integration/mount_util.py); wait until it answers.
         @return seconds from exec to a served mount point, and the daemon's pid."""
-        os.makedirs(mnt, exist_ok=True)
         self.umount(mnt)
         if kind == "pcrfs":
             cmd = [self.pcrfs, src, mnt] + list(opts)
         else:
             cmd = ["squashfuse_ll", src, mnt] + list(opts)
         self.record(cmd)
-        log = open(os.path.join(self.logdir, os.path.basename(mnt) + ".log"), "ab")
-        t0 = now()
-        p = subprocess.Popen(cmd + ["-f"], stdout=log, stderr=log)
-        log.close()
-        while not os.path.ismount(mnt):
-            if p.poll() is not None:
-                raise RuntimeError("%s exited %d (see %s)" % (self.show(cmd), p.returncode,
-                                                              self.logdir))
-            if now() - t0 > 60:
-                raise RuntimeError("%s: not mounted after 60 s" % self.show(cmd))
-            time.sleep(0.0002)
-        t = now() - t0
-        self.mounts[mnt] = p
-        return t, p.pid
+        m = mu.Mount(src, mnt, argv=cmd,
+                     errpath=os.path.join(self.logdir, os.path.basename(mnt) + ".log"))
+        try:
+            m.start(timeout=60, step=0.0002)
+        except AssertionError as e:
+            raise RuntimeError("%s: %s (see %s)" % (self.show(cmd), e, self.logdir))
+        self.mounts[mnt] = m
+        return m.seconds, m.proc.pid
 
     def umount(self, mnt):
-        if os.path.ismount(mnt) or mnt in self.mounts:
+        m = self.mounts.pop(mnt, None)
+        if m or os.path.ismount(mnt):
             self.record(["fusermount3", "-u", mnt])
-            subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
-        p = self.mounts.pop(mnt, None)
-        if p:
-            try:
-                rc = p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.terminate()
-                rc = p.wait()
+        if m:
+            rc = m.stop(timeout=60)
             if rc != 0:
-                self.log("warning: the daemon of %s exited %d" % (mnt, rc))
+                self.log("warning: the daemon of %s exited %s" % (mnt, rc))
+        elif os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
 
     def umount_all(self):
         for m in list(self.mounts):

@@ -56,6 +56,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+import mount_util as mu  # noqa: E402
 REPO = os.path.dirname(HERE)
 SCALE = 60000  # pcrfs(5): floor(MS-SSIM * 60000) per level
 THRESHOLDS = (0.90, 0.95, 0.99)
@@ -146,27 +148,21 @@ class Bench:
             f.write("3\n")
 
     def mount(self, store, opts=()):
-        os.makedirs(self.mnt, exist_ok=True)
+        """With the tests' helper (tests/integration/mount_util.py)."""
         cmd = [self.pcrfs, store, self.mnt] + list(opts)
         self.record(cmd)
-        self.daemon = subprocess.Popen(cmd + ["-f"], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-        t0 = time.monotonic()
-        while not os.path.ismount(self.mnt):
-            if self.daemon.poll() is not None or time.monotonic() - t0 > 60:
-                raise RuntimeError("%s did not mount" % self.show(cmd))
-            time.sleep(0.005)
+        self.daemon = mu.Mount(store, self.mnt, *opts, pcrfs=self.pcrfs, errpath=os.devnull)
+        try:
+            self.daemon.start(timeout=60, step=0.005)
+        except AssertionError as e:
+            self.daemon = None
+            raise RuntimeError("%s did not mount: %s" % (self.show(cmd), e))
 
     def umount(self):
         if self.daemon is None:
             return
         self.record(["fusermount3", "-u", self.mnt])
-        subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
-        try:
-            self.daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.daemon.terminate()
-            self.daemon.wait()
+        self.daemon.stop(timeout=60)
         self.daemon = None
 
     def stats(self):

@@ -33,6 +33,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+import mount_util as mu  # noqa: E402
 REPO = os.path.dirname(HERE)
 BUCKET = "bench"
 KEY = "S3RVER"  # s3rver's built-in credentials
@@ -74,7 +76,7 @@ class Bench:
         self.logdir = os.path.join(self.work, "logs")
         os.makedirs(self.logdir, exist_ok=True)
         self.procs = []  # (name, Popen) of servers we started
-        self.mounts = {}  # mount point -> Popen of its daemon
+        self.mounts = {}  # mount point -> its mu.Mount
         self.cmds = {}
         self.section = None
         self.res = {}
@@ -149,37 +151,23 @@ class Bench:
         self.procs = [x for x in self.procs if x[1] is not p]
 
     def mount(self, cmd, mnt, env=None, timeout=120):
-        os.makedirs(mnt, exist_ok=True)
+        """With the tests' helper (tests/integration/mount_util.py)."""
         self.umount(mnt)
         self.record(cmd)
-        log = open(os.path.join(self.logdir, os.path.basename(mnt) + ".log"), "ab")
-        p = subprocess.Popen(cmd + ["-f"], stdout=log, stderr=log, env=env,
-                             start_new_session=True)
-        log.close()
-        end = time.monotonic() + timeout
-        while not os.path.ismount(mnt):
-            if p.poll() is not None:
-                raise RuntimeError("%s exited %d (see %s)" % (self.show(cmd), p.returncode,
-                                                              self.logdir))
-            if time.monotonic() > end:
-                p.kill()
-                raise RuntimeError("%s: not mounted after %d s" % (self.show(cmd), timeout))
-            time.sleep(0.005)
-        self.mounts[mnt] = p
+        m = mu.Mount(None, mnt, argv=cmd, env=env,
+                     errpath=os.path.join(self.logdir, os.path.basename(mnt) + ".log"))
+        try:
+            m.start(timeout=timeout, step=0.005)
+        except AssertionError as e:
+            raise RuntimeError("%s: %s (see %s)" % (self.show(cmd), e, self.logdir))
+        self.mounts[mnt] = m
 
     def umount(self, mnt):
-        if os.path.ismount(mnt):
-            subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
-            if os.path.ismount(mnt):
-                time.sleep(1)
-                subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
-        p = self.mounts.pop(mnt, None)
-        if p:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.terminate()
-                p.wait()
+        m = self.mounts.pop(mnt, None)
+        if m:
+            m.stop(timeout=60)
+        elif os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
     def cleanup(self):
         for m in list(self.mounts):

@@ -14,20 +14,25 @@
 #      too, saying so), mount tests included; a sanitizer report
 #      from any process, also a detached daemon whose stderr is gone, fails the run
 #      (skip with PCRFS_SANITIZE=0)
-#   4. clang, -Dfuzz=true: suite unit, and suite fuzz: every fuzz target replays its
+#   4. gcc, -Dfuse=disabled -Dwerror=true: the library and the tools without
+#      libfuse (what a user without /dev/fuse builds), suite unit (skip with
+#      PCRFS_NOFUSE=0)
+#   5. clang, -Dfuzz=true: suite unit, and suite fuzz: every fuzz target replays its
 #      seeds and regression inputs, then fuzzes for PCRFS_FUZZ_SECONDS (default 30)
 #      (skip with PCRFS_CLANG=0)
 #
 # Environment: PCRFS_BUILD_DIR (default build-ci; the other builds go to
-# ${PCRFS_BUILD_DIR}-asan and -clang), PCRFS_SANITIZE, PCRFS_VALGRIND, PCRFS_CLANG
-# (default 1 each), PCRFS_FUZZ_SECONDS, PCRFS_LOAD_SECONDS (the reliability suite's
-# load run, default 20), PCRFS_SKIP_DEPS=1 to skip scripts/deps.sh.
+# ${PCRFS_BUILD_DIR}-asan, -nofuse and -clang), PCRFS_SANITIZE, PCRFS_VALGRIND,
+# PCRFS_NOFUSE, PCRFS_CLANG (default 1 each), PCRFS_FUZZ_SECONDS, PCRFS_LOAD_SECONDS
+# (the reliability suite's load run, default 20), PCRFS_SKIP_DEPS=1 to skip
+# scripts/deps.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BUILD=${PCRFS_BUILD_DIR:-$ROOT/build-ci}
 SANITIZE=${PCRFS_SANITIZE:-1}
 VALGRIND=${PCRFS_VALGRIND:-1}
+NOFUSE=${PCRFS_NOFUSE:-1}
 CLANG=${PCRFS_CLANG:-1}
 
 passed=0
@@ -163,6 +168,11 @@ if [ "$SANITIZE" != 0 ]; then
     fi
     rm -rf "$reports"
     unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+
+if [ "$NOFUSE" != 0 ]; then
+    # the build squashfuse also keeps: no FUSE driver, nothing may need libfuse
+    build_and_test "$BUILD-nofuse" "nofuse" -Dfuse=disabled -- --suite unit --num-processes 2
 fi
 
 if [ "$CLANG" != 0 ]; then

@@ -182,6 +182,34 @@ int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pc
 int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_backend *b,
                            struct pcr_store **out, char *err, size_t errlen);
 
+/* The options of how a store is read, as pcrfs(1) takes them with -o and pcrfs(3)
+ * with pcrfs_open(): bwlimit=, readahead=, and for a store in object storage cache=,
+ * cache_size=, http_timeout=, http_retries=. One parser (store/opts.c) for both, so
+ * the limits and the messages live in one place. */
+struct pcr_store_opts {
+    uint64_t bwlimit;      /* bytes/s (0: none): pcr_store_set_bwlimit() */
+    int readahead_record;  /* readahead=record: pcr_store_set_readahead() */
+    char *cache;           /* cache=DIR as given (owned; NULL: the default) */
+    uint64_t cache_size;   /* 0: the library's default */
+    double http_timeout;   /* seconds (0: the library's default) */
+    int http_retries;      /* -1: the library's default */
+};
+#define PCR_STORE_OPTS_INIT {.http_retries = -1}
+
+/* Take option @name with value @val into @o when it is one of the above.
+ * @return 0 taken, 1 not one of these options, -1 a bad value (one line in @msg, as
+ *         util/optparse.h writes it), -ENOMEM. */
+int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, char *msg,
+                  size_t len);
+/* Whether option @name (one of the above) only means something for a store in
+ * object storage. */
+int pcr_store_opt_remote_only(const char *name);
+/* @o's object-storage part into @ho (cache_dir points into @o). */
+void pcr_store_opts_http(const struct pcr_store_opts *o, struct pcr_http_opts *ho);
+/* bwlimit= and readahead= applied to the open store @s. */
+void pcr_store_opts_apply(const struct pcr_store_opts *o, struct pcr_store *s);
+void pcr_store_opts_free(struct pcr_store_opts *o);
+
 /* Counters of every object-storage backend of the process, summed. */
 struct pcr_http_stats {
     uint64_t requests;       /* HTTP requests sent (HEAD and GET, retries included) */

@@ -43,13 +43,9 @@ struct cli {
     double timeout;
     int nokeep_cache;
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
-    uint64_t bwlimit;      /* -o bwlimit=RATE, bytes/s (0: none) */
-    bool readahead_record; /* -o readahead=record (else kernel) */
-    /* stores in object storage (STORE is an s3:// or http(s):// URL) */
-    char *cache;        /* -o cache=DIR */
-    uint64_t cache_size; /* -o cache_size=SIZE (0: the library's default) */
-    double http_timeout; /* -o http_timeout=SECS (0: the library's default) */
-    int http_retries;   /* -o http_retries=N (-1: the library's default) */
+    /* -o bwlimit=, readahead=, and for STORE in object storage cache=, cache_size=,
+     * http_timeout=, http_retries=: parsed by the library (src/lib/store/opts.c) */
+    struct pcr_store_opts sopts;
     char *remote_only;  /* the message refusing the last object-storage option for a local STORE */
     char *endpoint, *region, *profile, *ca_bundle; /* -o endpoint= ... (s3://), as given */
     char *logfile; /* -o logfile=PATH */
@@ -67,11 +63,7 @@ struct cli {
 };
 
 #define MAX_TIMEOUT       31536000.0 /* 365 days: "never" for a store that never changes */
-#define MAX_HTTP_TIMEOUT  86400.0
-#define MAX_HTTP_RETRIES  20 /* the library's cap (src/lib/backend/http.c) */
 #define MAX_READ_AHEAD_KB 1048576
-#define MAX_BWLIMIT       UINT64_C(1000000000000)    /* 10^12 bytes/s */
-#define MAX_CACHE_SIZE    UINT64_C(1000000000000000) /* 10^15 bytes */
 
 enum {
     KEY_RO,
@@ -81,12 +73,7 @@ enum {
     KEY_SUBTYPE,
     KEY_READDIRPLUS,
     KEY_TIMEOUT,
-    KEY_BWLIMIT,
-    KEY_READAHEAD,
-    KEY_CACHE,
-    KEY_CACHE_SIZE,
-    KEY_HTTP_TIMEOUT,
-    KEY_HTTP_RETRIES,
+    KEY_STORE, /* bwlimit=, readahead=, cache=, ...: the library's (pcr_store_opt) */
     KEY_LOGFILE,
     KEY_ENDPOINT,  /* endpoint=, region=, profile=, ca_bundle=: strings the library */
     KEY_REGION,    /* checks (url.c), given only for a STORE in object storage */
@@ -103,12 +90,12 @@ static const struct fuse_opt cli_own[] = {
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
     {"open", offsetof(struct cli, open), 1},
     FUSE_OPT_KEY("timeout=", KEY_TIMEOUT),
-    FUSE_OPT_KEY("bwlimit=", KEY_BWLIMIT),
-    FUSE_OPT_KEY("readahead=", KEY_READAHEAD),
-    FUSE_OPT_KEY("cache=", KEY_CACHE),
-    FUSE_OPT_KEY("cache_size=", KEY_CACHE_SIZE),
-    FUSE_OPT_KEY("http_timeout=", KEY_HTTP_TIMEOUT),
-    FUSE_OPT_KEY("http_retries=", KEY_HTTP_RETRIES),
+    FUSE_OPT_KEY("bwlimit=", KEY_STORE),
+    FUSE_OPT_KEY("readahead=", KEY_STORE),
+    FUSE_OPT_KEY("cache=", KEY_STORE),
+    FUSE_OPT_KEY("cache_size=", KEY_STORE),
+    FUSE_OPT_KEY("http_timeout=", KEY_STORE),
+    FUSE_OPT_KEY("http_retries=", KEY_STORE),
     FUSE_OPT_KEY("endpoint=", KEY_ENDPOINT),
     FUSE_OPT_KEY("region=", KEY_REGION),
     FUSE_OPT_KEY("profile=", KEY_PROFILE),
@@ -200,7 +187,6 @@ static int cli_view(struct cli *c, const char *name, const char *val, char *msg,
  * (printed). */
 static int cli_value(struct cli *c, int key, const char *arg)
 {
-    static const char *const readahead_words[] = {"kernel", "record", NULL};
     static const char *const rdp_words[] = {"yes", "no", "auto", NULL};
     const char *eq = strchr(arg, '='), *val = eq + 1;
     char name[32], msg[512] = "";
@@ -213,20 +199,14 @@ static int cli_value(struct cli *c, int key, const char *arg)
     case KEY_TIMEOUT:
         rc = pcr_opt_real(name, val, 0, MAX_TIMEOUT, 0, "seconds", &c->timeout, msg, sizeof(msg));
         break;
-    case KEY_BWLIMIT:
-        rc = pcr_opt_size(name, val, 0, MAX_BWLIMIT, "bytes/s (0: no limit)", &c->bwlimit, msg,
-                          sizeof(msg));
+    case KEY_STORE:
+        rc = pcr_store_opt(&c->sopts, name, val, msg, sizeof(msg));
         break;
-    case KEY_READAHEAD:
-        rc = pcr_opt_word(name, val, readahead_words, &w, msg, sizeof(msg));
-        c->readahead_record = rc == 0 ? w == 1 : c->readahead_record;
-        break;
-    case KEY_CACHE:
     case KEY_LOGFILE:
         if (!val[0]) {
             pcr_opt_msg(msg, sizeof(msg), name, val, "want a path");
             rc = -1;
-        } else if (set_str(key == KEY_CACHE ? &c->cache : &c->logfile, val) != 0) {
+        } else if (set_str(&c->logfile, val) != 0) {
             rc = -ENOMEM;
         }
         break;
@@ -246,17 +226,6 @@ static int cli_value(struct cli *c, int key, const char *arg)
         }
         break;
     }
-    case KEY_CACHE_SIZE:
-        rc = pcr_opt_size(name, val, 1, MAX_CACHE_SIZE, "bytes", &c->cache_size, msg, sizeof(msg));
-        break;
-    case KEY_HTTP_TIMEOUT:
-        rc = pcr_opt_real(name, val, 0, MAX_HTTP_TIMEOUT, 0, "seconds, 0: 10", &c->http_timeout,
-                          msg, sizeof(msg));
-        break;
-    case KEY_HTTP_RETRIES:
-        rc = pcr_opt_uint(name, val, 0, MAX_HTTP_RETRIES, NULL, &v, msg, sizeof(msg));
-        c->http_retries = rc == 0 ? (int)v : c->http_retries;
-        break;
     case KEY_READ_AHEAD_KB:
         rc = pcr_opt_uint(name, val, 0, MAX_READ_AHEAD_KB, "kB, 0: the kernel's", &v, msg,
                           sizeof(msg));
@@ -287,9 +256,9 @@ static int cli_value(struct cli *c, int key, const char *arg)
         *(key == KEY_FSNAME ? &c->has_fsname : &c->has_subtype) = true;
         break;
     }
-    if (rc == 0 && (key == KEY_CACHE || key == KEY_CACHE_SIZE || key == KEY_HTTP_TIMEOUT ||
-                    key == KEY_HTTP_RETRIES || key == KEY_ENDPOINT || key == KEY_REGION ||
-                    key == KEY_PROFILE || key == KEY_CA_BUNDLE)) {
+    if (rc == 0 && ((key == KEY_STORE && pcr_store_opt_remote_only(name)) ||
+                    key == KEY_ENDPOINT || key == KEY_REGION || key == KEY_PROFILE ||
+                    key == KEY_CA_BUNDLE)) {
         /* main() refuses it for a local STORE, once the arguments are all read */
         pcr_opt_msg(msg, sizeof(msg), name, val,
                     "only for a STORE in object storage (s3://, http://, https://)");
@@ -503,7 +472,8 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .http_retries = -1, .read_ahead_kb = -1};
+    struct cli cli = {
+        .timeout = DEFAULT_TIMEOUT, .sopts = PCR_STORE_OPTS_INIT, .read_ahead_kb = -1};
     static struct pcrfs fs; /* lives as long as the process */
     struct fuse_opt cli_spec[64];
     char view_opt_names[CLI_VIEW_OPTS_MAX][32];
@@ -608,7 +578,7 @@ int main(int argc, char *argv[])
             goto out_conn;
         }
         if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
-            pcrfs_mc_path("cache", &cli.cache, opts.mountpoint, local) != 0 ||
+            pcrfs_mc_path("cache", &cli.sopts.cache, opts.mountpoint, local) != 0 ||
             /* read by libcurl at every new connection, from "/" once detached */
             pcrfs_mc_path("ca_bundle", &cli.ca_bundle, opts.mountpoint, local) != 0) {
             ret = EXIT_USAGE;
@@ -665,14 +635,12 @@ int main(int argc, char *argv[])
      * library keeps a directory descriptor and SQLite an absolute path, so the
      * daemon's chdir("/") when it detaches does not matter). */
     if (pcr_url_is_remote(cli.store)) {
-        struct pcr_http_opts ho = {.cache_dir = cli.cache,
-                                   .retries = cli.http_retries,
-                                   .timeout_ms = (unsigned)(cli.http_timeout * 1000.0),
-                                   .cache_size = cli.cache_size,
-                                   .endpoint = cli.endpoint,
+        struct pcr_http_opts ho = {.endpoint = cli.endpoint,
                                    .region = cli.region,
                                    .profile = cli.profile,
                                    .ca_bundle = cli.ca_bundle};
+
+        pcr_store_opts_http(&cli.sopts, &ho);
         rc = pcr_store_open_url(cli.store, &ho, &fs.store, err, sizeof(err));
         if (rc && pcr_url_has_userinfo(cli.store)) {
             fprintf(stderr, "pcrfs: %s\n", err); /* not the URL: it holds a secret */
@@ -740,11 +708,8 @@ int main(int argc, char *argv[])
     fs.uid = getuid();
     fs.gid = getgid();
     fs.mtime = pcr_store_mtime(fs.store);
-    fs.bwlimit = cli.bwlimit;
-    if (fs.bwlimit)
-        pcr_store_set_bwlimit(fs.store, fs.bwlimit);
-    if (cli.readahead_record)
-        pcr_store_set_readahead(fs.store, true);
+    fs.bwlimit = cli.sopts.bwlimit;
+    pcr_store_opts_apply(&cli.sopts, fs.store);
     clock_gettime(CLOCK_MONOTONIC, &now);
     fs.started = now.tv_sec;
     pthread_mutex_init(&fs.open_lock, NULL);
@@ -836,7 +801,7 @@ out_opts:
     free(opts.mountpoint);
 out_args:
     free(cli.store);
-    free(cli.cache);
+    pcr_store_opts_free(&cli.sopts);
     free(cli.remote_only);
     free(cli.endpoint);
     free(cli.region);

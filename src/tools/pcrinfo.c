@@ -232,7 +232,8 @@ int main(int argc, char **argv)
 {
     struct opts o = {0};
     const char *path;
-    struct pcr_store *s;
+    struct pcr_store *s = NULL;
+    pcrfs_store *ps = NULL;
     char err[1024] = "";
     unsigned level;
     int rc;
@@ -242,17 +243,29 @@ int main(int argc, char **argv)
     path = o.path;
     tool_log_init(o.verbose);
 
-    rc = pcr_store_open(path, &s, err, sizeof(err));
-    if (rc < 0) {
-        tool_err("%s", err[0] ? err : strerror(-rc));
-        return 1;
+    /* --cat and --extract read the tree a mount shows, through the public API
+     * (pcrfs(3)) as any client would; the other modes look inside the store */
+    if (o.mode == MODE_CAT || o.mode == MODE_EXTRACT) {
+        rc = pcrfs_open(path, NULL, &ps);
+        if (rc < 0) {
+            tool_err("%s", pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror(-rc));
+            return 1;
+        }
+        level = pcrfs_levels(ps);
+    } else {
+        rc = pcr_store_open(path, &s, err, sizeof(err));
+        if (rc < 0) {
+            tool_err("%s", err[0] ? err : strerror(-rc));
+            return 1;
+        }
+        level = pcr_store_levels(s);
     }
-    level = pcr_store_levels(s);
     if (o.level_arg && o.level != PCR_OPT_LEVEL_FULL) {
         if (o.level < 1 || o.level > level) {
             char msg[512];
 
             pcr_store_close(s);
+            pcrfs_close(ps);
             pcr_opt_msg(msg, sizeof(msg), "--level", o.level_arg,
                         "want a level of this store: 1..%u or full", level);
             tool_usage_error("%s", msg);
@@ -290,16 +303,17 @@ int main(int argc, char **argv)
         rc = do_list(s);
         break;
     case MODE_CAT:
-        rc = do_cat(s, o.arg, level);
+        rc = do_cat(ps, o.arg, level);
         break;
     case MODE_EXTRACT:
-        rc = do_extract(s, path, o.arg, level);
+        rc = do_extract(ps, path, o.arg, level);
         break;
     case MODE_FIDELITY:
         rc = do_fidelity(s, &o.fa);
         break;
     }
     pcr_store_close(s);
+    pcrfs_close(ps);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         tool_err("writing to standard output: %s", strerror(errno));
         return 1;

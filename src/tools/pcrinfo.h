@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "pcrfs/pcrfs.h"
 #include "pcrfs/store.h"
 #include "tool.h"
 
@@ -24,10 +25,10 @@ int file_path(struct pcr_store *s, uint64_t id, struct tool_buf *b);
 /* Each mode: @return the exit status (0, or 1 with the messages printed). */
 int do_list(struct pcr_store *s);
 int do_verify(struct pcr_store *s);
-int do_cat(struct pcr_store *s, const char *path, unsigned level);
+int do_cat(pcrfs_store *ps, const char *path, unsigned level);
 /* --extract: refuses a DEST inside @store (its path); on failure or interrupt
  * removes DEST whole (or says it could not); exit 130 when interrupted. */
-int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigned level);
+int do_extract(pcrfs_store *ps, const char *store, const char *dest, unsigned level);
 
 struct fid_args {
     size_t sample;

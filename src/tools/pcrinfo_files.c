@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include "pcrfs/checksum.h"
 #include "pcrfs/jpeg.h"
+#include "pcrfs/pcrfs.h"
 #include "pcrinfo.h"
 
 #define IO_CHUNK (1u << 20)
@@ -243,22 +244,24 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Copy @f at @level to @fd. @return 0, or a negative errno; *@reading tells
- * which side failed. */
-static int copy_file(struct pcr_store *s, const struct pcr_file *f, unsigned level, int fd,
-                     uint8_t *buf, bool *reading)
+/* Copy file @path of @ps (a path of the tree a mount shows) to @fd, from one open:
+ * the bytes of one version. @return 0, or a negative errno; *@reading tells which
+ * side failed. */
+static int copy_file(pcrfs_store *ps, const char *path, int fd, uint8_t *buf, bool *reading)
 {
-    struct pcr_handle *h;
+    pcrfs_file *h;
     uint64_t off = 0, size;
+    int64_t sz;
     int rc;
 
     *reading = true;
-    rc = pcr_handle_open(s, f, level, &h);
+    rc = pcrfs_file_open(ps, path, &h);
     if (rc < 0)
         return rc;
-    size = pcr_handle_size(h);
+    sz = pcrfs_file_size(h);
+    size = sz > 0 ? (uint64_t)sz : 0;
     while (off < size) {
-        ssize_t n = pcr_handle_read(h, buf, IO_CHUNK, off);
+        ssize_t n = pcrfs_file_read(h, buf, IO_CHUNK, off);
 
         if (n < 0) {
             rc = (int)n;
@@ -275,34 +278,22 @@ static int copy_file(struct pcr_store *s, const struct pcr_file *f, unsigned lev
         *reading = true;
         off += (uint64_t)n;
     }
-    pcr_handle_close(h);
+    pcrfs_file_close(h);
     return rc;
 }
 
-/* Find @path in @s as --cat names it: from the root, component by component;
- * empty components and "." are skipped, as in a path name; a trailing '/' names a
- * directory. @return 0 and *@node, or a negative errno. */
-static int lookup_path(struct pcr_store *s, const char *path, struct pcr_node *node)
+/* The view of the tree a mount shows that holds the store's files at @level (1..L:
+ * scanK/; L + 1 or more: full/) into @b. */
+static void level_view(pcrfs_store *ps, unsigned level, struct tool_buf *b)
 {
-    char *copy = tool_xstrdup(path), *p, *save = NULL;
-    int rc = 0;
+    char v[32];
 
-    *node = (struct pcr_node){.is_dir = true, .id = PCR_ROOT_DIR};
-    for (p = strtok_r(copy, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
-        if (strcmp(p, ".") == 0)
-            continue;
-        if (!node->is_dir) {
-            rc = -ENOTDIR;
-            break;
-        }
-        rc = pcr_store_lookup(s, node->id, p, node);
-        if (rc < 0)
-            break;
-    }
-    free(copy);
-    if (rc == 0 && !node->is_dir && path[0] && path[strlen(path) - 1] == '/')
-        rc = -ENOTDIR; /* "FILE/", as open(2) says */
-    return rc;
+    if (level >= pcrfs_levels(ps))
+        snprintf(v, sizeof(v), "full");
+    else
+        snprintf(v, sizeof(v), "scan%u", level);
+    tool_buf_reset(b);
+    tool_buf_add(b, v, strlen(v));
 }
 
 /* Is ".." a component of @path? */
@@ -318,15 +309,13 @@ static bool has_dotdot(const char *path)
     return false;
 }
 
-int do_cat(struct pcr_store *s, const char *path, unsigned level)
+int do_cat(pcrfs_store *ps, const char *path, unsigned level)
 {
-    struct pcr_store *t = NULL, *in = s;
-    struct pcr_node node;
-    struct tool_buf esc = {0};
-    const struct pcr_file *f;
-    const char *rel = path;
+    struct tool_buf esc = {0}, api = {0};
+    char *copy, *p, *save = NULL;
+    struct pcrfs_stat st;
     uint8_t *buf;
-    bool reading;
+    bool reading, first = true;
     int rc;
 
     /* Refused before any lookup, so that the message says why (pcrinfo(1)). */
@@ -340,33 +329,39 @@ int do_cat(struct pcr_store *s, const char *path, unsigned level)
         tool_buf_free(&esc);
         return 1;
     }
-    /* tokens/...: the token tree, as the mount serves it, when the store holds one */
-    while (rel[0] == '/' || (rel[0] == '.' && rel[1] == '/'))
-        rel += rel[0] == '/' ? 1 : 2;
-    if (strncmp(rel, "tokens/", 7) == 0 || strcmp(rel, "tokens") == 0) {
-        if (open_tokens(s, &t) < 0)
-            return 1;
-        if (t) {
-            in = t;
-            rel += 6;
+    /* PATH from the store's root, as in a path name (empty components and "."
+     * skipped), under the view of --level; tokens/... is the token tree, as the
+     * mount serves it, when the store holds one */
+    level_view(ps, level, &api);
+    copy = tool_xstrdup(path);
+    for (p = strtok_r(copy, "/", &save); p; p = strtok_r(NULL, "/", &save)) {
+        if (strcmp(p, ".") == 0)
+            continue;
+        if (first && strcmp(p, "tokens") == 0 && pcrfs_stat(ps, "tokens", &st) == 0) {
+            tool_buf_reset(&api);
+            tool_buf_add(&api, "tokens", 6);
+        } else {
+            tool_buf_add(&api, "/", 1);
+            tool_buf_add(&api, p, strlen(p));
         }
+        first = false;
     }
-    rc = lookup_path(in, rel, &node);
-    if (rc == 0 && node.is_dir)
+    free(copy);
+    rc = pcrfs_stat(ps, api.s, &st);
+    if (rc == 0 && st.is_dir)
         rc = -EISDIR;
-    if (rc == 0)
-        rc = pcr_store_file(in, node.id, &f);
+    if (rc == 0 && path[strlen(path) - 1] == '/')
+        rc = -ENOTDIR; /* "FILE/", as open(2) says */
     if (rc < 0) {
         tool_err("%s: %s", tool_escaped(&esc, path), strerror(-rc));
         tool_buf_free(&esc);
-        pcr_store_close(t);
+        tool_buf_free(&api);
         return 1;
     }
     buf = tool_xmalloc(IO_CHUNK);
-    /* a token file has one level: it is served whole at every level */
-    rc = copy_file(in, f, t ? 1 : level, STDOUT_FILENO, buf, &reading);
+    rc = copy_file(ps, api.s, STDOUT_FILENO, buf, &reading);
     free(buf);
-    pcr_store_close(t);
+    tool_buf_free(&api);
     if (rc < 0) {
         if (reading)
             tool_err("reading %s: %s", tool_escaped(&esc, path), strerror(-rc));
@@ -388,13 +383,31 @@ static bool safe_name(const char *n)
 static volatile sig_atomic_t ex_interrupted;
 
 struct extract {
-    struct pcr_store *s;
-    unsigned level;
+    pcrfs_store *ps;
     uint8_t *buf;
     struct tool_buf path; /* of the directory being written, relative to DIR */
+    struct tool_buf api;  /* the same directory in the tree a mount shows (VIEW/...) */
     struct tool_buf esc;
     const char *dest;
 };
+
+/* Step @x's directories down into @name (or back up to the lengths @keep). */
+static void ex_down(struct extract *x, const char *name)
+{
+    if (x->path.len)
+        tool_buf_add(&x->path, "/", 1);
+    tool_buf_add(&x->path, name, strlen(name));
+    tool_buf_add(&x->api, "/", 1);
+    tool_buf_add(&x->api, name, strlen(name));
+}
+
+static void ex_up(struct extract *x, const size_t keep[2])
+{
+    x->path.len = keep[0];
+    x->path.s[keep[0]] = '\0';
+    x->api.len = keep[1];
+    x->api.s[keep[1]] = '\0';
+}
 
 static const char *ex_path(struct extract *x, const char *name)
 {
@@ -412,74 +425,69 @@ static const char *ex_path(struct extract *x, const char *name)
     return r;
 }
 
-static int extract_dir(struct extract *x, uint64_t dir, int dfd)
+/* Write directory x->api of the tree to @dfd, and below. */
+static int extract_dir(struct extract *x, int dfd)
 {
-    uint64_t pos;
+    uint64_t pos = 0;
 
-    for (pos = 0;; pos++) {
-        struct pcr_dirent de;
-        int rc;
+    for (;;) {
+        char name[256];
+        int rc, is_dir;
 
         if (ex_interrupted) {
             tool_err("%s: interrupted; the partial output is removed", x->dest);
             return -1;
         }
-        rc = pcr_store_readdir(x->s, dir, pos, &de);
-        if (rc == -ENOENT)
+        rc = pcrfs_readdir(x->ps, x->api.s, &pos, name, sizeof(name), &is_dir);
+        if (rc == 0)
             return 0;
         if (rc < 0) {
             tool_err("%s: reading directory %s: %s", x->dest,
                      x->path.len ? tool_escaped(&x->esc, x->path.s) : ".", strerror(-rc));
             return -1;
         }
-        if (!safe_name(de.name)) {
+        if (!safe_name(name)) {
             tool_err("%s: unsafe name in the store in %s: refused", x->dest,
                      x->path.len ? tool_escaped(&x->esc, x->path.s) : ".");
             return -1;
         }
-        if (de.node.is_dir) {
-            size_t keep = x->path.len;
+        if (is_dir) {
+            size_t keep[2] = {x->path.len, x->api.len};
             int cfd;
 
-            if (mkdirat(dfd, de.name, 0777) < 0 ||
-                (cfd = openat(dfd, de.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-                tool_err("%s/%s: %s", x->dest, ex_path(x, de.name), strerror(errno));
+            if (mkdirat(dfd, name, 0777) < 0 ||
+                (cfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+                tool_err("%s/%s: %s", x->dest, ex_path(x, name), strerror(errno));
                 return -1;
             }
-            if (keep)
-                tool_buf_add(&x->path, "/", 1);
-            tool_buf_add(&x->path, de.name, strlen(de.name));
-            rc = extract_dir(x, de.node.id, cfd);
+            ex_down(x, name);
+            rc = extract_dir(x, cfd);
             close(cfd);
-            x->path.len = keep;
-            x->path.s[keep] = '\0';
+            ex_up(x, keep);
             if (rc < 0)
                 return -1;
         } else {
-            const struct pcr_file *f;
+            size_t keep[2] = {x->path.len, x->api.len};
             bool reading = true;
             int fd;
 
-            rc = pcr_store_file(x->s, de.node.id, &f);
-            if (rc < 0) {
-                tool_err("%s: %s", ex_path(x, de.name), strerror(-rc));
-                return -1;
-            }
-            fd = openat(dfd, de.name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+            fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
             if (fd < 0) {
-                tool_err("%s/%s: %s", x->dest, ex_path(x, de.name), strerror(errno));
+                tool_err("%s/%s: %s", x->dest, ex_path(x, name), strerror(errno));
                 return -1;
             }
-            rc = copy_file(x->s, f, x->level, fd, x->buf, &reading);
+            ex_down(x, name);
+            rc = copy_file(x->ps, x->api.s, fd, x->buf, &reading);
+            ex_up(x, keep);
             if (close(fd) < 0 && rc == 0) {
                 rc = -errno;
                 reading = false;
             }
             if (rc < 0) {
                 if (reading)
-                    tool_err("reading %s: %s", ex_path(x, de.name), strerror(-rc));
+                    tool_err("reading %s: %s", ex_path(x, name), strerror(-rc));
                 else
-                    tool_err("writing %s/%s: %s", x->dest, ex_path(x, de.name), strerror(-rc));
+                    tool_err("writing %s/%s: %s", x->dest, ex_path(x, name), strerror(-rc));
                 return -1;
             }
         }
@@ -524,11 +532,12 @@ static bool inside_store(const char *store, const char *dest)
     return in;
 }
 
-int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigned level)
+int do_extract(pcrfs_store *ps, const char *store, const char *dest, unsigned level)
 {
-    struct extract x = {.s = s, .level = level, .dest = dest};
+    struct extract x = {.ps = ps, .dest = dest};
     struct sigaction sa = {.sa_handler = ex_on_signal}, old_int, old_term;
-    struct pcr_store *t = NULL;
+    struct pcrfs_stat st;
+    bool tokens;
     int dfd, tfd, rc;
 
     if (inside_store(store, dest)) {
@@ -536,11 +545,9 @@ int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigne
                  store);
         return 1;
     }
-    if (open_tokens(s, &t) < 0)
-        return 1;
+    tokens = pcrfs_stat(ps, "tokens", &st) == 0 && st.is_dir;
     if (mkdir(dest, 0777) < 0) {
         tool_err("%s: %s", dest, errno == EEXIST ? "already exists" : strerror(errno));
-        pcr_store_close(t);
         return 1;
     }
     /* From here on DEST is ours: a failure or an interrupt removes it whole, so
@@ -556,11 +563,12 @@ int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigne
         tool_err("%s: %s", dest, strerror(errno));
         rc = -1;
     } else {
-        rc = extract_dir(&x, PCR_ROOT_DIR, dfd);
-        if (rc == 0 && t) {
+        level_view(ps, level, &x.api);
+        rc = extract_dir(&x, dfd);
+        if (rc == 0 && tokens) {
             /* the token tree under tokens/, its .tok files as the mount serves them */
-            x.s = t;
-            x.level = 1;
+            tool_buf_reset(&x.api);
+            tool_buf_add(&x.api, "tokens", 6);
             if (mkdirat(dfd, "tokens", 0777) < 0 ||
                 (tfd = openat(dfd, "tokens", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) <
                     0) {
@@ -568,7 +576,7 @@ int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigne
                 rc = -1;
             } else {
                 tool_buf_add(&x.path, "tokens", 6);
-                rc = extract_dir(&x, PCR_ROOT_DIR, tfd);
+                rc = extract_dir(&x, tfd);
                 close(tfd);
             }
         }
@@ -576,8 +584,8 @@ int do_extract(struct pcr_store *s, const char *store, const char *dest, unsigne
     }
     free(x.buf);
     tool_buf_free(&x.path);
+    tool_buf_free(&x.api);
     tool_buf_free(&x.esc);
-    pcr_store_close(t);
     if (rc < 0) {
         int e = tool_remove_tree(dest);
 

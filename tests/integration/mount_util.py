@@ -1,4 +1,5 @@
-"""Helpers for the pcrfs mount tests (test_mount.py) and the read benchmark.
+"""Helpers for the pcrfs mount tests and the benchmarks (bench/*.py): stores, and
+Mount, the one mount/wait/unmount helper.
 
 Programs under test come from the environment (PCRFS, MKPCRFS, PCRINFO,
 PCRFS_MOUNT_HELPER, set by tests/integration/meson.build); when a variable is unset,
@@ -109,37 +110,61 @@ def wait_for(cond, timeout=10.0, step=0.02):
 
 
 class Mount:
-    """pcrfs STORE MNT -f [OPTIONS...] in the background, as libfuse's own tests do.
+    """pcrfs STORE MNT -f [OPTIONS...] in the background, as libfuse's own tests do:
+    the one mount/wait/unmount helper of the tests and the benchmarks (bench/*.py).
 
     start() waits until MNT is a mount point (and fails if the daemon exits first);
     unmount() runs fusermount3 -u and returns the daemon's exit status. stderr goes
     to a file so a chatty daemon can never block on a full pipe.
+
+    @pcrfs: the daemon to run (default: program("PCRFS"); bench/ab.py compares two);
+    @argv: the whole command instead of [pcrfs, STORE, MNT, OPTIONS...] (another FUSE
+    file system, e.g. squashfuse_ll, measured the same way); @env: its environment;
+    @errpath: where its stdout and stderr go (appended; default MNT.stderr, truncated).
     """
 
-    def __init__(self, store, mnt, *options, foreground=True):
+    def __init__(self, store, mnt, *options, foreground=True, pcrfs=None, argv=None,
+                 env=None, errpath=None):
         self.store = store
         self.mnt = mnt
         self.options = list(options)
         self.foreground = foreground
+        self.pcrfs = pcrfs
+        self.argv = argv
+        self.env = env
         self.proc = None
-        self.errpath = mnt.rstrip("/") + ".stderr"
+        self.errfile = None
+        self.append = errpath is not None
+        self.errpath = errpath or mnt.rstrip("/") + ".stderr"
+        self.seconds = None  # from exec to a served mount point (start())
 
-    def start(self, timeout=15.0):
+    def command(self):
+        """The command start() runs."""
+        if self.argv is not None:
+            argv = list(self.argv)
+        else:
+            argv = [self.pcrfs or program("PCRFS"), self.store, self.mnt] + self.options
+        return argv + (["-f"] if self.foreground else [])
+
+    def start(self, timeout=15.0, step=0.02):
         os.makedirs(self.mnt, exist_ok=True)
-        argv = [program("PCRFS"), self.store, self.mnt] + (["-f"] if self.foreground else [])
-        argv += self.options
-        self.errfile = open(self.errpath, "wb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.errfile,
+        argv = self.command()
+        self.errfile = open(self.errpath, "ab" if self.append else "wb")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdout=self.errfile if self.append else
+                                     subprocess.DEVNULL, stderr=self.errfile, env=self.env,
                                      start_new_session=True)
         ok = wait_for(lambda: os.path.ismount(self.mnt) or self.proc.poll() is not None,
-                      timeout)
+                      timeout, step)
+        self.seconds = time.monotonic() - t0
         if not ok or not os.path.ismount(self.mnt):
             rc = self.proc.poll()
             if rc is None:
                 self.proc.kill()
                 self.proc.wait()
-            raise AssertionError("pcrfs did not mount %s (exit %s): %s" % (
-                self.mnt, rc, self.stderr()))
+            self.errfile.close()
+            raise AssertionError("%s did not mount %s (exit %s): %s" % (
+                os.path.basename(argv[0]), self.mnt, rc, self.stderr()[-2000:]))
         return self
 
     def stderr(self):
@@ -163,6 +188,14 @@ class Mount:
         self.errfile.close()
         return rc
 
+    def stop(self, timeout=60.0):
+        """unmount(), and should the daemon not end by then, SIGTERM, then SIGKILL, and
+        a lazy unmount: nothing stays behind. Returns unmount()'s status."""
+        rc = self.unmount(timeout)
+        if rc is None:
+            self.cleanup()
+        return rc
+
     def signal(self, sig, timeout=15.0):
         """Send @sig to the daemon; return its exit status."""
         self.proc.send_signal(sig)
@@ -184,10 +217,8 @@ class Mount:
                 self.proc.wait()
         if os.path.ismount(self.mnt) or is_dead_mount(self.mnt):
             subprocess.run([FUSERMOUNT, "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
-        try:
+        if self.errfile is not None:
             self.errfile.close()
-        except Exception:
-            pass
 
     def __enter__(self):
         return self.start()

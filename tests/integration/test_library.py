@@ -14,7 +14,11 @@ What each test asserts, and would be false if the feature broke:
 - a C program compiled with `pkg-config --cflags --libs pcrfs` against an installed
   tree lists and reads the store; the install carries only the umbrella header and a
   library that exports pcrfs_* alone; the installed Python module finds the installed
-  library without PCRFS_LIB.
+  library without PCRFS_LIB;
+- pcrinfo --extract and --cat at --level K and full give scanK/'s and full/'s tree
+  and bytes (they are clients of the public API);
+- pcrfs_open() refuses a bad bwlimit=, readahead=, cache=, cache_size=,
+  http_timeout= or http_retries= with the same line as the daemon (one parser).
 """
 
 import json
@@ -132,6 +136,61 @@ class LibraryTest(unittest.TestCase):
         self.assertIn("mix", str(e.exception))
         with self.assertRaises(OSError):
             pcrfs.Store(self.store, no_such_option=1)
+
+    def test_store_options_as_daemon(self):
+        # bwlimit=, readahead=, cache=, cache_size=, http_timeout=, http_retries=
+        # have one parser (src/lib/store/opts.c): pcrfs_open() refuses a bad value with
+        # the daemon's own line. An http:// URL, so that the object-storage options are
+        # checked rather than refused for a local store; both stop before any request.
+        url = "http://127.0.0.1:9/store"
+        mnt = os.path.join(self.tmp, "optmnt")
+        os.makedirs(mnt, exist_ok=True)
+        bad = {"bwlimit": ["", "-1", "99999999999999999999", "zz", "5T", "1.5"],
+               "readahead": ["", "yes", "Record"],
+               "cache": [""],
+               "cache_size": ["", "0", "-1", "1e3", "12.5"],
+               "http_timeout": ["", "-1", "86401", "abc", "1e3"],
+               "http_retries": ["", "-1", "21", "abc", "3.5"]}
+        for name, values in bad.items():
+            for v in values:
+                r = subprocess.run([mu.program("PCRFS"), url, mnt, "-o", "%s=%s" % (name, v)],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 2, (name, v, r.stderr))
+                line = r.stderr.strip()
+                self.assertTrue(line.startswith("pcrfs: %s=" % name), line)
+                with self.assertRaises(OSError) as e:
+                    pcrfs.Store(url, **{name: v})
+                self.assertEqual(e.exception.strerror, "%s: %s" % (url, line[len("pcrfs: "):]),
+                                 (name, v))
+        # the documented forms are taken, and a local store refuses the remote ones
+        with pcrfs.Store(self.store, bwlimit="12.5M", readahead="record") as st:
+            self.assertGreater(len(st.listdir("scan1")), 0)
+        with self.assertRaises(OSError) as e:
+            pcrfs.Store(self.store, cache_size="1M")
+        self.assertIn("only for a store in object storage", str(e.exception))
+
+    def test_pcrinfo_is_a_client(self):
+        # pcrinfo --cat and --extract read through the public API (pcrfs(3)): at
+        # --level K they give scanK/'s tree, at full full/'s, with the same bytes
+        pcrinfo = mu.program("PCRINFO")
+        with pcrfs.Store(self.store) as st:
+            for level, view in (("2", "scan2"), ("full", "full")):
+                out = os.path.join(self.tmp, "extract-" + view)
+                mu.run([pcrinfo, "--extract", out, "--level", level, self.store], check=0)
+                want = walk_store(st, view)
+                got = walk_mount(out)
+                self.assertEqual(sorted(got), sorted((p[len(view) + 1:], d, n)
+                                                     for p, d, n in want), view)
+                files = [p for p, d, _ in want if not d]
+                for p in files:
+                    with open(os.path.join(out, p[len(view) + 1:]), "rb") as f:
+                        self.assertEqual(f.read(), st.read(p), p)
+                rel = files[0][len(view) + 1:]
+                r = subprocess.run([pcrinfo, "--cat", "./" + rel, "--level", level,
+                                    self.store], capture_output=True, timeout=60)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertEqual(r.stdout, st.read(files[0]))
+                shutil.rmtree(out)
 
     def test_threads(self):
         """One Store read by 4 threads at once: every file's bytes as read alone."""

@@ -30,12 +30,8 @@
 #include "util/optparse.h"
 #include "view/view.h"
 
-#define MAX_BWLIMIT      UINT64_C(1000000000000)    /* 10^12 bytes/s, as pcrfs(1) */
-#define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
-#define MAX_HTTP_TIMEOUT 86400.0
-#define MAX_HTTP_RETRIES 20
-#define NAME_MAX_BYTES   255
-#define NAMEBUF          512
+#define NAME_MAX_BYTES 255
+#define NAMEBUF        512
 
 /* One opening of the store, in one process. */
 struct inst {
@@ -47,11 +43,9 @@ struct inst {
 
 struct pcrfs_store {
     char *path;
-    struct pcr_views_args args; /* the views' options, parsed */
-    struct pcr_http_opts http;  /* cache_dir points at cache */
-    char *cache;
-    uint64_t bwlimit;
-    bool readahead_record;
+    struct pcr_views_args args;  /* the views' options, parsed */
+    struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, ... (store/opts.c) */
+    struct pcr_http_opts http;   /* the rest of the backend's options */
     _Atomic(struct inst *) cur;
 };
 
@@ -105,56 +99,25 @@ static void atfork_register(void)
 /* One "NAME=VALUE" of pcrfs_open(). @return 0 or -EINVAL/-ENOMEM (errbuf). */
 static int take_option(pcrfs_store *s, const char *opt, bool remote)
 {
-    static const char *const readahead_words[] = {"kernel", "record", NULL};
     const char *eq = strchr(opt, '='), *val;
     char name[32], msg[480] = "";
-    unsigned w;
-    uint64_t v;
-    double t;
     int rc;
 
     if (!eq || eq == opt || (size_t)(eq - opt) >= sizeof(name))
         return fail(-EINVAL, "option %.64s: want NAME=VALUE", opt);
     snprintf(name, sizeof(name), "%.*s", (int)(eq - opt), opt);
     val = eq + 1;
-    if (pcr_views_opt_desc(name)) {
+    if (pcr_views_opt_desc(name))
         rc = pcr_views_opt(&s->args, name, val, msg, sizeof(msg));
-    } else if (!strcmp(name, "bwlimit")) {
-        rc = pcr_opt_size(name, val, 0, MAX_BWLIMIT, "bytes/s (0: no limit)", &s->bwlimit, msg,
-                          sizeof(msg));
-    } else if (!strcmp(name, "readahead")) {
-        rc = pcr_opt_word(name, val, readahead_words, &w, msg, sizeof(msg));
-        s->readahead_record = rc == 0 ? w == 1 : s->readahead_record;
-    } else if (!strcmp(name, "cache") || !strcmp(name, "cache_size") ||
-               !strcmp(name, "http_timeout") || !strcmp(name, "http_retries")) {
-        if (!remote)
-            return fail(-EINVAL, "%s=: only for a store in object storage (s3://, http://, "
-                                 "https://)", name);
-        if (!strcmp(name, "cache")) {
-            rc = val[0] ? 0 : -1;
-            if (rc)
-                pcr_opt_msg(msg, sizeof(msg), name, val, "want a path");
-            else {
-                free(s->cache);
-                s->cache = strdup(val);
-                if (!s->cache)
-                    return fail(-ENOMEM, "out of memory");
-                s->http.cache_dir = s->cache;
-            }
-        } else if (!strcmp(name, "cache_size")) {
-            rc = pcr_opt_size(name, val, 1, MAX_CACHE_SIZE, "bytes", &s->http.cache_size, msg,
-                              sizeof(msg));
-        } else if (!strcmp(name, "http_timeout")) {
-            rc = pcr_opt_real(name, val, 0, MAX_HTTP_TIMEOUT, 0, "seconds, 0: 10", &t, msg,
-                              sizeof(msg));
-            s->http.timeout_ms = rc == 0 ? (unsigned)(t * 1000.0) : s->http.timeout_ms;
-        } else {
-            rc = pcr_opt_uint(name, val, 0, MAX_HTTP_RETRIES, NULL, &v, msg, sizeof(msg));
-            s->http.retries = rc == 0 ? (int)v : s->http.retries;
-        }
-    } else {
+    else if (pcr_store_opt_remote_only(name) && !remote)
+        return fail(-EINVAL,
+                    "%s=: only for a store in object storage (s3://, http://, "
+                    "https://)",
+                    name);
+    else
+        rc = pcr_store_opt(&s->sopts, name, val, msg, sizeof(msg)); /* store/opts.c */
+    if (rc == 1)
         return fail(-EINVAL, "%s: not an option of pcrfs(3)", name);
-    }
     if (rc == -ENOMEM)
         return fail(-ENOMEM, "out of memory");
     return rc ? fail(-EINVAL, "%s", msg) : 0;
@@ -180,9 +143,12 @@ static int inst_open(const pcrfs_store *s, struct inst **out)
     if (!in)
         return fail(-ENOMEM, "out of memory");
     in->pid = getpid();
-    if (pcr_url_is_remote(s->path))
-        rc = pcr_store_open_url(s->path, &s->http, &in->store, err, sizeof(err));
-    else
+    if (pcr_url_is_remote(s->path)) {
+        struct pcr_http_opts ho = s->http;
+
+        pcr_store_opts_http(&s->sopts, &ho);
+        rc = pcr_store_open_url(s->path, &ho, &in->store, err, sizeof(err));
+    } else
         rc = pcr_store_open(s->path, &in->store, err, sizeof(err));
     if (rc) {
         free(in);
@@ -206,10 +172,7 @@ static int inst_open(const pcrfs_store *s, struct inst **out)
         inst_free(in);
         return fail(rc, "%s", err[0] ? err : strerror(-rc));
     }
-    if (s->bwlimit)
-        pcr_store_set_bwlimit(in->store, s->bwlimit);
-    if (s->readahead_record)
-        pcr_store_set_readahead(in->store, true);
+    pcr_store_opts_apply(&s->sopts, in->store);
     *out = in;
     return 0;
 }
@@ -231,7 +194,7 @@ int pcrfs_open(const char *path_or_url, const char *const *options, pcrfs_store 
         free(s);
         return fail(-ENOMEM, "out of memory");
     }
-    s->http.retries = -1;
+    s->sopts = (struct pcr_store_opts)PCR_STORE_OPTS_INIT;
     remote = pcr_url_is_remote(path_or_url);
     for (const char *const *o = options; o && *o && rc == 0; o++)
         rc = take_option(s, *o, remote);
@@ -257,7 +220,7 @@ void pcrfs_close(pcrfs_store *s)
     if (in && in->pid == getpid())
         inst_free(in);
     pcr_views_args_free(&s->args);
-    free(s->cache);
+    pcr_store_opts_free(&s->sopts);
     free(s->path);
     free(s);
 }
@@ -358,13 +321,13 @@ static int resolve_file(struct inst *in, const char *path, struct node *n,
     return rc ? fail(rc, "%s: %s", path, strerror(-rc)) : 0;
 }
 
-#define INST_OR_FAIL(in, s)                                                                   \
-    do {                                                                                      \
-        errbuf[0] = '\0';                                                                     \
-        if (!(s))                                                                             \
-            return fail(-EINVAL, "no store");                                                 \
-        if (!((in) = inst_get(s)))                                                            \
-            return -EIO;                                                                      \
+#define INST_OR_FAIL(in, s)                                                                        \
+    do {                                                                                           \
+        errbuf[0] = '\0';                                                                          \
+        if (!(s))                                                                                  \
+            return fail(-EINVAL, "no store");                                                      \
+        if (!((in) = inst_get(s)))                                                                 \
+            return -EIO;                                                                           \
     } while (0)
 
 /* This process's instance and the file at @path in it. */
@@ -425,8 +388,8 @@ int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, char *name, s
     if (!n.is_dir)
         return fail(-ENOTDIR, "%s: not a directory", path);
     if (!n.v) {
-        const struct pcr_view *v = p < PCR_VIEWS_ROOT_MAX ? pcr_views_root(in->views, (unsigned)p)
-                                                          : NULL;
+        const struct pcr_view *v =
+            p < PCR_VIEWS_ROOT_MAX ? pcr_views_root(in->views, (unsigned)p) : NULL;
         if (!v)
             return 0;
         nm = v->name;

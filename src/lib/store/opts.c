@@ -1,0 +1,87 @@
+/* pcrfs library — the options of how a store is read (pcr_store_opt()): one parser
+ * for the daemon's -o (src/fuse/main.c) and pcrfs_open() (src/lib/api/pcrfs.c), so
+ * both take the same forms, within the same limits, with the same messages
+ * (pcrfs(1), OPTIONS; pcrfs(3)). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pcrfs/backend.h"
+#include "pcrfs/store.h"
+#include "util/optparse.h"
+
+#define MAX_BWLIMIT      UINT64_C(1000000000000)    /* 10^12 bytes/s, as pcrfs(1) */
+#define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
+#define MAX_HTTP_TIMEOUT 86400.0
+#define MAX_HTTP_RETRIES 20 /* the cap of backend/http.c */
+
+int pcr_store_opt_remote_only(const char *name)
+{
+    return !strcmp(name, "cache") || !strcmp(name, "cache_size") || !strcmp(name, "http_timeout") ||
+           !strcmp(name, "http_retries");
+}
+
+int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, char *msg,
+                  size_t len)
+{
+    static const char *const readahead_words[] = {"kernel", "record", NULL};
+    uint64_t v;
+    unsigned w;
+    int rc;
+
+    if (!strcmp(name, "bwlimit"))
+        return pcr_opt_size(name, val, 0, MAX_BWLIMIT, "bytes/s (0: no limit)", &o->bwlimit, msg,
+                            len);
+    if (!strcmp(name, "readahead")) {
+        rc = pcr_opt_word(name, val, readahead_words, &w, msg, len);
+        o->readahead_record = rc == 0 ? w == 1 : o->readahead_record;
+        return rc;
+    }
+    if (!strcmp(name, "cache")) {
+        char *dup;
+
+        if (!val[0]) {
+            pcr_opt_msg(msg, len, name, val, "want a path");
+            return -1;
+        }
+        dup = strdup(val);
+        if (!dup)
+            return -ENOMEM;
+        free(o->cache);
+        o->cache = dup;
+        return 0;
+    }
+    if (!strcmp(name, "cache_size"))
+        return pcr_opt_size(name, val, 1, MAX_CACHE_SIZE, "bytes", &o->cache_size, msg, len);
+    if (!strcmp(name, "http_timeout"))
+        return pcr_opt_real(name, val, 0, MAX_HTTP_TIMEOUT, 0, "seconds, 0: 10", &o->http_timeout,
+                            msg, len);
+    if (!strcmp(name, "http_retries")) {
+        rc = pcr_opt_uint(name, val, 0, MAX_HTTP_RETRIES, NULL, &v, msg, len);
+        o->http_retries = rc == 0 ? (int)v : o->http_retries;
+        return rc;
+    }
+    return 1;
+}
+
+void pcr_store_opts_http(const struct pcr_store_opts *o, struct pcr_http_opts *ho)
+{
+    ho->cache_dir = o->cache;
+    ho->cache_size = o->cache_size;
+    ho->timeout_ms = (unsigned)(o->http_timeout * 1000.0);
+    ho->retries = o->http_retries;
+}
+
+void pcr_store_opts_apply(const struct pcr_store_opts *o, struct pcr_store *s)
+{
+    if (o->bwlimit)
+        pcr_store_set_bwlimit(s, o->bwlimit);
+    if (o->readahead_record)
+        pcr_store_set_readahead(s, true);
+}
+
+void pcr_store_opts_free(struct pcr_store_opts *o)
+{
+    free(o->cache);
+    o->cache = NULL;
+}
