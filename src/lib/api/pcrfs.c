@@ -48,8 +48,8 @@ struct inst {
 struct pcrfs_store {
     char *path;
     struct pcr_views_args args; /* the views' options, parsed */
-    struct pcr_http_opts http;  /* cache_dir points at cache */
-    char *cache;
+    struct pcr_http_opts http;  /* its strings point into str[] */
+    char *str[5];               /* the string options of str_opts[], owned */
     uint64_t bwlimit;
     bool readahead_record;
     _Atomic(struct inst *) cur;
@@ -102,6 +102,18 @@ static void atfork_register(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
+/* The string options for object storage, as pcrfs(1) takes them: non-empty, checked
+ * by the library when the store is opened (url.c), kept in pcrfs_store.str[]. */
+static const char *const str_opts[] = {"cache", "endpoint", "region", "profile", "ca_bundle"};
+
+static int str_opt(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof(str_opts) / sizeof(str_opts[0])); i++)
+        if (!strcmp(name, str_opts[i]))
+            return i;
+    return -1;
+}
+
 /* One "NAME=VALUE" of pcrfs_open(). @return 0 or -EINVAL/-ENOMEM (errbuf). */
 static int take_option(pcrfs_store *s, const char *opt, bool remote)
 {
@@ -125,21 +137,30 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
     } else if (!strcmp(name, "readahead")) {
         rc = pcr_opt_word(name, val, readahead_words, &w, msg, sizeof(msg));
         s->readahead_record = rc == 0 ? w == 1 : s->readahead_record;
-    } else if (!strcmp(name, "cache") || !strcmp(name, "cache_size") ||
-               !strcmp(name, "http_timeout") || !strcmp(name, "http_retries")) {
+    } else if (str_opt(name) >= 0 || !strcmp(name, "cache_size") || !strcmp(name, "http_timeout") ||
+               !strcmp(name, "http_retries")) {
+        int i = str_opt(name);
+
         if (!remote)
-            return fail(-EINVAL, "%s=: only for a store in object storage (s3://, http://, "
-                                 "https://)", name);
-        if (!strcmp(name, "cache")) {
+            return fail(-EINVAL,
+                        "%s=: only for a store in object storage (s3://, http://, "
+                        "https://)",
+                        name);
+        if (i >= 0) {
             rc = val[0] ? 0 : -1;
-            if (rc)
-                pcr_opt_msg(msg, sizeof(msg), name, val, "want a path");
-            else {
-                free(s->cache);
-                s->cache = strdup(val);
-                if (!s->cache)
+            if (rc) {
+                pcr_opt_msg(msg, sizeof(msg), name, val, i ? "want a value" : "want a path");
+            } else {
+                char *copy = strdup(val);
+                if (!copy)
                     return fail(-ENOMEM, "out of memory");
-                s->http.cache_dir = s->cache;
+                free(s->str[i]);
+                s->str[i] = copy;
+                s->http.cache_dir = s->str[0];
+                s->http.endpoint = s->str[1];
+                s->http.region = s->str[2];
+                s->http.profile = s->str[3];
+                s->http.ca_bundle = s->str[4];
             }
         } else if (!strcmp(name, "cache_size")) {
             rc = pcr_opt_size(name, val, 1, MAX_CACHE_SIZE, "bytes", &s->http.cache_size, msg,
@@ -257,7 +278,8 @@ void pcrfs_close(pcrfs_store *s)
     if (in && in->pid == getpid())
         inst_free(in);
     pcr_views_args_free(&s->args);
-    free(s->cache);
+    for (size_t i = 0; i < sizeof(s->str) / sizeof(s->str[0]); i++)
+        free(s->str[i]);
     free(s->path);
     free(s);
 }
