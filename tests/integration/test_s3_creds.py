@@ -16,7 +16,8 @@ What each test asserts, and would be false if the feature broke:
   web identity   a read loop over every view for 2 minutes: 0 errors, every byte
                  equal to the local mount's, >= 3 rotations (renewals in
                  /.pcrfs/stats, >= 4 distinct keys seen by the proxy)
-  IMDSv2, container, credential_process: the same loop for 45 s (>= 3 rotations)
+  IMDSv2, container, credential_process: the same 2-minute loop (>= 3 rotations;
+                 under ASan/UBSan every loop is cut to 25 s and 1 rotation)
   revoked token  a token the proxy revokes is answered InvalidToken: the read is
                  retried once with renewed credentials and succeeds
   credentials file rewritten under a live mount: the new key is used, the old one
@@ -61,6 +62,7 @@ import test_s3 as ts  # noqa: E402
 
 LIFE = 20  # seconds a session credential lives (renewed at about half of it)
 ROLE = "arn:aws:iam::123456789012:role/pcrfs-test"
+SOAK = 120  # seconds of each source's read loop: issue 25 asks >= 2 minutes
 AWS_VARS = [k for k in os.environ if k.startswith("AWS_")]
 
 
@@ -401,7 +403,7 @@ class Creds(ts.Fixture, unittest.TestCase):
                         AWS_REGION="us-east-1")
 
     def test_web_identity_two_minutes(self):
-        m, info, st = self.rotation("webid", "sts", 120, self.webid_env())
+        m, info, st = self.rotation("webid", "sts", SOAK, self.webid_env())
         self.assertIn("web identity", info["credentials"]["source"])
         self.assertIn(ROLE, st["credentials"]["source"])
 
@@ -413,14 +415,14 @@ class Creds(ts.Fixture, unittest.TestCase):
             f.write("[profile ec2]\nregion = us-east-1\nendpoint_url = %s\n" % self.endpoint)
         env = self.env(AWS_EC2_METADATA_DISABLED=None, AWS_CONFIG_FILE=conf,
                        AWS_EC2_METADATA_SERVICE_ENDPOINT=self.meta)
-        m, info, st = self.rotation("imds", "imds", 45, env, "-o", "profile=ec2")
+        m, info, st = self.rotation("imds", "imds", SOAK, env, "-o", "profile=ec2")
         self.assertIn("EC2 instance metadata (role pcrfs-role)", info["credentials"]["source"])
 
     def test_container(self):
         env = self.env(AWS_ENDPOINT_URL=self.endpoint,
                        AWS_CONTAINER_CREDENTIALS_FULL_URI=self.meta + "/container/creds",
                        AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=self.authfile)
-        m, info, st = self.rotation("container", "container", 45, env)
+        m, info, st = self.rotation("container", "container", SOAK, env)
         self.assertIn("container credentials", info["credentials"]["source"])
 
     def test_credential_process(self):
@@ -434,7 +436,7 @@ class Creds(ts.Fixture, unittest.TestCase):
             f.write("[profile proc]\ncredential_process = %s %s\nregion = us-east-1\n"
                     "endpoint_url = %s\n" % (mu.PYTHON, script, self.endpoint))
         os.chmod(conf, 0o600)
-        m, info, st = self.rotation("process", "process", 45, self.env(AWS_CONFIG_FILE=conf),
+        m, info, st = self.rotation("process", "process", SOAK, self.env(AWS_CONFIG_FILE=conf),
                                     "-o", "profile=proc")
         self.assertIn("credential_process of profile proc", info["credentials"]["source"])
 
