@@ -17,17 +17,22 @@ What each test asserts, and would be false if the feature broke:
                  equal to the local mount's, >= 3 rotations (renewals in
                  /.pcrfs/stats, >= 4 distinct keys seen by the proxy)
   IMDSv2, container, credential_process: the same 2-minute loop (>= 3 rotations;
-                 under ASan/UBSan every loop is cut to 25 s and 1 rotation)
+                 under ASan/UBSan every loop is cut to 25 s and 1 rotation); the
+                 container token also from AWS_CONTAINER_AUTHORIZATION_TOKEN (a wrong
+                 one: a one-line error naming container credentials)
   revoked token  a token the proxy revokes is answered InvalidToken: the read is
                  retried once with renewed credentials and succeeds
   credentials file rewritten under a live mount: the new key is used, the old one
                  can be revoked, reads go on
-  endpoint/region/profile from a root-only config file, no AWS_ENDPOINT_URL
+  endpoint/region/profile from a root-only config file, no AWS_ENDPOINT_URL;
+                 -o endpoint=/region= over the config; AWS_ENDPOINT_URL_S3 over
+                 AWS_ENDPOINT_URL
   nothing found  the mount error lists every source tried; a configured source
                  that fails (STS refusing, a missing token file, a failing
                  credential_process, an unknown profile) is a one-line error naming it
   TLS            https with a self-signed CA: refused without it (a one-line error
-                 saying certificate), served with -o ca_bundle= and AWS_CA_BUNDLE;
+                 saying certificate and naming the issuer, or the host name the
+                 certificate does not cover), served with -o ca_bundle= and AWS_CA_BUNDLE;
                  a closed port says "cannot connect", not certificate
   user-info      a URL with user:password is refused in one line that does not
                  repeat the secret and says where credentials go
@@ -424,6 +429,17 @@ class Creds(ts.Fixture, unittest.TestCase):
                        AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=self.authfile)
         m, info, st = self.rotation("container", "container", SOAK, env)
         self.assertIn("container credentials", info["credentials"]["source"])
+        # the token in the variable itself (ECS) rather than in a file (EKS Pod Identity)
+        env = self.env(AWS_ENDPOINT_URL=self.endpoint,
+                       AWS_CONTAINER_CREDENTIALS_FULL_URI=self.meta + "/container/creds",
+                       AWS_CONTAINER_AUTHORIZATION_TOKEN=self.state["container_auth"])
+        m = self.mount_env("container-tok", env)
+        rel = sorted(r for r in self.want if r.startswith("scan2/"))[0]
+        self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel])
+        self.assertIn("container credentials", ts.stats(m.mnt)["credentials"]["source"])
+        self.assertEqual(m.unmount(), 0)
+        line = self.fails(self.url(), dict(env, AWS_CONTAINER_AUTHORIZATION_TOKEN="wrong"))
+        self.assertIn("container credentials", line)
 
     def test_credential_process(self):
         script = os.path.join(self.tmp, "cred-proc.py")
@@ -529,6 +545,12 @@ class Creds(ts.Fixture, unittest.TestCase):
                            % self.endpoint)
         self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel])
         self.assertEqual(m.unmount(), 0)
+        # AWS_ENDPOINT_URL_S3 beats AWS_ENDPOINT_URL (here a closed port)
+        env3 = dict(env2, AWS_ENDPOINT_URL_S3=self.endpoint,
+                    AWS_ENDPOINT_URL="http://127.0.0.1:%d" % ts.free_port())
+        m = self.mount_env("s3var", env3, "-o", "profile=store")
+        self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel])
+        self.assertEqual(m.unmount(), 0)
 
     def fails(self, url, env, *opts):
         mnt = os.path.join(self.tmp, "bad-%d" % time.monotonic_ns())
@@ -597,6 +619,14 @@ class Creds(ts.Fixture, unittest.TestCase):
         line = self.fails(self.url(), env)
         self.assertIn("certificate", line)
         self.assertNotIn("cannot connect", line)
+        # it says what failed: here the issuer (a CA nobody here trusts) ...
+        self.assertRegex(line, "self-signed|issuer", line)
+        # ... or the name: the CA given, a host name the certificate does not cover
+        line = self.fails(self.url(), dict(env, AWS_ENDPOINT_URL="https://localhost:%d"
+                                           % srv.server_address[1]), "-o", "ca_bundle=" + ca)
+        self.assertIn("certificate", line)
+        self.assertRegex(line, "subject name|host name", line)
+        self.assertNotRegex(line, "self-signed|issuer", line)
         rel = sorted(r for r in self.want if r.startswith("scan3/"))[0]
         m = self.mount_env("tls", env, "-o", "ca_bundle=" + ca)
         self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel])
