@@ -20,8 +20,9 @@ What each test asserts, and would be false if the feature broke:
                  under ASan/UBSan every loop is cut to 25 s and 1 rotation); the
                  container token also from AWS_CONTAINER_AUTHORIZATION_TOKEN (a wrong
                  one: a one-line error naming container credentials)
-  revoked token  a token the proxy revokes is answered InvalidToken: the read is
-                 retried once with renewed credentials and succeeds
+  revoked token  a token the proxy revokes is answered InvalidToken, one it expires
+                 early 400 ExpiredToken: the read is retried once with renewed
+                 credentials and succeeds
   credentials file rewritten under a live mount: the new key is used, the old one
                  can be revoked, reads go on
   endpoint/region/profile from a root-only config file, no AWS_ENDPOINT_URL;
@@ -475,6 +476,28 @@ class Creds(ts.Fixture, unittest.TestCase):
             self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel], rel)
         st = ts.stats(m.mnt)
         self.assertGreater(self.reg.rejected.get("InvalidToken", 0), rej)
+        self.assertGreater(st["credentials"]["renewals"], before)
+        self.assertEqual(st["http"]["errors"], 0)
+        # the same with S3's other answer: every key seen so far expired early (400
+        # ExpiredToken), read through files of other records; after 1.5 s, as the
+        # daemon renews on such an answer at most once a second
+        # (up to 3 times: a scheduled renewal between the expiry and the reads would
+        # leave nothing expired to answer)
+        before = st["credentials"]["renewals"]
+        rej = self.reg.rejected.get("ExpiredToken", 0)
+        for attempt in range(3):
+            time.sleep(1.5)
+            with self.reg.lock:
+                for kid in list(self.reg.seen):
+                    if kid in self.reg.keys:
+                        s, t, e = self.reg.keys[kid]
+                        self.reg.keys[kid] = (s, t, time.time() - 1)
+            for rel in sorted(self.want)[-50 * (attempt + 1):][:50]:
+                self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel], rel)
+            if self.reg.rejected.get("ExpiredToken", 0) > rej:
+                break
+        st = ts.stats(m.mnt)
+        self.assertGreater(self.reg.rejected.get("ExpiredToken", 0), rej)
         self.assertGreater(st["credentials"]["renewals"], before)
         self.assertEqual(st["http"]["errors"], 0)
         self.assertEqual(m.unmount(), 0)
