@@ -28,9 +28,11 @@ What each test asserts, and would be false if the feature broke:
   endpoint/region/profile from a root-only config file, no AWS_ENDPOINT_URL;
                  -o endpoint=/region= over the config; AWS_ENDPOINT_URL_S3 over
                  AWS_ENDPOINT_URL
-  nothing found  the mount error lists every source tried; a configured source
-                 that fails (STS refusing, a missing token file, a failing
-                 credential_process, an unknown profile) is a one-line error naming it
+  nothing found  the mount error lists every source tried (with
+                 AWS_EC2_METADATA_DISABLED=true, a working IMDS is not asked); a
+                 configured source that fails (STS refusing, a missing token file, a
+                 failing credential_process, an unknown profile) is a one-line error
+                 naming it
   TLS            https with a self-signed CA: refused without it (a one-line error
                  saying certificate and naming the issuer, or the host name the
                  certificate does not cover), served with -o ca_bundle= and AWS_CA_BUNDLE;
@@ -593,6 +595,13 @@ class Creds(ts.Fixture, unittest.TestCase):
         for what in ("no credentials found", "environment", "web identity", "profile default",
                      "container", "EC2 instance metadata"):
             self.assertIn(what, line)
+        # AWS_EC2_METADATA_DISABLED=true: a working IMDS is not asked
+        issued = self.reg.count.get("imds", 0)
+        line = self.fails(self.url(), dict(env, AWS_EC2_METADATA_DISABLED="true",
+                                           AWS_EC2_METADATA_SERVICE_ENDPOINT=self.meta))
+        self.assertIn("no credentials found", line)
+        self.assertIn("AWS_EC2_METADATA_DISABLED=true", line)
+        self.assertEqual(self.reg.count.get("imds", 0), issued)
 
     def test_configured_source_that_fails(self):
         """A source that is configured but fails is a one-line mount error naming it,
