@@ -13,6 +13,9 @@ What each class asserts, and would be false if the feature broke:
                 (pcrfs.Store on the s3:// URL, no mount) lists, sizes and reads every
                 view as the local mount does, and pcrfs.ImageFolder over it in a
                 DataLoader with 2 forked workers yields the local bytes' images;
+                pcrfs.Store's endpoint=, region=, profile=, ca_bundle= are used
+                before the environment (a dead AWS_ENDPOINT_URL, wrong keys in it)
+                and bad values give EINVAL;
                 http:// (anonymous)
                 serves the same bytes; /.pcrfs/info names the URL, stats count HTTP
                 requests; the mount helper passes an s3:// source through unchanged
@@ -384,6 +387,53 @@ class Served(Fixture, unittest.TestCase):
             with open(os.path.join(self.local, p), "rb") as f:
                 self.assertEqual(bytes(x.tolist()), f.read(64), p)
         st.close()
+
+    def test_library_endpoint_options(self):
+        """pcrfs.Store takes endpoint=, region=, profile=, ca_bundle= as pcrfs(1) does,
+        before the environment: with AWS_ENDPOINT_URL at a dead port, endpoint= reaches
+        the server; a dead endpoint= fails although the environment is right;
+        profile= picks the keys of a shared credentials file over the environment's
+        (right keys read, wrong ones denied); an empty value, a bad region, a missing
+        CA bundle and these options on a local store fail with EINVAL."""
+        import pcrfs
+        dead = "http://127.0.0.1:%d" % free_port()
+        rel = sorted(walk(os.path.join(self.local, "scan2"))[0])[0]
+        want = read(os.path.join(self.local, "scan2", rel))
+        creds = os.path.join(self.tmp, "lib-credentials")
+        with open(creds, "w") as f:
+            f.write("[good]\naws_access_key_id = %s\naws_secret_access_key = %s\n"
+                    "[bad]\naws_access_key_id = WRONGKEY\naws_secret_access_key = %s\n"
+                    % (KEY, KEY, KEY))
+        os.chmod(creds, 0o600)
+        saved = os.environ["AWS_ENDPOINT_URL"]
+        os.environ["AWS_ENDPOINT_URL"] = dead
+        os.environ["AWS_SHARED_CREDENTIALS_FILE"] = creds
+        try:
+            with pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-libopt"),
+                             endpoint=self.server.endpoint, region="us-east-1") as st:
+                self.assertEqual(st.read("scan2/" + rel), want)
+            with pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-libprof"),
+                             endpoint=self.server.endpoint, profile="good") as st:
+                self.assertEqual(st.read("scan2/" + rel), want)
+            with self.assertRaises(OSError) as cm:
+                pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-libbad"),
+                            endpoint=self.server.endpoint, profile="bad")
+            self.assertIn("access denied", str(cm.exception))
+        finally:
+            os.environ["AWS_ENDPOINT_URL"] = saved
+            os.environ.pop("AWS_SHARED_CREDENTIALS_FILE")
+        with self.assertRaises(OSError) as cm:
+            pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-libdead"), endpoint=dead)
+        self.assertIn("cannot connect", str(cm.exception))
+        for opts in ({"endpoint": ""}, {"region": "no region"},
+                     {"ca_bundle": os.path.join(self.tmp, "no-such-ca.pem")}):
+            with self.assertRaises(OSError) as cm:
+                pcrfs.Store(self.url(), cache=os.path.join(self.tmp, "cache-libinval"), **opts)
+            self.assertEqual(cm.exception.errno, errno.EINVAL, opts)
+        with self.assertRaises(OSError) as cm:
+            pcrfs.Store(self.store, endpoint=self.server.endpoint)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        self.assertIn("only for a store in object storage", str(cm.exception))
 
     def test_mix_view(self):
         """mix/ over object storage: every open serves the drawn level (pcrfs(1)'s

@@ -46,6 +46,7 @@ struct pcrfs_store {
     struct pcr_views_args args;  /* the views' options, parsed */
     struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, ... (store/opts.c) */
     struct pcr_http_opts http;   /* the rest of the backend's options */
+    char *str[4];                /* endpoint=, region=, profile=, ca_bundle= (owned) */
     _Atomic(struct inst *) cur;
 };
 
@@ -96,12 +97,24 @@ static void atfork_register(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
+/* The string options for object storage, as pcrfs(1) takes them: non-empty, checked
+ * by the library when the store is opened (url.c), kept in pcrfs_store.str[]. */
+static const char *const str_opts[] = {"endpoint", "region", "profile", "ca_bundle"};
+
+static int str_opt(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof(str_opts) / sizeof(str_opts[0])); i++)
+        if (!strcmp(name, str_opts[i]))
+            return i;
+    return -1;
+}
+
 /* One "NAME=VALUE" of pcrfs_open(). @return 0 or -EINVAL/-ENOMEM (errbuf). */
 static int take_option(pcrfs_store *s, const char *opt, bool remote)
 {
     const char *eq = strchr(opt, '='), *val;
     char name[32], msg[480] = "";
-    int rc;
+    int rc, i;
 
     if (!eq || eq == opt || (size_t)(eq - opt) >= sizeof(name))
         return fail(-EINVAL, "option %.64s: want NAME=VALUE", opt);
@@ -109,7 +122,29 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
     val = eq + 1;
     if (pcr_views_opt_desc(name))
         rc = pcr_views_opt(&s->args, name, val, msg, sizeof(msg));
-    else if (pcr_store_opt_remote_only(name) && !remote)
+    else if ((i = str_opt(name)) >= 0) {
+        /* strings the backend checks (url.c), as the daemon takes them */
+        if (!remote)
+            return fail(-EINVAL,
+                        "%s=: only for a store in object storage (s3://, http://, "
+                        "https://)",
+                        name);
+        rc = val[0] ? 0 : -1;
+        if (rc) {
+            pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
+        } else {
+            char *copy = strdup(val);
+
+            if (!copy)
+                return fail(-ENOMEM, "out of memory");
+            free(s->str[i]);
+            s->str[i] = copy;
+            s->http.endpoint = s->str[0];
+            s->http.region = s->str[1];
+            s->http.profile = s->str[2];
+            s->http.ca_bundle = s->str[3];
+        }
+    } else if (pcr_store_opt_remote_only(name) && !remote)
         return fail(-EINVAL,
                     "%s=: only for a store in object storage (s3://, http://, "
                     "https://)",
@@ -221,6 +256,8 @@ void pcrfs_close(pcrfs_store *s)
         inst_free(in);
     pcr_views_args_free(&s->args);
     pcr_store_opts_free(&s->sopts);
+    for (size_t i = 0; i < sizeof(s->str) / sizeof(s->str[0]); i++)
+        free(s->str[i]);
     free(s->path);
     free(s);
 }

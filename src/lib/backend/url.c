@@ -118,13 +118,17 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
     snprintf(t->region, sizeof(t->region), "%s", region ? region : "us-east-1");
     if (ep && *ep) {
         size_t n = strlen(ep);
-        if (strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) {
-            pcr_errf(err, errlen, "endpoint %s: not an http:// or https:// URL", ep);
-            goto out;
-        }
+        const char *host = strstr(ep, "://");
+        /* first: the message below repeats the endpoint */
         if (http_url_has_userinfo(ep)) {
             pcr_errf(err, errlen, "the endpoint URL has a user name or password: %s",
                      http_userinfo_msg);
+            goto out;
+        }
+        /* "https://" alone would make the base "https:/BUCKET" */
+        if ((strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) || !host[3] ||
+            host[3] == '/') {
+            pcr_errf(err, errlen, "endpoint %s: not an http:// or https:// URL", ep);
             goto out;
         }
         for (size_t i = 0; i < n; i++)
@@ -247,12 +251,13 @@ int http_target_init(struct http_target *t, const char *url, const struct pcr_ht
         const char *host = strstr(url, "://") + 3;
         if (!*host || *host == '/' || strchr(url, '?') || strchr(url, '#')) {
             pcr_errf(err, errlen, "%s: not a store URL (http[s]://HOST/PATH)", url);
-            return -EINVAL;
+            ret = -EINVAL; /* freed below: -o ca_bundle= may have been copied */
+        } else {
+            while (n > 0 && url[n - 1] == '/')
+                n--;
+            snprintf(t->base, sizeof(t->base), "%.*s", (int)n, url);
+            ret = 0;
         }
-        while (n > 0 && url[n - 1] == '/')
-            n--;
-        snprintf(t->base, sizeof(t->base), "%.*s", (int)n, url);
-        ret = 0;
     } else {
         pcr_errf(err, errlen, "%s: not an s3://, http:// or https:// URL", url);
         ret = -EINVAL;
