@@ -524,20 +524,26 @@ int main(int argc, char **argv)
     tokens = parse_args(argc, argv, &b, &topts, &cl);
     tool_log_init(b.verbose);
     if (cl.mode == MODE_MERGE) {
-        if (start_src(&b) < 0)
-            return 1;
+        if (start_src(&b) < 0) {
+            status = 1;
+            goto out;
+        }
         status = merge_run(&b, cl.parts, cl.nparts_given) < 0 ? (mk_interrupted ? 130 : 1) : 0;
         if (status == 0 && !b.quiet)
             status = print_summary(&b, -1);
         goto out;
     }
     if (cl.mode == MODE_PART) {
-        if (read_part(&b, &cl, &topts, &wopts, &range) < 0)
-            return 1;
+        if (read_part(&b, &cl, &topts, &wopts, &range) < 0) {
+            status = 1; /* what the plan reader took is freed at out */
+            goto out;
+        }
         tokens = tokimport_enabled(&topts);
     }
-    if (start_src(&b) < 0)
-        return 1;
+    if (start_src(&b) < 0) {
+        status = 1;
+        goto out;
+    }
     if (cl.mode == MODE_PLAN) {
         status = write_plan(&b, cl.plan);
         goto out;

@@ -395,6 +395,7 @@ class Served(Fixture, unittest.TestCase):
         profile= picks the keys of a shared credentials file over the environment's
         (right keys read, wrong ones denied); an empty value, a bad region, a missing
         CA bundle and these options on a local store fail with EINVAL."""
+        skip_library_if_sanitized(self)
         import pcrfs
         dead = "http://127.0.0.1:%d" % free_port()
         rel = sorted(walk(os.path.join(self.local, "scan2"))[0])[0]

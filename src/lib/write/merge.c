@@ -162,7 +162,7 @@ static int copy_dir(void *ctx, const struct pcr_index_dir *d)
     char name[256];
     struct pcr_dir_row row;
 
-    if (d->namelen >= sizeof(name) || memchr(d->name, '\0', d->namelen)) {
+    if (d->namelen >= sizeof(name) || (d->namelen && memchr(d->name, '\0', d->namelen))) {
         pcr_errf(m->err, m->errlen, "%s: directory %" PRId64 ": bad name", m->dir, d->id);
         return -EINVAL;
     }
