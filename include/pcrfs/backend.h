@@ -49,8 +49,7 @@ struct pcr_backend_ops {
      * overlap their buffers). A range past the end of the object is an error.
      * @return 0; -ENODATA (a range lies past the end: the object was truncated),
      *         -EIO (a failed read), -ETIMEDOUT, -ENOMEM. */
-    int (*read)(struct pcr_backend *b, struct pcr_object *o, const struct pcr_range *r,
-                unsigned n);
+    int (*read)(struct pcr_backend *b, struct pcr_object *o, const struct pcr_range *r, unsigned n);
     /* Optional (may be NULL): the reader is about to read [@off, @off + @len) of
      * @o in order — a record's scan groups up to the level it reads. The POSIX
      * backend, when asked to (pcr_backend_posix_readahead()), queues the range and
@@ -119,11 +118,11 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * answers (503 SlowDown, 429) within a 30 s budget, after Retry-After or a backoff
  * with full jitter seeded per process. So a dead or slow server fails the reads of
  * its files (-EIO, -ETIMEDOUT) in bounded time, never hangs them, and the store
- * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record prefix a level needs in one GET into an
- * on-disk cache (LRU by record prefix), from which the reads of every file of the
- * record are then served; readers of a prefix being fetched wait for those bytes
- * instead of asking again. A cache that cannot be written falls back to direct
- * GETs (logged once).
+ * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record
+ * prefix a level needs in one GET into an on-disk cache (LRU by record prefix), from which the
+ * reads of every file of the record are then served; readers of a prefix being fetched wait for
+ * those bytes instead of asking again. A cache that cannot be written falls back to direct GETs
+ * (logged once).
  *
  * s3:// URLs are signed (AWS SigV4) with credentials from the AWS default chain
  * (backend/creds.c: the environment, web identity via STS, the shared files'
@@ -147,7 +146,7 @@ struct pcr_http_opts {
     unsigned timeout_ms;   /* deadline of one request (a stalled transfer); 0: 10 s */
     int retries;           /* retries of a failed request; < 0: 3 */
     /* s3:// (each NULL: the environment, then the profile's config, then AWS's) */
-    const char *endpoint;  /* S3-compatible server, "https://HOST[:PORT]" */
+    const char *endpoint; /* S3-compatible server, "https://HOST[:PORT]" */
     const char *region;
     const char *profile;   /* of the shared files (then the environment's keys are
                               not used) */
@@ -187,14 +186,17 @@ int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_
  * cache_size=, http_timeout=, http_retries=. One parser (store/opts.c) for both, so
  * the limits and the messages live in one place. */
 struct pcr_store_opts {
-    uint64_t bwlimit;      /* bytes/s (0: none): pcr_store_set_bwlimit() */
-    int readahead_record;  /* readahead=record: pcr_store_set_readahead() */
-    char *cache;           /* cache=DIR as given (owned; NULL: the default) */
-    uint64_t cache_size;   /* 0: the library's default */
-    double http_timeout;   /* seconds (0: the library's default) */
-    int http_retries;      /* -1: the library's default */
+    uint64_t bwlimit;     /* bytes/s (0: none): pcr_store_set_bwlimit() */
+    int readahead_record; /* readahead=record: pcr_store_set_readahead() */
+    char *cache;          /* cache=DIR as given (owned; NULL: the default) */
+    uint64_t cache_size;  /* 0: the library's default */
+    double http_timeout;  /* seconds (0: the library's default) */
+    int http_retries;     /* -1: the library's default */
 };
-#define PCR_STORE_OPTS_INIT {.http_retries = -1}
+#define PCR_STORE_OPTS_INIT                                                                        \
+    {                                                                                              \
+        .http_retries = -1                                                                         \
+    }
 
 /* Take option @name with value @val into @o when it is one of the above.
  * @return 0 taken, 1 not one of these options, -1 a bad value (one line in @msg, as
@@ -212,27 +214,27 @@ void pcr_store_opts_free(struct pcr_store_opts *o);
 
 /* Counters of every object-storage backend of the process, summed. */
 struct pcr_http_stats {
-    uint64_t requests;       /* HTTP requests sent (HEAD and GET, retries included) */
-    uint64_t gets;           /* GETs of record bytes: prefix fetches and direct reads */
-    uint64_t prefix_fetches; /* of which prefix fetches (advise) */
-    uint64_t bytes;          /* body bytes received */
-    uint64_t retries;        /* requests sent again after a failure */
-    uint64_t errors;         /* requests that failed for good */
-    uint64_t timeouts;       /* attempts that hit their deadline */
-    uint64_t cache_hits;     /* ranges read from the prefix cache */
-    uint64_t cache_misses;   /* ranges read with a GET of their own */
-    uint64_t cache_bytes;    /* bytes of record prefixes in the cache now */
-    uint64_t cache_limit;    /* its limit (0: no cache) */
-    uint64_t evictions;      /* record prefixes dropped to make room */
-    uint64_t throttled;      /* throttling answers (503 SlowDown, 429) */
-    uint64_t backoff_ms;     /* time spent waiting before retries */
+    uint64_t requests;          /* HTTP requests sent (HEAD and GET, retries included) */
+    uint64_t gets;              /* GETs of record bytes: prefix fetches and direct reads */
+    uint64_t prefix_fetches;    /* of which prefix fetches (advise) */
+    uint64_t bytes;             /* body bytes received */
+    uint64_t retries;           /* requests sent again after a failure */
+    uint64_t errors;            /* requests that failed for good */
+    uint64_t timeouts;          /* attempts that hit their deadline */
+    uint64_t cache_hits;        /* ranges read from the prefix cache */
+    uint64_t cache_misses;      /* ranges read with a GET of their own */
+    uint64_t cache_bytes;       /* bytes of record prefixes in the cache now */
+    uint64_t cache_limit;       /* its limit (0: no cache) */
+    uint64_t evictions;         /* record prefixes dropped to make room */
+    uint64_t throttled;         /* throttling answers (503 SlowDown, 429) */
+    uint64_t backoff_ms;        /* time spent waiting before retries */
     uint64_t fetch_concurrency; /* prefix fetches allowed at once now (4; fewer while
                                    the server throttles) */
     uint64_t concurrency_cuts;  /* times that number was halved for throttling */
-    uint64_t refetches;      /* cached prefixes dropped after a checksum mismatch and
-                                fetched again */
-    uint64_t index_refetches; /* cached index.db copies that failed verification and
-                                 were fetched again */
+    uint64_t refetches;         /* cached prefixes dropped after a checksum mismatch and
+                                   fetched again */
+    uint64_t index_refetches;   /* cached index.db copies that failed verification and
+                                   were fetched again */
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);

@@ -75,8 +75,7 @@ PCRFS_API int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, cha
  * mix/ and refurb/, each call is an open: pcrfs(3)).
  * @return the bytes read (fewer only at the end of the file), or -errno (-EISDIR,
  *         -ENOENT, -EIO a damaged record). */
-PCRFS_API ssize_t pcrfs_read(pcrfs_store *s, const char *path, void *buf, size_t len,
-                             uint64_t off);
+PCRFS_API ssize_t pcrfs_read(pcrfs_store *s, const char *path, void *buf, size_t len, uint64_t off);
 
 /* An open file: reads of it see one version (the level it was opened at, refurb/'s
  * sample version), whatever changes meanwhile. */
@@ -89,8 +88,7 @@ PCRFS_API void pcrfs_file_close(pcrfs_file *f);
  * sampler needs to read a dataset record by record.
  * @return 0; -ENOENT; -EISDIR; -ENODATA a file that is in no image record
  *         (tokens/). */
-PCRFS_API int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record,
-                           uint64_t *file_id);
+PCRFS_API int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *file_id);
 
 /* The store's levels L (scan1/ .. scanL/). */
 PCRFS_API unsigned pcrfs_levels(pcrfs_store *s);

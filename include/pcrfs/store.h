@@ -82,9 +82,9 @@ int64_t pcr_store_mtime(const struct pcr_store *s); /* build time, seconds since
 ssize_t pcr_store_meta(struct pcr_store *s, const char *key, char *buf, size_t len);
 
 struct pcr_dirinfo {
-    uint64_t id, parent;  /* the root is its own parent */
+    uint64_t id, parent; /* the root is its own parent */
     uint64_t nsubdirs, nfiles;
-    const char *name;     /* "" for the root */
+    const char *name; /* "" for the root */
 };
 /* @return 0, -ENOENT (no such directory). */
 int pcr_store_dir(struct pcr_store *s, uint64_t dir, struct pcr_dirinfo *out);
@@ -205,14 +205,14 @@ void pcr_store_set_readahead(struct pcr_store *s, bool on);
  * (1..L); bytes are bytes read from record files. */
 struct pcr_stats {
     uint64_t dirs_loaded, files_loaded;
-    uint64_t errors;          /* EIO returned to a caller */
+    uint64_t errors; /* EIO returned to a caller */
     struct {
         uint64_t opens, reads, bytes;
     } level[PCR_MAX_LEVELS + 1];
-    uint64_t held_fails;      /* EIO at once: the record failed on the network just
-                                 before (object storage; see pcrfs(1)) */
-    uint64_t heals;           /* reads whose bytes failed the checksum, served after
-                                 the backend fetched them again */
+    uint64_t held_fails; /* EIO at once: the record failed on the network just
+                            before (object storage; see pcrfs(1)) */
+    uint64_t heals;      /* reads whose bytes failed the checksum, served after
+                            the backend fetched them again */
 };
 void pcr_store_stats(const struct pcr_store *s, struct pcr_stats *out);
 

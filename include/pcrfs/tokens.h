@@ -272,7 +272,8 @@ struct pcr_tokshard_hdr {
 
 /* Decode a shard header from its PCR_TOKSHARD_HEADER bytes (untrusted; no I/O, so a
  * reader that has the bytes already, such as the store's record cache, checks them
- * with it: src/lib/store/read.c, the one reader of shards). *out is filled whenever the magic matches.
+ * with it: src/lib/store/read.c, the one reader of shards). *out is filled whenever the magic
+ * matches.
  * @return 0; -EINVAL not a token shard (bad magic); -ENOTSUP another version. The
  *         caller checks count, model_id and blob_bytes against what it expects. */
 int pcr_tokshard_hdr_decode(const uint8_t hdr[PCR_TOKSHARD_HEADER], struct pcr_tokshard_hdr *out);
@@ -293,7 +294,6 @@ int pcr_tokshard_add(struct pcr_tokshard_writer *w, const void *blob, size_t len
 int pcr_tokshard_finish(struct pcr_tokshard_writer *w, char *err, size_t errlen);
 /* Close, remove the file, free @w. */
 void pcr_tokshard_abort(struct pcr_tokshard_writer *w);
-
 
 /* ===== SeiT release format ==================================================== */
 

@@ -31,11 +31,11 @@ extern "C" {
 struct pcr_writer;
 
 struct pcr_writer_opts {
-    unsigned levels;       /* L (10 for libjpeg's default script) */
-    const char *script;    /* scan script name recorded in the store ("libjpeg-default") */
-    bool force;            /* replace an existing store at the target */
-    int64_t created;       /* meta "created" (the mtime a mount serves), seconds since
-                            * the epoch; 0: now */
+    unsigned levels;    /* L (10 for libjpeg's default script) */
+    const char *script; /* scan script name recorded in the store ("libjpeg-default") */
+    bool force;         /* replace an existing store at the target */
+    int64_t created;    /* meta "created" (the mtime a mount serves), seconds since
+                         * the epoch; 0: now */
     /* A part of a planned build (mkpcrfs --plan --part): files are numbered from
      * part_first_file + 1 and records from part_first_record + 1, the part holds
      * part_files files, and finish checks that count instead of the whole tree's
@@ -58,12 +58,12 @@ struct pcr_writer_opts {
  * else there is left alone.
  * @return 0; -EEXIST (exists, no force); -ENOTDIR/-EINVAL (exists and is not a
  *         store: never replaced); -errno of mkdir/open; message in @err. */
-int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts,
-                      struct pcr_writer **out, char *err, size_t errlen);
+int pcr_writer_create(const char *path, const struct pcr_writer_opts *opts, struct pcr_writer **out,
+                      char *err, size_t errlen);
 
 struct pcr_dir_row {
-    uint64_t id, parent;    /* the root has parent 1 */
-    const char *name;       /* "" for the root; no '/', never "." or ".." */
+    uint64_t id, parent; /* the root has parent 1 */
+    const char *name;    /* "" for the root; no '/', never "." or ".." */
     uint64_t first_child, nsubdirs;
     uint64_t first_file, nfiles;
 };
@@ -76,8 +76,8 @@ struct pcr_item {
     uint64_t id, dir;
     const char *name;
     enum pcr_kind kind;
-    const uint8_t *data;          /* JPEG: the progressive file, EOI included,
-                                   * then the trailer; VERBATIM: the source bytes */
+    const uint8_t *data; /* JPEG: the progressive file, EOI included,
+                          * then the trailer; VERBATIM: the source bytes */
     size_t len;
     /* VERBATIM with data NULL: the writer fetches the len bytes itself, in pieces of
      * at most PCR_WRITER_PIECE bytes in increasing @off, so that a file of any size
@@ -87,19 +87,19 @@ struct pcr_item {
     int (*read)(void *arg, uint64_t off, uint8_t *buf, size_t n);
     void *read_arg;
     const struct pcr_split *split; /* JPEG only: pcr_jpeg_split() of the progressive
-                                   * file (data without the trailer) */
-    size_t trailer;               /* JPEG only: the last @trailer bytes of data are
-                                   * the source's bytes after its EOI
-                                   * (pcr_jpeg_info.trailer), stored as the file's
-                                   * last chunk and served at the top level only;
-                                   * 0 for none */
-    struct pcr_jpeg_info info;    /* JPEG only */
+                                    * file (data without the trailer) */
+    size_t trailer;                /* JPEG only: the last @trailer bytes of data are
+                                    * the source's bytes after its EOI
+                                    * (pcr_jpeg_info.trailer), stored as the file's
+                                    * last chunk and served at the top level only;
+                                    * 0 for none */
+    struct pcr_jpeg_info info;     /* JPEG only */
     uint64_t src_size;
-    const char *note;             /* VERBATIM: why (NULL for none) */
-    const double *quality;        /* JPEG only: the MS-SSIM of levels 1..L-1 against
-                                   * level L (L-1 values in [0, 1], e.g. from
-                                   * pcr_quality_measure()), stored quantised
-                                   * (pcrfs/store.h, pcr_file_quality()); NULL: none */
+    const char *note;      /* VERBATIM: why (NULL for none) */
+    const double *quality; /* JPEG only: the MS-SSIM of levels 1..L-1 against
+                            * level L (L-1 values in [0, 1], e.g. from
+                            * pcr_quality_measure()), stored quantised
+                            * (pcrfs/store.h, pcr_file_quality()); NULL: none */
 };
 
 /* Write one record holding @items (1..n, ids continuing where the last ended):
