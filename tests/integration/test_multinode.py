@@ -461,7 +461,15 @@ class MultiNode(unittest.TestCase):
             self.assertEqual(p, params[0])
 
     def test_each_sample_once(self):
-        n = sum(len(s3t.files_of_record(self.index, r + 1)) for r in range(self.nrecords))
+        from torchvision.datasets import ImageFolder
+        # the dataset's index -> record, from the index (the oracle)
+        rec_of = {}
+        for r in range(1, self.nrecords + 1):
+            for rel in s3t.files_of_record(self.index, r):
+                rec_of[rel] = r
+        root = os.path.join(self.local, "scan5")
+        record = [rec_of[os.path.relpath(p, root)] for p, _ in ImageFolder(root).samples]
+        n = len(record)
         self.assertEqual(n, 50)
         per_rank = -(-n // NODES)
         pad = per_rank * NODES - n
@@ -474,11 +482,16 @@ class MultiNode(unittest.TestCase):
             # DistributedSampler's padding: exactly @pad samples twice, none more
             self.assertEqual(sorted(count.values()), [1] * (n - pad) + [2] * pad,
                              ep["epoch"])
-            # the shares cut records: some record has samples on two ranks, and
-            # those samples are not repeated (unless they are the padding's)
-            split = [r for r in range(1, self.nrecords + 1)
-                     if sum(r in set(x["records"]) for x in ep["ranks"]) >= 2]
-            self.assertTrue(split, ep["epoch"])
+            # a share boundary inside a record: that record's samples (not the
+            # padding's repeats) go to two ranks, each sample to one of them
+            split = collections.defaultdict(set)
+            for rank, s in enumerate(seen):
+                for i in s:
+                    if count[i] == 1:
+                        split[record[i]].add(rank)
+            self.assertTrue([r for r, ranks in split.items() if len(ranks) == 2],
+                            (ep["epoch"], dict(split)))
+            self.assertLessEqual(max(len(ranks) for ranks in split.values()), 2)
 
     def test_fetched_by_one_node(self):
         gets = record_gets(read_log(self.log), "ds")
