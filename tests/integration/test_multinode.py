@@ -13,8 +13,9 @@ own directory and is visible to its training process and to the test.
 One job, gloo backend, one rank per node, init_method tcp:// over the bridge, trains a
 tiny model (DDP) for 2 epochs over scan5/ with pcrfs.RecordSampler(rank=,
 world_size=) and set_epoch. The store has 50 images in records of 8 (the last of 2):
-50 is not a multiple of 3 (DistributedSampler's padding: one sample) and the share
-boundaries (17, 34) fall inside records.
+50 is not a multiple of 3 (DistributedSampler's padding: one sample), and with seed 7
+a share boundary (after samples 17 and 34 of each epoch's list) falls inside a record
+in both epochs (checked: test_each_sample_once).
 
 What each test asserts, and would be false if the feature broke:
   test_steps_and_model   every rank runs the same number of steps each epoch, and
@@ -28,13 +29,16 @@ What each test asserts, and would be false if the feature broke:
                          a record object (GETs, by client address, however many) are
                          exactly the nodes that read it that epoch and had not fetched
                          it before: one node per record, two where a share boundary
-                         splits it; the first epoch fetches every record
-  test_link_cut          after the training (no collective in flight), every node
-                         reads files of every record while one node's link is cut
-                         mid-pass: that node's reads of records it never fetched fail
-                         with EIO within the mount's deadline (2 x http_timeout, plus
-                         a margin), its cached records still read, and the other
-                         nodes read every file with the right bytes
+                         splits it or the padding repeats its first sample; the first
+                         epoch fetches every record
+  test_link_cut          after the training (no collective in flight), the node that
+                         fetched the fewest records reads files of every record, its
+                         cached ones first; its link is cut mid-pass, then the other
+                         nodes read the same files: the cut node's reads of records it
+                         never fetched fail with EIO within the mount's deadline
+                         (2 x http_timeout, plus a margin), its cached records still
+                         read, and the other nodes read every file with the right
+                         bytes, fetching from the server while the link is down
 Skipped (exit 77, with the reason printed) only where the kernel refuses network
 namespaces, veth or bridges. Every wait is bounded; the namespaces, mounts and
 processes are removed even on failure.
@@ -526,27 +530,32 @@ class MultiNode(unittest.TestCase):
                 self.assertEqual(sorted(fetchers), list(range(1, self.nrecords + 1)))
 
     def test_link_cut(self):
-        """Every node reads the first 2 files of every record in scan5/; node VICTIM's
-        link is cut after its first 2 reads."""
+        """The node that fetched the fewest records reads the first 2 files of every
+        record in scan5/, its cached records first; its link is cut after its first 2
+        reads, and then the other nodes read the same files while it fails."""
         gets = record_gets(read_log(self.log), "ds")
         ip_rank = {node_ip(n): n for n in range(NODES)}
         had = collections.defaultdict(set)
         for _, ip, rec in gets:
             had[ip_rank[ip]].add(rec)
         victim = min(range(NODES), key=lambda n: (len(had[n]), n))
+        others = [n for n in range(NODES) if n != victim]
         recs = list(range(1, self.nrecords + 1))
-        # the victim reads its cached records first, so the cut comes mid-pass with
-        # records it never fetched still ahead of it
+        # the victim reads its cached records first: the cut comes mid-pass, with a
+        # cached record still to read (the cut needs no race with its next read) and
+        # records it never fetched ahead of it; another node has records to fetch
         order = {n: recs for n in range(NODES)}
         order[victim] = sorted(recs, key=lambda r: (r not in had[victim], r))
         missing = [r for r in recs if r not in had[victim]]
-        self.assertTrue(missing and len(recs) - len(missing) >= 1, (victim, had))
+        self.assertTrue(missing and len(recs) - len(missing) >= 2, (victim, had))
+        self.assertTrue([n for n in others if len(had[n]) < len(recs)], had)
         files = {r: sorted(s3t.files_of_record(self.index, r))[:2] for r in recs}
-        readers = {}
-        for n in range(NODES):
+
+        def reader(n):
             paths = [os.path.join(self.mnt[n], "scan5", f) for r in order[n] for f in files[r]]
-            readers[n] = self.start(self.enter("n%d" % n) + [
-                mu.PYTHON, "-c", s3t.READER, "0.2"] + paths, stdout=subprocess.PIPE)
+            return self.start(self.enter("n%d" % n) + [mu.PYTHON, "-c", s3t.READER, "0.2"] +
+                              paths, stdout=subprocess.PIPE)
+        readers = {victim: reader(victim)}
         results = {n: [] for n in range(NODES)}
         cut_at = None
         open_ = dict(readers)
@@ -566,6 +575,8 @@ class MultiNode(unittest.TestCase):
                         sh(["ip", "-n", self.netns("sw"), "link", "set",
                             "p%d" % (1 + victim), "down"])
                         cut_at = time.monotonic()
+                        for o in others:
+                            readers[o] = open_[o] = reader(o)
             self.assertFalse(open_, "readers still running after 120 s: %s" % results)
         finally:
             for p in readers.values():
@@ -577,9 +588,7 @@ class MultiNode(unittest.TestCase):
         for n in range(NODES):
             self.assertEqual(len(results[n]), nfiles, (n, results[n]))
             self.assertEqual(readers[n].returncode, 0, n)
-        for n in range(NODES):
-            if n == victim:
-                continue
+        for n in others:
             for res in results[n]:
                 self.assertEqual(res[0], "OK", (n, res))
             # and the bytes are the store's: read them again (cached now) and compare
