@@ -442,7 +442,10 @@ class MultiNode(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        for p in cls.procs:
+        """Everything setUpClass made, whatever it got to; safe to call twice (main()'s
+        SIGTERM handler: the processes run in sessions of their own, out of reach of
+        a signal to the test's process group)."""
+        for p in getattr(cls, "procs", []):
             if p.poll() is None:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -452,13 +455,15 @@ class MultiNode(unittest.TestCase):
                     p.wait(30)
                 except subprocess.TimeoutExpired:
                     pass
-        for m in cls.mounts:
+        for m in getattr(cls, "mounts", []):
             m.cleanup()
-        for name in reversed(cls.ns):
+        for name in reversed(getattr(cls, "ns", [])):
             mu.run(["ip", "netns", "del", name], timeout=30)
+        cls.ns = []
         if getattr(cls, "s3log", None):
             cls.s3log.close()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
+        if getattr(cls, "tmp", None):
+            shutil.rmtree(cls.tmp, ignore_errors=True)
 
     # -- the tests -----------------------------------------------------------------
 
@@ -635,6 +640,10 @@ class MultiNode(unittest.TestCase):
 
 
 def main():
+    def on_term(signum, frame):  # a test runner's timeout: leave nothing behind
+        MultiNode.tearDownClass()
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, on_term)
     prog = unittest.main(verbosity=2, exit=False)
     r = prog.result
     if not r.wasSuccessful():
