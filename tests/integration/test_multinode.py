@@ -27,10 +27,10 @@ What each test asserts, and would be false if the feature broke:
                          granularity (its samples go to two ranks, none to both)
   test_fetched_by_one_node  from the proxy's log: in each epoch, the nodes that fetched
                          a record object (GETs, by client address, however many) are
-                         exactly the nodes that read it that epoch and had not fetched
-                         it before: one node per record, two where a share boundary
-                         splits it or the padding repeats its first sample; the first
-                         epoch fetches every record
+                         nodes that read it that epoch, and include every such node
+                         that had not fetched it before: one node per record, two
+                         where a share boundary splits it or the padding repeats its
+                         first sample; the first epoch fetches every record
   test_link_cut          after the training (no collective in flight), the node that
                          fetched the fewest records reads files of every record, its
                          cached ones first; its link is cut mid-pass, then the other
@@ -533,8 +533,13 @@ class MultiNode(unittest.TestCase):
                     fetchers[rec].add(ip_rank[ip])
             for rec in range(1, self.nrecords + 1):
                 self.assertLessEqual(len(readers[rec]), 2, (e, rec))
+                # fetched by no node that did not read it this epoch (the issue's
+                # rule), and by every reader that had not fetched it before (else
+                # the log misses requests); a reader may fetch again what it fetched
+                # in an earlier epoch (a cache policy's choice, not checked here)
                 want = {n for n in readers[rec] if (n, rec) not in fetched_before}
-                self.assertEqual(fetchers[rec], want, (e, rec, dict(readers)))
+                self.assertLessEqual(fetchers[rec], readers[rec], (e, rec, dict(readers)))
+                self.assertLessEqual(want, fetchers[rec], (e, rec, dict(readers)))
                 fetched_before |= {(n, rec) for n in fetchers[rec]}
             sys.stderr.write("epoch %d: record: ranks reading it / fetching it (GETs) %s\n" % (
                 e, " ".join("%d:%s/%s(%d)" % (rec, "".join(map(str, sorted(readers[rec]))),
