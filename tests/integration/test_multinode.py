@@ -480,15 +480,19 @@ class MultiNode(unittest.TestCase):
         for p in params[1:]:
             self.assertEqual(p, params[0])
 
-    def test_each_sample_once(self):
+    def record_of_index(self):
+        """The record of each dataset index (ImageFolder's order), from index.db: the
+        oracle, not the sampler's own view."""
         from torchvision.datasets import ImageFolder
-        # the dataset's index -> record, from the index (the oracle)
         rec_of = {}
         for r in range(1, self.nrecords + 1):
             for rel in s3t.files_of_record(self.index, r):
                 rec_of[rel] = r
         root = os.path.join(self.local, "scan5")
-        record = [rec_of[os.path.relpath(p, root)] for p, _ in ImageFolder(root).samples]
+        return [rec_of[os.path.relpath(p, root)] for p, _ in ImageFolder(root).samples]
+
+    def test_each_sample_once(self):
+        record = self.record_of_index()
         n = len(record)
         self.assertEqual(n, 50)
         per_rank = -(-n // NODES)
@@ -521,12 +525,15 @@ class MultiNode(unittest.TestCase):
         self.assertTrue(all(ip in ip_rank for _, ip, _ in gets), gets)
         self.assertFalse([g for g in gets if g[0] < starts[0]],
                          "record objects fetched before the first epoch")
+        record = self.record_of_index()
         fetched_before = set()  # (rank, record)
         for e, ep in enumerate(self.epochs):
-            readers = collections.defaultdict(set)
+            readers = collections.defaultdict(set)  # the ranks that trained on it
             for rank, r in enumerate(ep["ranks"]):
-                for rec in r["records"]:
-                    readers[rec].add(rank)
+                for i in r["seen"]:
+                    readers[record[i]].add(rank)
+                # RecordSampler.records_for_epoch() names the same records
+                self.assertEqual(set(r["records"]), {record[i] for i in r["seen"]}, rank)
             fetchers = collections.defaultdict(set)
             for t, ip, rec in gets:
                 if bounds[e] <= t < bounds[e + 1]:
