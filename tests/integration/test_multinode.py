@@ -175,6 +175,8 @@ rank, world, master, root, port = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[
                                    sys.argv[4], sys.argv[5])
 torch.manual_seed(0)
 torch.set_num_threads(1)
+# a store of rank 0's beside the job's, for the exit handshake at the end
+bye = dist.TCPStore(master, int(port) + 1, world, rank == 0, datetime.timedelta(seconds=90))
 dist.init_process_group("gloo", init_method="tcp://%s:%s" % (master, port), rank=rank,
                         world_size=world, timeout=datetime.timedelta(seconds=90))
 tf = transforms.Compose([transforms.Resize((8, 8)), transforms.ToTensor()])
@@ -216,7 +218,15 @@ sums = [None] * world
 dist.all_gather_object(sums, [float(v) for v in w])
 if rank == 0:
     print(json.dumps({"params": sums, "end": time.monotonic()}), flush=True)
+dist.barrier()
 dist.destroy_process_group()
+# No rank leaves while another may still wait on a gloo socket of it (a peer that
+# closes under a pending receive aborts the process): each says it is done, and
+# rank 0, whose process holds the store, goes last.
+bye.add("done", 1)
+end = time.monotonic() + 60
+while rank == 0 and bye.add("done", 0) < world and time.monotonic() < end:
+    time.sleep(0.05)
 """
 
 
@@ -455,6 +465,8 @@ class MultiNode(unittest.TestCase):
                     p.wait(30)
                 except subprocess.TimeoutExpired:
                     pass
+            if p.stdout:
+                p.stdout.close()
         for m in getattr(cls, "mounts", []):
             m.cleanup()
         for name in reversed(getattr(cls, "ns", [])):
