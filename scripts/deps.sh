@@ -33,6 +33,8 @@ test_pkgs=(
     python3-docutils
     # getfattr/setfattr, which README and pcrfs(1) use for user.pcrfs.* attributes
     attr
+    # ip (network namespaces, veth, a bridge) for the multinode suite
+    iproute2
 )
 case $what in
     demo) pkgs=("${demo_pkgs[@]}") ;;

@@ -11,7 +11,8 @@
 #   3. gcc, -Db_sanitize=address,undefined: all suites but valgrind (ASan and
 #      valgrind cannot watch one process) and library (an ASan-built libpcrfs.so
 #      cannot be loaded into Python: its Store tests in suite s3 are skipped there
-#      too, saying so), mount tests included; a sanitizer report
+#      too, saying so) and multinode (three training processes and the deadlines
+#      it measures: the plain build runs it), mount tests included; a sanitizer report
 #      from any process, also a detached daemon whose stderr is gone, fails the run
 #      (skip with PCRFS_SANITIZE=0)
 #   4. gcc, -Dfuse=disabled -Dwerror=true: the library and the tools without
@@ -156,7 +157,8 @@ if [ "$SANITIZE" != 0 ]; then
     export ASAN_OPTIONS=abort_on_error=1:halt_on_error=1:detect_leaks=1:print_summary=1:log_path=$reports/asan
     export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1:log_path=$reports/ubsan
     build_and_test "$BUILD-asan" "asan+ubsan" -Db_sanitize=address,undefined \
-        -Db_lundef=false -- --no-suite valgrind --no-suite library --timeout-multiplier 3 \
+        -Db_lundef=false -- --no-suite valgrind --no-suite library --no-suite multinode \
+        --timeout-multiplier 3 \
         --num-processes 2
     if [ -n "$(ls -A "$reports")" ]; then
         for f in "$reports"/*; do
