@@ -225,6 +225,8 @@ int pcr_view_open(const struct pcr_view *v, const struct pcr_file *f, void **sta
 ssize_t pcr_view_read(const struct pcr_view *v, const struct pcr_file *f, void *state, char *buf,
                       size_t size, uint64_t off);
 void pcr_view_close(const struct pcr_view *v, void *state);
+/* Count a read that returned @n (bytes, or -errno) in @v's counters. */
+void pcr_view_count_read(const struct pcr_view *v, ssize_t n);
 
 /* A level named by @s (@len bytes: "1".."L" or "full") of a store of @levels (base.c).
  * @return the level, or 0 if @s is not one. */

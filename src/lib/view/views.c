@@ -305,13 +305,18 @@ ssize_t pcr_view_read(const struct pcr_view *v, const struct pcr_file *f, void *
 {
     ssize_t n = v->ops->read(v, f, state, buf, size, off);
 
+    pcr_view_count_read(v, n);
+    return n;
+}
+
+void pcr_view_count_read(const struct pcr_view *v, ssize_t n)
+{
     if (n < 0) {
         pcr_view_count(&v->ctr->errors, 1);
-        return n;
+        return;
     }
     pcr_view_count(&v->ctr->reads, 1);
     pcr_view_count(&v->ctr->bytes, (uint64_t)n);
-    return n;
 }
 
 void pcr_view_close(const struct pcr_view *v, void *state)
