@@ -14,7 +14,7 @@
  *
  * At open, pcr_views_open() expands the descriptors into struct pcr_view entries, one
  * per view number (the stable numbers the FUSE driver builds inode numbers from,
- * src/fuse/inode.h); a view's directory entry owns its counters and points at its
+ * src/lib/api/node.c); a view's directory entry owns its counters and points at its
  * module's state. Everything is read-only after pcr_views_start() but the counters
  * (relaxed atomics) and what each module guards itself.
  */
@@ -33,8 +33,8 @@ struct pcr_json;
 struct pcr_view;
 struct pcr_views;
 
-/* View numbers (8 bits: src/fuse/inode.h builds inode numbers from them). 0 is no
- * view (the driver's own nodes); scanK is K, full L+1; the others are fixed so that
+/* View numbers (8 bits: src/lib/api/node.c builds node numbers from them). 0 is no
+ * view (the control namespace: the root, /.pcrfs; node.c); scanK is K, full L+1; the others are fixed so that
  * their numbers do not move with L. */
 #define PCR_VIEW_NUMBERS 256
 #define PCR_VIEW_Q       0x70 /* q90/ ...: PCR_VIEW_Q + i - 1 for the i-th threshold */
