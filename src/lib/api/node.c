@@ -45,6 +45,7 @@
 #define VIEW_CTL     0
 #define DIR_ROOT     1 /* == PCRFS_NODE_ROOT */
 #define DIR_CTL      2 /* /.pcrfs */
+#define CTL_LEVEL    3 /* /.pcrfs/level's row (user.pcrfs.level shows it too) */
 #define CTL_VIEW_CTL 6 /* the views' control files: CTL_VIEW_CTL + their position */
 #define LEVEL_XATTR  "user.pcrfs.level"
 
@@ -97,9 +98,12 @@ static uint64_t child_node(const struct pcr_view *v, bool is_file, uint64_t id)
 
 /* ---- the control files of /.pcrfs ----------------------------------------------------
  * One row per file, in listing order. A new control file is one row: its name, an
- * id of its own from 0x80 up (kept for good: it is part of the node number), its
- * flags, and its handlers; a writable one also parses a whole value (apply) and says
- * whether pending bytes can still grow into one (prefix). */
+ * id of its own from 0x80 up (kept for good: it is part of the node number; below
+ * 0x80 are the views' control files, and 0x100 up is a daemon's for snapshots), its
+ * flags, and its handlers; a writable one also gives the longest value it takes,
+ * parses a whole value (apply, under in->lock) and says whether pending bytes can
+ * still grow into one (prefix). A writable file makes the store
+ * PCRFS_FEATURE_WRITABLE while present: a daemon then mounts read-write. */
 
 struct ctl_file {
     const char *name;
@@ -263,7 +267,7 @@ static bool level_prefix(const struct inst *in, const char *s, size_t len)
 static const struct ctl_file ctl_files[] = {
     {"info", 1, PCRFS_NODE_FIXED, 0, always, info_get, NULL, NULL},
     {"stats", 2, PCRFS_NODE_SNAPSHOT, 0, always, stats_get, NULL, NULL},
-    {"level", 3, PCRFS_NODE_WRITABLE | PCRFS_NODE_VOLATILE, 16, has_dynamic, level_get,
+    {"level", CTL_LEVEL, PCRFS_NODE_WRITABLE | PCRFS_NODE_VOLATILE, 16, has_dynamic, level_get,
      level_apply, level_prefix},
     {"codebook.npy", 4, PCRFS_NODE_FIXED, 0, has_codebook, codebook_get, NULL, NULL},
     {"records", 5, PCRFS_NODE_FIXED, 0, always, records_get, NULL, NULL},
@@ -338,8 +342,11 @@ unsigned pcrfs_features(pcrfs_store *s)
         return 0;
     if (pcr_views_need_open(in->views))
         f |= PCRFS_FEATURE_NEEDS_OPEN;
+    for (size_t i = 0; i < NCTL; i++)
+        if (ctl_files[i].apply && ctl_files[i].present(in))
+            f |= PCRFS_FEATURE_WRITABLE;
     if (pcr_views_dynamic(in->views))
-        f |= PCRFS_FEATURE_WRITABLE | PCRFS_FEATURE_XATTRS;
+        f |= PCRFS_FEATURE_XATTRS; /* user.pcrfs.level */
     if (pcr_views_have_xattrs(in->views))
         f |= PCRFS_FEATURE_XATTRS;
     return f;
@@ -759,7 +766,7 @@ static bool has_level_xattr(const struct inst *in, uint64_t node)
 {
     return pcr_views_dynamic(in->views) &&
            (node == node_make(PCR_VIEW_DYN, false, PCR_ROOT_DIR) ||
-            node == node_make(VIEW_CTL, true, ctl_files[2].id));
+            node == node_make(VIEW_CTL, true, CTL_LEVEL));
 }
 
 /* @val (@n bytes) into @buf as getxattr(2) gives it. */

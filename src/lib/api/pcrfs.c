@@ -66,13 +66,19 @@ const char *pcrfs_version(void)
 static pthread_mutex_t reopen_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+/* This process's id, kept by the fork handler: every call compares it with its
+ * instance's, and getpid() is a system call (glibc caches it no more). */
+static _Atomic pid_t self_pid;
+
 static void atfork_child(void)
 {
     pthread_mutex_init(&reopen_lock, NULL);
+    atomic_store(&self_pid, getpid());
 }
 
 static void atfork_register(void)
 {
+    atomic_store(&self_pid, getpid());
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
@@ -303,7 +309,7 @@ void pcrfs_close(pcrfs_store *s)
 struct inst *pcrfs_inst(pcrfs_store *s)
 {
     struct inst *in = atomic_load_explicit(&s->cur, memory_order_acquire), *fresh = NULL;
-    pid_t me = getpid();
+    pid_t me = atomic_load_explicit(&self_pid, memory_order_relaxed);
 
     if (in && in->pid == me)
         return in;

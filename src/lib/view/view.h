@@ -10,7 +10,8 @@
  * info and stats JSON, its extended attributes and control file, whether it needs
  * an open per read (state changes per open) and what a kernel may cache of it.
  * views.c lists the descriptors, in the order of the root listing: adding a view is
- * its module plus one line there (and meson.build).
+ * its module plus one line there (and meson.build); its number, help text and
+ * options are its descriptor's.
  *
  * At open, pcr_views_open() expands the descriptors into struct pcr_view entries, one
  * per view number (the stable numbers the FUSE driver builds inode numbers from,
@@ -277,9 +278,5 @@ static inline void pcr_view_count(atomic_uint_fast64_t *c, uint64_t n)
 {
     atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
-
-/* The descriptors (one module each). */
-extern const struct pcr_view_desc pcr_view_scan, pcr_view_full, pcr_view_dynamic,
-    pcr_view_quality, pcr_view_mix, pcr_view_tokens, pcr_view_refurb;
 
 #endif
