@@ -103,7 +103,7 @@ PCRFS_API ssize_t pcrfs_info_json(pcrfs_store *s, char **out);
 PCRFS_API ssize_t pcrfs_stats_json(pcrfs_store *s, char **out);
 
 
-/* ---- Serving the tree: what a filesystem daemon needs (pcrfs(3), NODES) ----------
+/* ---- Serving the tree: what a filesystem daemon needs (pcrfs(3)) ----------------
  *
  * The calls above take paths; a daemon that serves the tree to a kernel (pcrfs(1))
  * works on nodes instead. Every directory and file of the tree has a node number:

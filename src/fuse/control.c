@@ -3,7 +3,7 @@
  * writable ones (/.pcrfs/level, user.pcrfs.level).
  *
  * The files themselves (info, stats, level, codebook.npy, records, the views'),
- * their bytes and the rules of writing them are the library's (pcrfs(3), NODES;
+ * their bytes and the rules of writing them are the library's (pcrfs(3);
  * src/lib/api/node.c: one row per file).
  */
 #include <errno.h>

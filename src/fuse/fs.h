@@ -2,14 +2,14 @@
  *
  * The driver is a client of the library's public API (include/pcrfs/pcrfs.h, the
  * only header of the library it includes): the tree, its names, sizes, bytes,
- * control files and attributes are the library's nodes (pcrfs(3), NODES). What it
- * keeps is what only a kernel needs: the inode numbers and the stats snapshots
- * (inode.h), what the kernel may cache (ops.c), who may write the control files
- * (control.c), and the command line and the daemon's life (main.c, daemon.c). Files,
- * top down: main.c -> ops.c, writes.c -> control.c, attr.c, inode.c, tlsbuf.c, bdi.c
- * (leaves); daemon.c, mountcheck.c and help.c serve main.c. Everything below is
- * written once before the session starts and only read afterwards, except what the
- * locks named below guard.
+ * control files and attributes are the library's nodes (pcrfs(3), SERVING THE
+ * TREE). What it keeps is what only a kernel needs: the inode numbers and the
+ * stats snapshots (inode.h), what the kernel may cache (ops.c), who may write the
+ * control files (control.c), and the command line and the daemon's life (main.c,
+ * daemon.c). Calls run one way, top down: main.c -> ops.c -> writes.c ->
+ * control.c, attr.c -> inode.c, with tlsbuf.c, bdi.c, daemon.c, mountcheck.c and
+ * help.c as leaves. Everything below is written once before the session starts and
+ * only read afterwards, except what the locks named below guard.
  */
 #ifndef PCRFS_FUSE_FS_H
 #define PCRFS_FUSE_FS_H
@@ -79,9 +79,6 @@ bool pcrfs_may_control(const struct pcrfs *fs, fuse_req_t req);
 
 /* ops.c */
 extern const struct fuse_lowlevel_ops pcrfs_ops;
-/* The attributes of any inode, as GETATTR answers them, and its node's flags
- * (PCRFS_NODE_*; NULL: not wanted). */
-int pcrfs_node_attr(struct pcrfs *fs, fuse_ino_t ino, struct stat *st, unsigned *flags);
 /* tlsbuf.c: the calling thread's buffer, at least @size bytes. NULL: out of memory. */
 char *pcrfs_tls_buf(size_t size);
 /* attr.c: attributes of a directory with @nsubdirs subdirectories, of a file of @size
@@ -89,6 +86,9 @@ char *pcrfs_tls_buf(size_t size);
 #define PCRFS_BLKSIZE (1u << 20)
 void pcrfs_stat_dir(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t nsubdirs);
 void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint64_t size);
+/* attr.c: the attributes of any inode, as GETATTR answers them, and its node's flags
+ * (PCRFS_NODE_*; NULL: not wanted). */
+int pcrfs_node_attr(struct pcrfs *fs, fuse_ino_t ino, struct stat *st, unsigned *flags);
 /* tlsbuf.c: free the calling thread's buffer (libfuse's workers free theirs on exit; the
  * main thread of a single-threaded loop calls this). */
 void pcrfs_ops_thread_done(void);

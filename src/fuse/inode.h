@@ -3,7 +3,7 @@
  * alone).
  *
  * Every inode number the daemon hands to the kernel is a node number of the library
- * (pcrfs(3), NODES; their layout: src/lib/api/node.c): a pure function of what it
+ * (pcrfs(3); their layout: src/lib/api/node.c): a pure function of what it
  * names, so every request's inode decodes without a table, the root is node 1 ==
  * FUSE_ROOT_ID, and numbers are stable across lookups and across mounts of the same
  * store (for NFS export and for tools that remember st_ino). Why no inode table and no

@@ -4,7 +4,7 @@
  * errno, and sends exactly one reply. Workers never reply. Inode numbers are
  * computed, not stored (see inode.h), so there is no inode table and no lock on the
  * lookup, getattr, readdir or read paths. Every inode is a node of the library
- * (pcrfs(3), NODES), which names, sizes and reads it and says in its flags what a
+ * (pcrfs(3)), which names, sizes and reads it and says in its flags what a
  * kernel may cache of it; the daemon adds only the stats snapshots (inode.h).
  *
  * What the kernel is told, and why (the store is immutable for the life of the mount):
@@ -82,37 +82,6 @@ static struct pcrfs *fs_of(fuse_req_t req)
 }
 
 /* ---- attributes ------------------------------------------------------------------ */
-
-int pcrfs_node_attr(struct pcrfs *fs, fuse_ino_t ino, struct stat *st, unsigned *flags)
-{
-    struct pcrfs_node_attr a;
-    size_t len;
-    int rc;
-
-    memset(st, 0, sizeof(*st));
-    if (pcrfs_ino_is_snap(&fs->snaps, ino)) {
-        rc = pcrfs_snaps_read(&fs->snaps, ino, NULL, 0, 0, NULL, &len);
-        if (rc)
-            return rc;
-        /* st_ino is the file's, not the snapshot's: one file, however many snapshots */
-        pcrfs_stat_file(fs, st, fs->snaps.stats_node, len);
-        if (flags)
-            *flags = PCRFS_NODE_CONTROL | PCRFS_NODE_FIXED | PCRFS_NODE_SNAPSHOT;
-        return 0;
-    }
-    rc = pcrfs_node_stat(fs->store, ino, &a);
-    if (rc)
-        return rc;
-    if (a.flags & PCRFS_NODE_DIR)
-        pcrfs_stat_dir(fs, st, ino, a.nsubdirs);
-    else
-        pcrfs_stat_file(fs, st, ino, a.size);
-    if (a.flags & PCRFS_NODE_WRITABLE)
-        st->st_mode = S_IFREG | 0644; /* the mounting user may write it */
-    if (flags)
-        *flags = a.flags;
-    return 0;
-}
 
 /* The level file changes under the reader: its size is that of what it holds now,
  * and the kernel must not cache it. (A stats snapshot never changes: inode.h.) */

@@ -407,8 +407,8 @@ static int resolve_file(struct inst *in, const char *path, struct node *n,
     do {                                                                                           \
         errbuf[0] = '\0';                                                                          \
         if (!(s))                                                                                  \
-            return pcrfs_fail(-EINVAL, "no store");                                                      \
-        if (!((in) = pcrfs_inst(s)))                                                                 \
+            return pcrfs_fail(-EINVAL, "no store");                                                \
+        if (!((in) = pcrfs_inst(s)))                                                               \
             return -EIO;                                                                           \
     } while (0)
 
