@@ -20,7 +20,8 @@
     X(quality)                                                                                     \
     X(mix)                                                                                         \
     X(tokens)                                                                                      \
-    X(refurb)
+    X(refurb)                                                                                      \
+    /* (a new view: one line above this one) */
 
 #define DECLARE(n) extern const struct pcr_view_desc pcr_view_##n;
 VIEWS(DECLARE)
