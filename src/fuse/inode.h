@@ -86,9 +86,9 @@ struct stat_snap {
 };
 
 struct snaps {
-    pthread_mutex_t lock;                     /* guards slot and gen */
-    uint64_t stats_node;                      /* the library's node of /.pcrfs/stats */
-    uint64_t gen;                             /* the last generation handed out */
+    pthread_mutex_t lock;                    /* guards slot and gen */
+    uint64_t stats_node;                     /* the library's node of /.pcrfs/stats */
+    uint64_t gen;                            /* the last generation handed out */
     struct stat_snap *slot[PCRFS_MAX_SNAPS]; /* generation g lives in [g % MAX] */
 };
 

@@ -45,7 +45,7 @@ static void test_snaps(void)
     CHECK(pcrfs_snaps_read(&r, ino, NULL, 0, 0, NULL, &len) == 0, "forget 0 keeps it");
     pcrfs_snaps_forget(&r, ino, 1);
     CHECK(pcrfs_snaps_read(&r, ino, NULL, 0, 0, NULL, &len) == -ESTALE, "forgotten: ESTALE");
-    pcrfs_snaps_forget(&r, ino, 1); /* again: nothing left, no crash */
+    pcrfs_snaps_forget(&r, ino, 1);   /* again: nothing left, no crash */
     pcrfs_snaps_forget(&r, stats, 1); /* not a snapshot: nothing to do */
     pcrfs_snaps_forget(&r, 777, 5);
     CHECK(pcrfs_snaps_read(&r, ino2, NULL, 0, 0, NULL, &len) == 0 && len == 6,

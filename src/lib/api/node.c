@@ -108,8 +108,8 @@ static uint64_t child_node(const struct pcr_view *v, bool is_file, uint64_t id)
 struct ctl_file {
     const char *name;
     uint64_t id;
-    uint32_t flags;  /* PCRFS_NODE_FIXED, _SNAPSHOT, _WRITABLE | _VOLATILE */
-    size_t max;      /* a writable one: the longest value, in bytes */
+    uint32_t flags; /* PCRFS_NODE_FIXED, _SNAPSHOT, _WRITABLE | _VOLATILE */
+    size_t max;     /* a writable one: the longest value, in bytes */
     bool (*present)(const struct inst *in);
     /* its bytes now: *@data (kept by @in), or malloc()ed in *@owned. 0 or -errno */
     int (*get)(struct inst *in, const char **data, size_t *len, char **owned);
@@ -606,8 +606,7 @@ ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size_t len, ui
         pcr_view_count(&v->ctr->opens, 1);
     /* A kernel follows a failed readahead READ with a READ of the same page: one
      * failure of one file, counted once (as the failed open it replaces was). */
-    if (n < 0 &&
-        atomic_exchange_explicit(&in->last_err_node, node, memory_order_relaxed) == node)
+    if (n < 0 && atomic_exchange_explicit(&in->last_err_node, node, memory_order_relaxed) == node)
         return n;
     pcr_view_count_read(v, n);
     return n;
@@ -652,8 +651,8 @@ int pcrfs_node_open(pcrfs_store *s, uint64_t node, int for_write, pcrfs_file **o
     h->size = -1;
     if (p.view == VIEW_CTL) {
         /* a control file that is not a row (a view's) reads like a fixed row */
-        static const struct ctl_file view_ctl = {"", 0, PCRFS_NODE_FIXED, 0, NULL, NULL, NULL,
-                                                 NULL};
+        static const struct ctl_file view_ctl = {"",   0,   PCRFS_NODE_FIXED, 0, NULL, NULL,
+                                                 NULL, NULL};
         h->ctl = row ? row : &view_ctl;
         if (for_write && !(h->wbuf = malloc(row->max))) {
             free(h);
@@ -764,9 +763,8 @@ void pcrfs_ctl_file_close(struct pcrfs_file *f)
 
 static bool has_level_xattr(const struct inst *in, uint64_t node)
 {
-    return pcr_views_dynamic(in->views) &&
-           (node == node_make(PCR_VIEW_DYN, false, PCR_ROOT_DIR) ||
-            node == node_make(VIEW_CTL, true, CTL_LEVEL));
+    return pcr_views_dynamic(in->views) && (node == node_make(PCR_VIEW_DYN, false, PCR_ROOT_DIR) ||
+                                            node == node_make(VIEW_CTL, true, CTL_LEVEL));
 }
 
 /* @val (@n bytes) into @buf as getxattr(2) gives it. */
