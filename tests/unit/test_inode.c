@@ -170,6 +170,10 @@ static void test_nodes(const char *path)
 
     /* the write rule: whole values only, a stream per handle, flush applies */
     CHECK(pcrfs_node_open(s, n1, 1, &f) == -EROFS, "a view's file is not writable");
+    CHECK(pcrfs_node_open(s, level, 0, &f) == 0 && pcrfs_file_size(f) == 2 &&
+              pcrfs_file_read(f, buf, sizeof(buf), 0) == 2 && buf[0] == '2',
+          "a control file's handle: its size and bytes");
+    pcrfs_file_close(f);
     CHECK(pcrfs_node_open(s, level, 1, &f) == 0, "open the level for writing");
     CHECK(pcrfs_file_write(f, "3\n\n", 3) == -EINVAL, "a second line is refused");
     CHECK(pcrfs_node_read(s, level, buf, sizeof(buf), 0) == 2 && buf[0] == '2',

@@ -324,15 +324,6 @@ void pcrfs_node_inst_free(struct inst *in)
 
 /* ---- store-wide ---------------------------------------------------------------------- */
 
-#define INST(in, s)                                                                                \
-    do {                                                                                           \
-        pcrfs_ok();                                                                                \
-        if (!(s))                                                                                  \
-            return pcrfs_fail(-EINVAL, "no store");                                                \
-        if (!((in) = pcrfs_inst(s)))                                                               \
-            return -EIO;                                                                           \
-    } while (0)
-
 unsigned pcrfs_features(pcrfs_store *s)
 {
     struct inst *in = s ? pcrfs_inst(s) : NULL;
@@ -378,7 +369,7 @@ int pcrfs_node_lookup(pcrfs_store *s, uint64_t dir, const char *name, uint64_t *
     size_t i;
     int rc;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     *node = 0;
     if (p.is_file)
         return -ENOTDIR;
@@ -427,7 +418,7 @@ int pcrfs_node_stat(pcrfs_store *s, uint64_t node, struct pcrfs_node_attr *a)
     int64_t size;
     int rc;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     memset(a, 0, sizeof(*a));
     if (p.view == VIEW_CTL) {
         const struct ctl_file *row;
@@ -496,7 +487,7 @@ int pcrfs_node_readdir(pcrfs_store *s, uint64_t dir, uint64_t *pos, char *name, 
     uint64_t at = *pos;
     int rc;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     if (p.is_file)
         return -ENOTDIR;
     *is_dir = p.view == VIEW_CTL && p.id == DIR_ROOT; /* the root lists directories only */
@@ -581,7 +572,7 @@ ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size_t len, ui
     ssize_t n;
     int rc;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     if (!p.is_file)
         return -EISDIR;
     if (p.view == VIEW_CTL)
@@ -625,7 +616,7 @@ int pcrfs_node_open(pcrfs_store *s, uint64_t node, int for_write, pcrfs_file **o
     int rc;
 
     *out = NULL;
-    INST(in, s);
+    PCRFS_INST(in, s);
     if (!p.is_file)
         return -EISDIR;
     if (p.view == VIEW_CTL) {
@@ -677,6 +668,17 @@ unsigned pcrfs_file_flags(const pcrfs_file *f)
     if (f->ctl)
         return PCRFS_NODE_CONTROL | f->ctl->flags;
     return file_flags(f->v);
+}
+
+int64_t pcrfs_ctl_file_size(const struct pcrfs_file *f)
+{
+    const char *data;
+    char *owned;
+    size_t len;
+    int rc = ctl_bytes(f->in, node_split(f->node).id, &data, &len, &owned);
+
+    free(owned);
+    return rc ? rc : (int64_t)len;
 }
 
 ssize_t pcrfs_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off)
@@ -786,7 +788,7 @@ ssize_t pcrfs_node_getxattr(pcrfs_store *s, uint64_t node, const char *name, voi
     struct inst *in;
     int rc;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     rc = pcr_view_getxattr(p.is_file ? view_of(in, p) : NULL, p.id, name, val, sizeof(val), &n);
     if (rc == -ENOSYS && pcr_views_dynamic(in->views)) {
         int k;
@@ -812,7 +814,7 @@ ssize_t pcrfs_node_listxattr(pcrfs_store *s, uint64_t node, char *buf, size_t le
     struct inst *in;
     int rc;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     rc = pcr_view_listxattr(p.is_file ? view_of(in, p) : NULL, p.id, &list, &n);
     if (rc == -ENOSYS && pcr_views_dynamic(in->views)) {
         list = has_level_xattr(in, node) ? LEVEL_XATTR : "";
@@ -833,7 +835,7 @@ int pcrfs_node_setxattr(pcrfs_store *s, uint64_t node, const char *name, const v
     ssize_t n;
     unsigned k;
 
-    INST(in, s);
+    PCRFS_INST(in, s);
     if (!has_level_xattr(in, node) || strcmp(name, LEVEL_XATTR) != 0)
         return -EROFS;
     if (!value)

@@ -403,15 +403,6 @@ static int resolve_file(struct inst *in, const char *path, struct node *n,
     return rc ? pcrfs_fail(rc, "%s: %s", path, strerror(-rc)) : 0;
 }
 
-#define INST_OR_FAIL(in, s)                                                                        \
-    do {                                                                                           \
-        errbuf[0] = '\0';                                                                          \
-        if (!(s))                                                                                  \
-            return pcrfs_fail(-EINVAL, "no store");                                                \
-        if (!((in) = pcrfs_inst(s)))                                                               \
-            return -EIO;                                                                           \
-    } while (0)
-
 /* This process's instance and the file at @path in it. */
 static int file_at(pcrfs_store *s, const char *path, struct inst **in, struct node *n,
                    const struct pcr_file **f)
@@ -432,7 +423,7 @@ int pcrfs_stat(pcrfs_store *s, const char *path, struct pcrfs_stat *st)
     int64_t size;
     int rc;
 
-    INST_OR_FAIL(in, s);
+    PCRFS_INST(in, s);
     memset(st, 0, sizeof(*st));
     rc = resolve(in, path, &n);
     if (rc)
@@ -463,7 +454,7 @@ int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, char *name, s
     uint64_t p = *pos;
     int rc;
 
-    INST_OR_FAIL(in, s);
+    PCRFS_INST(in, s);
     rc = resolve(in, path, &n);
     if (rc)
         return rc;
@@ -527,6 +518,8 @@ int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
 
 int64_t pcrfs_file_size(const pcrfs_file *f)
 {
+    if (f->ctl)
+        return pcrfs_ctl_file_size(f);
     /* a node's open (pcrfs_node_open()) leaves it to the first ask */
     if (f->size < 0 && f->v && f->f)
         return pcr_view_size(f->v, f->f);
@@ -615,7 +608,7 @@ int pcrfs_set_level(pcrfs_store *s, unsigned level)
     struct inst *in;
     int rc;
 
-    INST_OR_FAIL(in, s);
+    PCRFS_INST(in, s);
     rc = pcr_views_set_level(in->views, level, NULL);
     if (rc == -ENOENT)
         return pcrfs_fail(rc, "no dynamic/ (open with level=K)");
@@ -628,7 +621,7 @@ ssize_t pcrfs_info_json(pcrfs_store *s, char **out)
 {
     struct inst *in;
 
-    INST_OR_FAIL(in, s);
+    PCRFS_INST(in, s);
     *out = malloc(in->info_len + 1);
     if (!*out)
         return pcrfs_fail(-ENOMEM, "out of memory");
@@ -648,7 +641,7 @@ ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out)
     size_t len;
     int rc;
 
-    INST_OR_FAIL(in, s);
+    PCRFS_INST(in, s);
     rc = pcr_views_stats_json(in->views, head, out, &len);
     return rc ? pcrfs_fail(rc, "out of memory") : (ssize_t)len;
 }
