@@ -102,6 +102,137 @@ PCRFS_API int pcrfs_set_level(pcrfs_store *s, unsigned level);
 PCRFS_API ssize_t pcrfs_info_json(pcrfs_store *s, char **out);
 PCRFS_API ssize_t pcrfs_stats_json(pcrfs_store *s, char **out);
 
+
+/* ---- Serving the tree: what a filesystem daemon needs (pcrfs(3)) ----------------
+ *
+ * The calls above take paths; a daemon that serves the tree to a kernel (pcrfs(1))
+ * works on nodes instead. Every directory and file of the tree has a node number:
+ * the root (PCRFS_NODE_ROOT), the views and everything under them, and /.pcrfs with
+ * its control files. A number is a pure function of what it names (the same across
+ * lookups, opens of the store and processes), never 0, and stays valid while the
+ * store is open; a daemon may hand it to the kernel as the inode number. A file of
+ * dynamic/ or mix/ has one number per level it can be served at: its name leads to
+ * another node when the level changes (PCRFS_NODE_NAME_MOVES). */
+#define PCRFS_NODE_ROOT UINT64_C(1)
+
+/* The node of /.pcrfs/stats changes its bytes at every read: a daemon that must
+ * give a kernel fixed bytes per node gives each snapshot a number of its own, the
+ * node's number with a generation 1..PCRFS_NODE_GEN_MAX in the bits from
+ * PCRFS_NODE_GEN_SHIFT up, which are 0 in the number of every PCRFS_NODE_SNAPSHOT
+ * node. */
+#define PCRFS_NODE_GEN_SHIFT 8
+#define PCRFS_NODE_GEN_MAX   ((UINT64_C(1) << (55 - PCRFS_NODE_GEN_SHIFT)) - 1)
+
+/* Node flags: what it is, and what a kernel may cache of it. */
+#define PCRFS_NODE_DIR         0x001u /* a directory */
+#define PCRFS_NODE_WRITABLE    0x002u /* a control file that takes writes (/.pcrfs/level) */
+#define PCRFS_NODE_VOLATILE    0x004u /* bytes and size change with what is written: cache none */
+#define PCRFS_NODE_SNAPSHOT    0x008u /* bytes rendered at each read (/.pcrfs/stats) */
+#define PCRFS_NODE_NAME_MOVES  0x010u /* a file whose name may lead elsewhere at the next lookup */
+#define PCRFS_NODE_NO_LISTINGS 0x020u /* a directory whose listing must not be cached */
+#define PCRFS_NODE_PAGES       0x040u /* a file whose bytes may be cached across opens */
+#define PCRFS_NODE_DIRECT      0x080u /* a file whose bytes differ per open (refurb/): no cache */
+#define PCRFS_NODE_FIXED       0x100u /* a control file whose bytes never change (info, ...) */
+#define PCRFS_NODE_CONTROL     0x200u /* a node of /.pcrfs (or the root): not of a view */
+
+struct pcrfs_node_attr {
+    uint64_t size;     /* a file's bytes (for a SNAPSHOT node: a render's, now) */
+    uint64_t parent;   /* a directory's parent node (the root's: the root) */
+    uint64_t nsubdirs; /* a directory's subdirectories (its link count is 2 + this) */
+    uint32_t flags;    /* PCRFS_NODE_* */
+    uint32_t reserved;
+};
+
+/* Store-wide facts a daemon decides its mount by (pcrfs_features()). */
+#define PCRFS_FEATURE_NEEDS_OPEN 0x1u /* a view changes state per open: never read without one */
+#define PCRFS_FEATURE_WRITABLE   0x2u /* a control file takes writes (dynamic/'s level) */
+#define PCRFS_FEATURE_XATTRS     0x4u /* some node has extended attributes */
+
+/* Open as pcrfs_open() does; with PCRFS_OPEN_DEFER_START the views' worker threads
+ * are not started until pcrfs_start(), so that a daemon can fork (detach) in
+ * between: the process that calls pcrfs_start() then owns the store (no reopen).
+ * @return as pcrfs_open(), but a store that cannot be opened never gives -EINVAL:
+ *         -EINVAL is a usage error (an option, or one the store cannot serve), a
+ *         malformed store -EBADMSG. */
+#define PCRFS_OPEN_DEFER_START 0x1u
+PCRFS_API int pcrfs_open_ex(const char *path_or_url, const char *const *options, unsigned flags,
+                            pcrfs_store **out);
+PCRFS_API int pcrfs_start(pcrfs_store *s);
+PCRFS_API unsigned pcrfs_features(pcrfs_store *s);
+/* The store's build time (Unix seconds): every node's times under a mount. */
+PCRFS_API int64_t pcrfs_mtime(pcrfs_store *s);
+/* Nodes over every view, plus the root, /.pcrfs and its files (statfs(2)'s files). */
+PCRFS_API uint64_t pcrfs_node_count(pcrfs_store *s);
+
+/* @name in directory @dir. @return 1 and *@node; 0 no such name (an answer, which a
+ * kernel may cache); -ENOTDIR @dir a file; -ENOENT @dir not a node; -EIO. */
+PCRFS_API int pcrfs_node_lookup(pcrfs_store *s, uint64_t dir, const char *name, uint64_t *node);
+/* @return 0; -ENOENT not a node; -EIO (a size that cannot be known is an error). */
+PCRFS_API int pcrfs_node_stat(pcrfs_store *s, uint64_t node, struct pcrfs_node_attr *a);
+/* The entry at position >= *@pos (from 0, without "." and "..") of directory @dir:
+ * its name (@namelen bytes; 256 always do), node and whether it is a directory;
+ * *@pos then names the next one (a view that leaves entries out skips them, so
+ * positions are stable offsets). @return 1 an entry; 0 the end; -ENOTDIR, -ENOENT,
+ * -ENAMETOOLONG, -EIO. */
+PCRFS_API int pcrfs_node_readdir(pcrfs_store *s, uint64_t dir, uint64_t *pos, char *name,
+                                 size_t namelen, uint64_t *node, int *is_dir);
+/* Read file @node without an open (views whose opens change nothing, and control
+ * files): a read at offset 0 counts as an open in the stats. @return bytes, -errno. */
+PCRFS_API ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size_t len,
+                                  uint64_t off);
+/* Open file @node for reading (@for_write 0) or, a WRITABLE node, for writing.
+ * Reads through the handle (pcrfs_file_read) see what its open chose (mix/'s pass,
+ * refurb/'s version). @return 0; -EISDIR; -EROFS; -ENOENT; -EIO a damaged record. */
+PCRFS_API int pcrfs_node_open(pcrfs_store *s, uint64_t node, int for_write, pcrfs_file **out);
+/* The PCRFS_NODE_* flags of an open file's node (what its attributes say, without
+ * computing a size). */
+PCRFS_API unsigned pcrfs_file_flags(const pcrfs_file *f);
+/* Writes to a WRITABLE node are one stream per handle: a value (e.g. "5" or "full"),
+ * at most one newline after it, applied whole when its newline arrives or at
+ * pcrfs_file_flush() (and pcrfs_file_close()); anything else fails with -EINVAL and
+ * applies nothing (pcrfs(1), CONTROL FILES). @return @len or -errno. */
+PCRFS_API ssize_t pcrfs_file_write(pcrfs_file *f, const void *buf, size_t len);
+PCRFS_API int pcrfs_file_flush(pcrfs_file *f);
+
+/* Extended attributes (user.pcrfs.level on dynamic/ and /.pcrfs/level, refurb/'s).
+ * get: the value's length (copied if @len allows), -ERANGE, -ENODATA, -EOPNOTSUPP,
+ * -ENOSYS no node of this store has any; list: the NUL-separated names' length, the
+ * same way. set: 0; -EROFS not an attribute that can be set there; -EINVAL a bad
+ * value; with @value NULL only whether it could be set there (0 or -EROFS), for a
+ * daemon that checks who asks in between. */
+PCRFS_API ssize_t pcrfs_node_getxattr(pcrfs_store *s, uint64_t node, const char *name, void *buf,
+                                      size_t len);
+PCRFS_API ssize_t pcrfs_node_listxattr(pcrfs_store *s, uint64_t node, char *buf, size_t len);
+PCRFS_API int pcrfs_node_setxattr(pcrfs_store *s, uint64_t node, const char *name,
+                                  const void *value, size_t len);
+
+/* /.pcrfs/stats with @head (members, each line ending ",\n", e.g. a daemon's uptime)
+ * first, or NULL. @return its length, or -ENOMEM. */
+PCRFS_API ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out);
+
+/* ---- Options, for a command line that passes them on (pcrfs(1)'s -o) ---- */
+
+#define PCRFS_OPT_PATH   0x1u /* its value is a path (make it absolute before a chdir) */
+#define PCRFS_OPT_REMOTE 0x2u /* only for a store in object storage */
+#define PCRFS_OPT_WRITE  0x4u /* given, a control file takes writes (level=K) */
+/* The @i-th option pcrfs_open() takes (from 0), and its flags. NULL: past the end. */
+PCRFS_API const char *pcrfs_option(unsigned i, unsigned *flags);
+/* Check one option as pcrfs_open() would (what needs the store aside). @return 0;
+ * -EINVAL a bad value (pcrfs_errmsg()); -ENOENT not an option; -ENOMEM. */
+PCRFS_API int pcrfs_option_check(const char *name, const char *value);
+/* The lines of the views' options for a --help (static). */
+PCRFS_API const char *pcrfs_options_help(void);
+
+/* Is @path_or_url in object storage? 0 no; 1 yes; 2 yes, and it holds credentials
+ * (user:password@): never print it. */
+PCRFS_API int pcrfs_is_remote(const char *path_or_url);
+
+/* Where the library's messages go (by default nowhere): @fn gets each one, levels
+ * 0 error, 1 warning, 2 info, 3 debug, up to @max_level. Call once, before any other
+ * call. */
+typedef void (*pcrfs_log_fn)(int level, const char *msg, void *ctx);
+PCRFS_API void pcrfs_set_log(pcrfs_log_fn fn, void *ctx, int max_level);
+
 #ifdef __cplusplus
 }
 #endif

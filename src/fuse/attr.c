@@ -1,6 +1,8 @@
-/* pcrfs — the attributes every node shares: owner, times, modes, st_blksize (a
- * leaf: ops.c and pcrfsdir.c fill their nodes' stat with it). Why 1 MiB of
- * st_blksize and exact st_blocks: ops.c's head comment.
+/* pcrfs — a node's attributes as the kernel gets them: the library's (size, links,
+ * what is writable) and what every node shares (owner, times, modes, st_blksize);
+ * a stats snapshot's from its bytes (inode.h). ops.c and writes.c call it; it calls
+ * only inode.c and the library. Why 1 MiB of st_blksize and exact st_blocks: ops.c's
+ * head comment.
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -35,3 +37,34 @@ void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint
     st->st_blocks = (blkcnt_t)((size + 511) / 512);
 }
 
+
+int pcrfs_node_attr(struct pcrfs *fs, fuse_ino_t ino, struct stat *st, unsigned *flags)
+{
+    struct pcrfs_node_attr a;
+    size_t len;
+    int rc;
+
+    memset(st, 0, sizeof(*st));
+    if (pcrfs_ino_is_snap(&fs->snaps, ino)) {
+        rc = pcrfs_snaps_read(&fs->snaps, ino, NULL, 0, 0, NULL, &len);
+        if (rc)
+            return rc;
+        /* st_ino is the file's, not the snapshot's: one file, however many snapshots */
+        pcrfs_stat_file(fs, st, fs->snaps.stats_node, len);
+        if (flags)
+            *flags = PCRFS_NODE_CONTROL | PCRFS_NODE_FIXED | PCRFS_NODE_SNAPSHOT;
+        return 0;
+    }
+    rc = pcrfs_node_stat(fs->store, ino, &a);
+    if (rc)
+        return rc;
+    if (a.flags & PCRFS_NODE_DIR)
+        pcrfs_stat_dir(fs, st, ino, a.nsubdirs);
+    else
+        pcrfs_stat_file(fs, st, ino, a.size);
+    if (a.flags & PCRFS_NODE_WRITABLE)
+        st->st_mode = S_IFREG | 0644; /* the mounting user may write it */
+    if (flags)
+        *flags = a.flags;
+    return 0;
+}

@@ -1,35 +1,52 @@
-/* pcrfs — the /.pcrfs control files' JSON: info (what is mounted) and stats
- * (counters).
+/* pcrfs — what the daemon adds to the library's control files: /.pcrfs/stats with
+ * its own members (uptime, no_open) as snapshots (inode.h), and who may write the
+ * writable ones (/.pcrfs/level, user.pcrfs.level).
  *
- * Both are JSON so that scripts read them with one call; the library renders the
- * store's facts and every view's members (pcr_views_info_json(), _stats_json());
- * what only the daemon knows is added here. info never changes and is rendered once
- * at mount; stats when its name is looked up (a snapshot per lookup, each with an
- * inode of its own: inode.h). The third, /.pcrfs/level (dynamic mounts), is one
- * number, read and written in pcrfsdir.c.
+ * The files themselves (info, stats, level, codebook.npy, records, the views'),
+ * their bytes and the rules of writing them are the library's (pcrfs(3);
+ * src/lib/api/node.c: one row per file).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "fs.h"
-
-int pcrfs_info_render(struct pcrfs *fs)
-{
-    char extra[64];
-
-    snprintf(extra, sizeof(extra), ",\n  \"bwlimit\": %llu", (unsigned long long)fs->bwlimit);
-    return pcr_views_info_json(fs->views, fs->store_path, extra, &fs->info, &fs->info_len);
-}
 
 int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
 {
     struct timespec now;
     char head[96];
+    ssize_t n;
 
     clock_gettime(CLOCK_MONOTONIC, &now);
     /* no_open: "opens" counts READs at offset 0 (ops.c) */
     snprintf(head, sizeof(head), "  \"uptime_s\": %lld,\n  \"no_open\": %s,\n",
              (long long)(now.tv_sec - fs->started),
              atomic_load_explicit(&fs->no_open, memory_order_relaxed) ? "true" : "false");
-    return pcr_views_stats_json(fs->views, head, out, len);
+    n = pcrfs_stats_json_ex(fs->store, head, out);
+    if (n < 0)
+        return (int)n;
+    *len = (size_t)n;
+    return 0;
+}
+
+int pcrfs_stats_snap(struct pcrfs *fs, uint64_t *ino)
+{
+    char *data;
+    size_t len;
+    int rc = pcrfs_stats_render(fs, &data, &len);
+
+    if (rc)
+        return rc;
+    rc = pcrfs_snaps_add(&fs->snaps, data, len, ino);
+    free(data);
+    return rc;
+}
+
+bool pcrfs_may_control(const struct pcrfs *fs, fuse_req_t req)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+    return ctx && (ctx->uid == 0 || ctx->uid == fs->uid);
 }

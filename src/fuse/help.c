@@ -1,5 +1,5 @@
 /* pcrfs — usage and --help (main.c): the driver's options, then each view's from
- * its descriptor (src/lib/view/). Every option here is in pcrfs(1) too. */
+ * its descriptor (the library's, pcrfs_options_help()). Every option here is in pcrfs(1) too. */
 #include <stdio.h>
 
 #include "fs.h"
@@ -89,9 +89,7 @@ void pcrfs_help(void)
            "                           kernel connection options (libfuse's)\n"
            "\n"
            "The views' options (their ranges need the store: checked once it is open):\n");
-    for (size_t i = 0; i < pcr_view_ndescs; i++)
-        if (pcr_view_descs[i]->help)
-            fputs(pcr_view_descs[i]->help, stdout);
+    fputs(pcrfs_options_help(), stdout); /* each view's lines, from its descriptor */
     printf("\n"
            "pcrfs always adds -o ro,default_permissions,fsname=STORE,subtype=pcrfs\n"
            "unless given otherwise (with -o level=K: only fsname and subtype).\n"

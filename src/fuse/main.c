@@ -27,11 +27,10 @@
 #include "daemon.h"
 #include "fs.h"
 #include "mountcheck.h"
-#include "pcrfs/backend.h"
-#include "pcrfs/log.h"
 #include "util/optparse.h"
 
 #define EXIT_USAGE      2
+#define CLI_LIB_OPTS_MAX 48 /* the library's options (pcrfs_option()) */
 #define DEFAULT_TIMEOUT 86400.0
 #define DEFAULT_READ_AHEAD_KB 1024 /* = max_pages: one READ up to 1 MiB (bdi.c) */
 
@@ -43,22 +42,20 @@ struct cli {
     double timeout;
     int nokeep_cache;
     int open; /* -o open: an OPEN round trip per open(2), as before no-open */
-    /* -o bwlimit=, readahead=, and for STORE in object storage cache=, cache_size=,
-     * http_timeout=, http_retries=: parsed by the library (src/lib/store/opts.c) */
-    struct pcr_store_opts sopts;
+    /* The library's options (pcrfs_option(): bwlimit=, readahead=, cache=, endpoint=,
+     * ..., and the views' level=, quality=, mix=, refurb=, ...), each checked by the
+     * library as it is given and kept as a string, the last value of each name: they
+     * are handed to pcrfs_open_ex() as given, paths made absolute. */
+    struct {
+        const char *name; /* pcrfs_option()'s */
+        unsigned flags;   /* PCRFS_OPT_* */
+        char *val;
+    } lib[CLI_LIB_OPTS_MAX];
+    unsigned nlib;
     char *remote_only;  /* the message refusing the last object-storage option for a local STORE */
-    char *endpoint, *region, *profile, *ca_bundle; /* -o endpoint= ... (s3://), as given */
     char *logfile; /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
-    struct pcr_views_args views; /* the views' options (level=, quality=, mix=, ...) */
-    /* the views' path options as given (the last one), made absolute before the
-     * views get them (src/lib/view/view.h, path_opts) */
-    struct {
-        const char *name;
-        char *val;
-    } paths[8];
-    unsigned npaths;
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -73,33 +70,18 @@ enum {
     KEY_SUBTYPE,
     KEY_READDIRPLUS,
     KEY_TIMEOUT,
-    KEY_STORE, /* bwlimit=, readahead=, cache=, ...: the library's (pcr_store_opt) */
     KEY_LOGFILE,
-    KEY_ENDPOINT,  /* endpoint=, region=, profile=, ca_bundle=: strings the library */
-    KEY_REGION,    /* checks (url.c), given only for a STORE in object storage */
-    KEY_PROFILE,
-    KEY_CA_BUNDLE,
     KEY_READ_AHEAD_KB,
-    KEY_VIEW,     /* a view's option (level=, mix=, refurb=, ...): src/lib/view/ */
+    KEY_LIB,      /* the library's: bwlimit=, cache=, endpoint=, level=, mix=, ... */
     KEY_FUSE_NUM, /* libfuse's numeric options: checked here, kept for libfuse */
 };
 
-/* The driver's own options; the views' (one FUSE_OPT_KEY per option of each
- * descriptor, KEY_VIEW) are added by cli_spec_make(). */
+/* The driver's own options; the library's (one FUSE_OPT_KEY per pcrfs_option(),
+ * KEY_LIB) are added by cli_spec_make(). */
 static const struct fuse_opt cli_own[] = {
     {"nokeep_cache", offsetof(struct cli, nokeep_cache), 1},
     {"open", offsetof(struct cli, open), 1},
     FUSE_OPT_KEY("timeout=", KEY_TIMEOUT),
-    FUSE_OPT_KEY("bwlimit=", KEY_STORE),
-    FUSE_OPT_KEY("readahead=", KEY_STORE),
-    FUSE_OPT_KEY("cache=", KEY_STORE),
-    FUSE_OPT_KEY("cache_size=", KEY_STORE),
-    FUSE_OPT_KEY("http_timeout=", KEY_STORE),
-    FUSE_OPT_KEY("http_retries=", KEY_STORE),
-    FUSE_OPT_KEY("endpoint=", KEY_ENDPOINT),
-    FUSE_OPT_KEY("region=", KEY_REGION),
-    FUSE_OPT_KEY("profile=", KEY_PROFILE),
-    FUSE_OPT_KEY("ca_bundle=", KEY_CA_BUNDLE),
     FUSE_OPT_KEY("logfile=", KEY_LOGFILE),
     FUSE_OPT_KEY("read_ahead_kb=", KEY_READ_AHEAD_KB),
     FUSE_OPT_KEY("max_threads=", KEY_FUSE_NUM),
@@ -115,23 +97,22 @@ static const struct fuse_opt cli_own[] = {
     FUSE_OPT_KEY("readdirplus=", KEY_READDIRPLUS),
 };
 
-#define CLI_VIEW_OPTS_MAX 32
-
-/* cli_own, then "NAME=" for every option of every view, then the end. The templates
- * live in @names (CLI_VIEW_OPTS_MAX x 32 bytes). @return 0, or -1 (a table bug). */
+/* cli_own, then "NAME=" for every option of the library, then the end. The
+ * templates live in @names (CLI_LIB_OPTS_MAX x 32 bytes). @return 0, or -1 (a table
+ * bug). */
 static int cli_spec_make(struct fuse_opt *spec, char (*names)[32])
 {
-    size_t n = sizeof(cli_own) / sizeof(cli_own[0]), k = 0;
+    size_t n = sizeof(cli_own) / sizeof(cli_own[0]);
+    const char *o;
+    unsigned k, flags;
 
     memcpy(spec, cli_own, sizeof(cli_own));
-    for (size_t i = 0; i < pcr_view_ndescs; i++)
-        for (const char *const *o = pcr_view_descs[i]->opts; o && *o; o++) {
-            if (k >= CLI_VIEW_OPTS_MAX || strlen(*o) + 2 > 32)
-                return -1;
-            snprintf(names[k], 32, "%s=", *o);
-            spec[n++] = (struct fuse_opt)FUSE_OPT_KEY(names[k], KEY_VIEW);
-            k++;
-        }
+    for (k = 0; (o = pcrfs_option(k, &flags)) != NULL; k++) {
+        if (k >= CLI_LIB_OPTS_MAX || strlen(o) + 2 > 32)
+            return -1;
+        snprintf(names[k], 32, "%s=", o);
+        spec[n++] = (struct fuse_opt)FUSE_OPT_KEY(names[k], KEY_LIB);
+    }
     spec[n] = (struct fuse_opt)FUSE_OPT_END;
     return 0;
 }
@@ -159,27 +140,33 @@ static int set_str(char **slot, const char *val)
     return *slot ? 0 : -1;
 }
 
-/* A view's option: checked and kept by its module; a path is also kept here, to be
- * made absolute (main()). @return 0, -1 a bad value (@msg), -ENOMEM. */
-static int cli_view(struct cli *c, const char *name, const char *val, char *msg, size_t len)
+/* The library's option @name=@val: checked by the library now, kept (the last value
+ * of each name) for pcrfs_open_ex(). @return 0, -1 a bad value (@msg), -ENOMEM. */
+static int cli_lib(struct cli *c, const char *name, const char *val, char *msg, size_t len,
+                   unsigned *flags)
 {
-    const struct pcr_view_desc *d = pcr_views_opt_desc(name);
-    int rc = pcr_views_opt(&c->views, name, val, msg, len);
+    int rc = pcrfs_option_check(name, val);
+    const char *o = NULL;
     unsigned i;
 
-    for (const char *const *po = d ? d->path_opts : NULL; rc == 0 && po && *po; po++) {
-        if (strcmp(*po, name) != 0)
-            continue;
-        for (i = 0; i < c->npaths && strcmp(c->paths[i].name, name) != 0; i++)
-            ;
-        if (i == sizeof(c->paths) / sizeof(c->paths[0]))
-            return -ENOMEM;
-        c->paths[i].name = *po;
-        c->npaths = i == c->npaths ? i + 1 : c->npaths;
-        if (set_str(&c->paths[i].val, val) != 0)
-            rc = -ENOMEM;
+    if (rc) {
+        snprintf(msg, len, "%s", pcrfs_errmsg());
+        return rc == -ENOMEM ? rc : -1;
     }
-    return rc;
+    for (i = 0; i < c->nlib && strcmp(c->lib[i].name, name) != 0; i++)
+        ;
+    if (i == c->nlib) {
+        for (unsigned k = 0; (o = pcrfs_option(k, flags)) != NULL; k++)
+            if (!strcmp(o, name))
+                break;
+        if (!o || i == CLI_LIB_OPTS_MAX)
+            return -ENOMEM; /* cannot be: the spec has only these, each once */
+        c->lib[i].name = o;
+        c->lib[i].flags = *flags;
+        c->nlib++;
+    }
+    *flags = c->lib[i].flags;
+    return set_str(&c->lib[i].val, val) != 0 ? -ENOMEM : 0;
 }
 
 /* Check the value of option @arg ("NAME=VALUE", the template of @key) and keep it.
@@ -191,16 +178,13 @@ static int cli_value(struct cli *c, int key, const char *arg)
     const char *eq = strchr(arg, '='), *val = eq + 1;
     char name[32], msg[512] = "";
     uint64_t v = 0;
-    unsigned w;
+    unsigned w, flags = 0;
     int rc = 0, keep = 0;
 
     snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
     switch (key) {
     case KEY_TIMEOUT:
         rc = pcr_opt_real(name, val, 0, MAX_TIMEOUT, 0, "seconds", &c->timeout, msg, sizeof(msg));
-        break;
-    case KEY_STORE:
-        rc = pcr_store_opt(&c->sopts, name, val, msg, sizeof(msg));
         break;
     case KEY_LOGFILE:
         if (!val[0]) {
@@ -210,29 +194,13 @@ static int cli_value(struct cli *c, int key, const char *arg)
             rc = -ENOMEM;
         }
         break;
-    case KEY_ENDPOINT:
-    case KEY_REGION:
-    case KEY_PROFILE:
-    case KEY_CA_BUNDLE: {
-        char **slot = key == KEY_ENDPOINT ? &c->endpoint
-                      : key == KEY_REGION ? &c->region
-                      : key == KEY_PROFILE ? &c->profile
-                                           : &c->ca_bundle;
-        if (!val[0]) {
-            pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
-            rc = -1;
-        } else if (set_str(slot, val) != 0) {
-            rc = -ENOMEM;
-        }
-        break;
-    }
     case KEY_READ_AHEAD_KB:
         rc = pcr_opt_uint(name, val, 0, MAX_READ_AHEAD_KB, "kB, 0: the kernel's", &v, msg,
                           sizeof(msg));
         c->read_ahead_kb = rc == 0 ? (int)v : c->read_ahead_kb;
         break;
-    case KEY_VIEW: /* ranges that need the store: pcr_views_open() */
-        rc = cli_view(c, name, val, msg, sizeof(msg));
+    case KEY_LIB: /* what needs the store (a level past L, ...): pcrfs_open_ex() */
+        rc = cli_lib(c, name, val, msg, sizeof(msg), &flags);
         break;
     case KEY_FUSE_NUM:
         keep = 1;
@@ -256,9 +224,7 @@ static int cli_value(struct cli *c, int key, const char *arg)
         *(key == KEY_FSNAME ? &c->has_fsname : &c->has_subtype) = true;
         break;
     }
-    if (rc == 0 && ((key == KEY_STORE && pcr_store_opt_remote_only(name)) ||
-                    key == KEY_ENDPOINT || key == KEY_REGION || key == KEY_PROFILE ||
-                    key == KEY_CA_BUNDLE)) {
+    if (rc == 0 && key == KEY_LIB && (flags & PCRFS_OPT_REMOTE)) {
         /* main() refuses it for a local STORE, once the arguments are all read */
         pcr_opt_msg(msg, sizeof(msg), name, val,
                     "only for a STORE in object storage (s3://, http://, https://)");
@@ -343,7 +309,12 @@ static void log_line(const char *tag, const char *msg)
     (void)!write(log_fd, line, n);
 }
 
-static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
+/* The library's levels: 0 error, 1 warning, 2 info, 3 debug (pcrfs_set_log()). */
+#define LOG_LEVEL_ERR   0
+#define LOG_LEVEL_INFO  2
+#define LOG_LEVEL_DEBUG 3
+
+static void log_hook(int level, const char *msg, void *ctx)
 {
     static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
     static const char *const tag[] = {"error: ", "warning: ", "", "debug: "};
@@ -394,7 +365,7 @@ static void log_up(void)
  * waits for the outcome (a log file alone would leave the caller with nothing). */
 static void mount_failed(const char *msg)
 {
-    log_hook(PCR_LOG_ERR, msg, NULL);
+    log_hook(LOG_LEVEL_ERR, msg, NULL);
     if (log_fd >= 0 && !pcrfs_daemon_is_up())
         fprintf(stderr, "pcrfs: %s\n", msg);
 }
@@ -473,22 +444,23 @@ int main(int argc, char *argv[])
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
     struct cli cli = {
-        .timeout = DEFAULT_TIMEOUT, .sopts = PCR_STORE_OPTS_INIT, .read_ahead_kb = -1};
+        .timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1};
     static struct pcrfs fs; /* lives as long as the process */
-    struct fuse_opt cli_spec[64];
-    char view_opt_names[CLI_VIEW_OPTS_MAX][32];
+    struct fuse_opt cli_spec[96];
+    char lib_opt_names[CLI_LIB_OPTS_MAX][32];
+    const char *lib_opts[CLI_LIB_OPTS_MAX + 1];
+    char *lib_strs[CLI_LIB_OPTS_MAX] = {0};
     struct timespec now;
     bool want_write;
-    char err[512] = "";
     char *store_abs = NULL;
     bool nonempty;
     int ret = 1, rc;
 
     memset(&opts, 0, sizeof(opts));
     raise_fd_limit();
-    _Static_assert(sizeof(cli_own) / sizeof(cli_own[0]) + CLI_VIEW_OPTS_MAX < 64, "cli_spec");
-    if (cli_spec_make(cli_spec, view_opt_names) != 0) {
-        fprintf(stderr, "pcrfs: the views' options do not fit the option table\n");
+    _Static_assert(sizeof(cli_own) / sizeof(cli_own[0]) + CLI_LIB_OPTS_MAX < 96, "cli_spec");
+    if (cli_spec_make(cli_spec, lib_opt_names) != 0) {
+        fprintf(stderr, "pcrfs: the library's options do not fit the option table\n");
         goto out_args;
     }
     if (fuse_opt_parse(&args, &cli, cli_spec, cli_proc) != 0) {
@@ -514,7 +486,7 @@ int main(int argc, char *argv[])
         goto out_opts;
     }
     if (opts.show_version) {
-        printf("pcrfs %s\nFUSE library version %s\n", PCR_VERSION, fuse_pkgversion());
+        printf("pcrfs %s\nFUSE library version %s\n", pcrfs_version(), fuse_pkgversion());
         fflush(stdout); /* fuse_lowlevel_version() runs fusermount3, which prints too */
         fuse_lowlevel_version();
         ret = 0;
@@ -528,7 +500,7 @@ int main(int argc, char *argv[])
     }
     /* every value was checked as it was given (cli_proc); what is left is what
      * needs STORE */
-    if (cli.remote_only && !pcr_url_is_remote(cli.store)) {
+    if (cli.remote_only && !pcrfs_is_remote(cli.store)) {
         fprintf(stderr, "pcrfs: %s\n", cli.remote_only);
         ret = EXIT_USAGE;
         goto out_opts;
@@ -553,7 +525,9 @@ int main(int argc, char *argv[])
      * default_permissions the kernel would answer other users' writes with EACCES;
      * without them every write reaches the daemon, which refuses it with EROFS
      * (writes.c) except the level change, and answers access(2) (writes.c). */
-    want_write = pcr_views_args_want_write(&cli.views);
+    want_write = false;
+    for (unsigned i = 0; i < cli.nlib; i++)
+        want_write = want_write || (cli.lib[i].flags & PCRFS_OPT_WRITE);
     if (!want_write && !cli.has_ro && !cli.has_rw && fuse_opt_add_arg(&args, "-oro") != 0)
         goto out_conn;
     if (!want_write && !cli.has_defperm && fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
@@ -565,7 +539,7 @@ int main(int argc, char *argv[])
     /* The mount point, the paths the daemon writes (absolute now: it works from "/"),
      * and its descriptors, before anything is opened or made. */
     {
-        const char *local = pcr_url_is_remote(cli.store) ? NULL : cli.store;
+        const char *local = pcrfs_is_remote(cli.store) ? NULL : cli.store;
 
         struct stat lsb;
 
@@ -577,22 +551,20 @@ int main(int argc, char *argv[])
             fprintf(stderr, "pcrfs: logfile=%s: a symbolic link: refused\n", cli.logfile);
             goto out_conn;
         }
-        if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0 ||
-            pcrfs_mc_path("cache", &cli.sopts.cache, opts.mountpoint, local) != 0 ||
-            /* read by libcurl at every new connection, from "/" once detached */
-            pcrfs_mc_path("ca_bundle", &cli.ca_bundle, opts.mountpoint, local) != 0) {
+        if (pcrfs_mc_path("logfile", &cli.logfile, opts.mountpoint, local) != 0) {
             ret = EXIT_USAGE;
             goto out_conn;
         }
-        for (unsigned i = 0; i < cli.npaths; i++) {
-            if (pcrfs_mc_path(cli.paths[i].name, &cli.paths[i].val, opts.mountpoint, local) != 0) {
-                ret = EXIT_USAGE;
-                goto out_conn;
-            }
-            /* the absolute path replaces what was given */
-            if (pcr_views_opt(&cli.views, cli.paths[i].name, cli.paths[i].val, err,
-                              sizeof(err)) != 0) {
-                fprintf(stderr, "pcrfs: %s\n", err);
+        /* the library's paths: cache=, ca_bundle= (read by libcurl at every new
+         * connection, from "/" once detached), refurb_cache=; the absolute path
+         * replaces what was given */
+        for (unsigned i = 0; i < cli.nlib; i++) {
+            if (!(cli.lib[i].flags & PCRFS_OPT_PATH))
+                continue;
+            if (pcrfs_mc_path(cli.lib[i].name, &cli.lib[i].val, opts.mountpoint, local) != 0 ||
+                pcrfs_option_check(cli.lib[i].name, cli.lib[i].val) != 0) {
+                if (pcrfs_errmsg()[0])
+                    fprintf(stderr, "pcrfs: %s\n", pcrfs_errmsg());
                 ret = EXIT_USAGE;
                 goto out_conn;
             }
@@ -629,62 +601,41 @@ int main(int argc, char *argv[])
     }
     fuse_set_log_func(fuse_log_hook);
 
-    pcr_log_set_hook(log_hook, NULL, opts.debug ? PCR_LOG_DEBUG : PCR_LOG_INFO);
+    pcrfs_set_log(log_hook, NULL, opts.debug ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO);
 
     /* Opened with the path as given, so messages name what the user typed (the
      * library keeps a directory descriptor and SQLite an absolute path, so the
-     * daemon's chdir("/") when it detaches does not matter). */
-    if (pcr_url_is_remote(cli.store)) {
-        struct pcr_http_opts ho = {.endpoint = cli.endpoint,
-                                   .region = cli.region,
-                                   .profile = cli.profile,
-                                   .ca_bundle = cli.ca_bundle};
-
-        pcr_store_opts_http(&cli.sopts, &ho);
-        rc = pcr_store_open_url(cli.store, &ho, &fs.store, err, sizeof(err));
-        if (rc && pcr_url_has_userinfo(cli.store)) {
-            fprintf(stderr, "pcrfs: %s\n", err); /* not the URL: it holds a secret */
+     * daemon's chdir("/") when it detaches does not matter). The views' threads are
+     * started after the fork (pcrfs_start(), below). What is checked against the
+     * store (levels, the quality table, refurb/'s scan and cache directory) fails
+     * here, before the mount: -EINVAL a usage error, anything else the store's. */
+    for (unsigned i = 0; i < cli.nlib; i++) {
+        if (asprintf(&lib_strs[i], "%s=%s", cli.lib[i].name, cli.lib[i].val) < 0) {
+            lib_strs[i] = NULL;
+            fprintf(stderr, "pcrfs: out of memory\n");
             goto out_conn;
         }
-    } else {
-        rc = pcr_store_open(cli.store, &fs.store, err, sizeof(err));
+        lib_opts[i] = lib_strs[i];
     }
-    if (rc) {
-        store_error(cli.store, err[0] ? err : strerror(-rc));
+    lib_opts[cli.nlib] = NULL;
+    rc = pcrfs_open_ex(cli.store, lib_opts, PCRFS_OPEN_DEFER_START, &fs.store);
+    if (rc == -EINVAL || (rc && pcrfs_is_remote(cli.store) == 2)) {
+        /* a usage error; or the store's, without the URL: it holds a secret */
+        fprintf(stderr, "pcrfs: %s\n", pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror(-rc));
+        if (rc == -EINVAL)
+            ret = EXIT_USAGE;
+        goto out_conn;
+    } else if (rc) {
+        store_error(cli.store, pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror(-rc));
         goto out_conn;
     }
-    /* absolute for /.pcrfs/info and for the mount table (fsname); a URL as given */
-    store_abs = pcr_url_is_remote(cli.store) ? strdup(cli.store) : realpath(cli.store, NULL);
+    /* absolute for the mount table (fsname); a URL as given */
+    store_abs = pcrfs_is_remote(cli.store) ? strdup(cli.store) : realpath(cli.store, NULL);
     if (!store_abs) {
         store_error(cli.store, strerror(errno));
         goto out_store;
     }
-    fs.store_path = store_abs;
-    /* tokens/ and /.pcrfs/codebook.npy when the store has them; a token tree that
-     * does not open is a damaged store, refused like any other */
-    rc = pcr_store_open_tokens(fs.store, &fs.tokstore, err, sizeof(err));
-    if (rc && rc != -ENOENT) {
-        store_error(cli.store, err[0] ? err : strerror(-rc));
-        goto out_store;
-    }
-    if (pcr_store_codebook(fs.store, &fs.codebook, &fs.codebook_len) != 0)
-        fs.codebook = NULL;
-    fs.levels = pcr_store_levels(fs.store);
-    if (fs.levels < 1 || fs.levels > PCR_MAX_LEVELS) {
-        fprintf(stderr, "pcrfs: %s: the store has %u levels\n", cli.store, fs.levels);
-        goto out_store;
-    }
-    /* the views: what is checked against the store (levels, the quality table,
-     * refurb/'s scan and cache directory), before the mount */
-    rc = pcr_views_open(fs.store, fs.tokstore, &cli.views, &fs.views, err, sizeof(err));
-    if (rc == -EINVAL) {
-        fprintf(stderr, "pcrfs: %s\n", err);
-        ret = EXIT_USAGE;
-        goto out_store;
-    } else if (rc) {
-        store_error(cli.store, err[0] ? err : strerror(-rc));
-        goto out_store;
-    }
+    fs.features = pcrfs_features(fs.store);
     fs.timeout = cli.timeout;
     fs.keep_cache = !cli.nokeep_cache;
     /* No OPEN (ops.c, "No OPEN"): warm whole-file reads 60-104 k files/s instead of
@@ -697,7 +648,7 @@ int main(int argc, char *argv[])
     /* refurb/: an open picks the version its handle serves, and its files are read
      * with direct I/O, which only an OPEN reply can ask for; mix/: an open counts the
      * file's pass (the views' needs_open) */
-    if (pcr_views_need_open(fs.views))
+    if (fs.features & PCRFS_FEATURE_NEEDS_OPEN)
         fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.readdirplus_opt = cli.has_readdirplus;
@@ -707,18 +658,19 @@ int main(int argc, char *argv[])
     fs.mountpoint = opts.mountpoint;
     fs.uid = getuid();
     fs.gid = getgid();
-    fs.mtime = pcr_store_mtime(fs.store);
-    fs.bwlimit = cli.sopts.bwlimit;
-    pcr_store_opts_apply(&cli.sopts, fs.store);
+    fs.mtime = pcrfs_mtime(fs.store);
     clock_gettime(CLOCK_MONOTONIC, &now);
     fs.started = now.tv_sec;
     pthread_mutex_init(&fs.open_lock, NULL);
     fs.open_files.prev = fs.open_files.next = &fs.open_files;
-    pthread_mutex_init(&fs.snap_lock, NULL);
-    pthread_mutex_init(&fs.records_lock, NULL);
-    if (pcrfs_info_render(&fs) != 0) {
-        fprintf(stderr, "pcrfs: out of memory\n");
-        goto out_store;
+    {
+        /* the node the stats snapshots are taken of (inode.h) */
+        uint64_t ctl = 0, stats = 0;
+
+        if (pcrfs_node_lookup(fs.store, PCRFS_NODE_ROOT, ".pcrfs", &ctl) == 1 &&
+            pcrfs_node_lookup(fs.store, ctl, "stats", &stats) != 1)
+            stats = 0;
+        pcrfs_snaps_init(&fs.snaps, stats);
     }
     if (!cli.has_fsname && add_opt_value(&args, "fsname", store_abs) != 0)
         goto out_store;
@@ -735,8 +687,8 @@ int main(int argc, char *argv[])
         goto out_signals;
     /* after the fork (daemon.c), which would leave the workers behind; before the
      * parent is told the mount serves, so that a failure is its exit status */
-    if ((rc = pcr_views_start(fs.views, err, sizeof(err))) != 0) {
-        mount_failed(err[0] ? err : strerror(-rc));
+    if ((rc = pcrfs_start(fs.store)) != 0) {
+        mount_failed(pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror(-rc));
         goto out_unmount;
     }
 
@@ -787,13 +739,12 @@ out_session:
 out_store:
     if (fs.open_files.next)
         pcrfs_ops_close_all(&fs);
-    pcr_views_close(fs.views); /* no file open any more; before the store it reads */
     pcrfs_ops_thread_done();
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
-    pcr_store_close(fs.tokstore); /* before the store it belongs to */
-    pcr_store_close(fs.store);
-    free(fs.info);
+    pcrfs_close(fs.store); /* no file open any more */
+    for (unsigned i = 0; i < CLI_LIB_OPTS_MAX; i++)
+        free(lib_strs[i]);
 out_conn:
     free(fs.conn_opts);
     free(store_abs);
@@ -801,16 +752,10 @@ out_opts:
     free(opts.mountpoint);
 out_args:
     free(cli.store);
-    pcr_store_opts_free(&cli.sopts);
     free(cli.remote_only);
-    free(cli.endpoint);
-    free(cli.region);
-    free(cli.profile);
-    free(cli.ca_bundle);
     free(cli.logfile);
-    pcr_views_args_free(&cli.views);
-    for (unsigned i = 0; i < cli.npaths; i++)
-        free(cli.paths[i].val);
+    for (unsigned i = 0; i < cli.nlib; i++)
+        free(cli.lib[i].val);
     fuse_opt_free_args(&args);
     if (atomic_load(&log_syslog))
         closelog();

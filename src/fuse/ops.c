@@ -3,9 +3,9 @@
  * Each handler decodes its arguments, calls one worker that returns 0 or a negative
  * errno, and sends exactly one reply. Workers never reply. Inode numbers are
  * computed, not stored (see inode.h), so there is no inode table and no lock on the
- * lookup, getattr, readdir or read paths. A node is either one of a view's (the
- * library's views, src/lib/view/, say how each names, sizes, reads and caches;
- * view_of() finds it) or one of the daemon's own (view 0: pcrfsdir.c).
+ * lookup, getattr, readdir or read paths. Every inode is a node of the library
+ * (pcrfs(3)), which names, sizes and reads it and says in its flags what a
+ * kernel may cache of it; the daemon adds only the stats snapshots (inode.h).
  *
  * What the kernel is told, and why (the store is immutable for the life of the mount):
  *   - entry, attribute and negative-entry timeouts of fs->timeout (a day by default):
@@ -44,7 +44,7 @@
  *     Nothing measured favours a smaller value, so 1 MiB stays;
  *     st_blocks is the real size in 512-byte units so `du` agrees with `du -b`.
  *
- * The dynamic view (-o level=K). dynamic/ serves the level in fs->level_now, which a
+ * The dynamic view (-o level=K). dynamic/ serves the library's current level, which a
  * write to /.pcrfs/level (or setxattr user.pcrfs.level on dynamic/) changes while
  * the mount is in use. How it stays exact without invalidating anything is told in
  * inode.h: a file's inode names its level, lookups in dynamic/ hand out the current
@@ -74,7 +74,7 @@
 #include "fs.h"
 #include "inode.h"
 
-#define NAMEBUF       512 /* a view's made-up names (view.h's readdir); "scanK" */
+#define NAMEBUF 512 /* a name (255 bytes) with room to spare */
 
 static struct pcrfs *fs_of(fuse_req_t req)
 {
@@ -84,54 +84,18 @@ static struct pcrfs *fs_of(fuse_req_t req)
 /* ---- attributes ------------------------------------------------------------------ */
 
 /* The level file changes under the reader: its size is that of what it holds now,
- * and the kernel must not cache it. (A stats inode never changes: inode.h.) */
-static double attr_timeout(const struct pcrfs *fs, fuse_ino_t ino)
+ * and the kernel must not cache it. (A stats snapshot never changes: inode.h.) */
+static double attr_timeout(const struct pcrfs *fs, unsigned flags)
 {
-    return pcrfs_is_level_file(fs, ino) ? 0.0 : fs->timeout;
+    return flags & PCRFS_NODE_VOLATILE ? 0.0 : fs->timeout;
 }
 
-int pcrfs_node_stat(struct pcrfs *fs, fuse_ino_t ino, struct stat *st)
+/* How long the kernel may keep a name -> node: not at all for a file whose name moves
+ * (a view's cache.names: dynamic/, mix/) nor for /.pcrfs/stats, where each lookup
+ * takes a new snapshot (inode.h). */
+static double entry_timeout(const struct pcrfs *fs, unsigned flags)
 {
-    struct ino_parts p = ino_split(ino);
-    const struct pcr_view *v;
-    const struct pcr_file *f;
-    struct pcr_dirinfo di;
-    int64_t size;
-    int rc;
-
-    memset(st, 0, sizeof(*st));
-    if (p.view == VIEW_SELF)
-        return pcrfs_self_stat(fs, ino, st);
-    v = view_of(fs, p);
-    if (!v)
-        return -ENOENT;
-    if (p.is_file) {
-        rc = pcr_store_file(v->store, p.id, &f);
-        if (rc)
-            return rc;
-        size = pcr_view_size(v, f);
-        if (size < 0)
-            return (int)size; /* a size that cannot be known is an error, not 0 */
-        pcrfs_stat_file(fs, st, ino, (uint64_t)size);
-    } else {
-        rc = pcr_store_dir(v->store, p.id, &di);
-        if (rc)
-            return rc;
-        pcrfs_stat_dir(fs, st, ino, di.nsubdirs);
-    }
-    return 0;
-}
-
-/* How long the kernel may keep a name -> @child: a view's cache.names says for its files;
- * /.pcrfs/stats not at all, each lookup takes a new snapshot (inode.h). */
-static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
-{
-    struct ino_parts p = ino_split(child);
-    const struct pcr_view *v = view_of(fs, p);
-
-    if (v)
-        return p.is_file && !v->desc->cache.names ? 0.0 : fs->timeout;
-    return ino_is_stats(child) ? 0.0 : fs->timeout;
+    return flags & (PCRFS_NODE_NAME_MOVES | PCRFS_NODE_SNAPSHOT) ? 0.0 : fs->timeout;
 }
 
 /* ---- names ------------------------------------------------------------------------ */
@@ -139,68 +103,60 @@ static double entry_timeout(const struct pcrfs *fs, fuse_ino_t child)
 /* A miss is an answer, not an error: it is returned as a negative entry (ino 0) so
  * the kernel caches it for the entry timeout, and probing for absent files (as
  * loaders that look for optional sidecar files do) stays in the kernel. */
-/* The inode of node @id of @v as a child: with PCR_LEVEL_CURRENT a file's is the one
- * of the level current now. 0 if it does not fit. */
-static uint64_t child_ino(const struct pcr_view *v, bool is_file, uint64_t id)
-{
-    return ino_make(pcr_view_child_number(v, is_file, id), is_file, id);
-}
-
 static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
                      struct fuse_entry_param *e)
 {
-    struct ino_parts p = ino_split(parent);
-    const struct pcr_view *v;
-    struct pcr_node node;
-    uint64_t ino = 0;
+    uint64_t node = 0, ino;
+    unsigned flags;
     int rc;
 
     memset(e, 0, sizeof(*e));
-    if (p.is_file)
-        return -ENOTDIR;
-    if (p.view == VIEW_SELF) {
-        rc = pcrfs_self_lookup(fs, p.id, name, &ino); /* stats: op_lookup undoes a failure */
+    rc = pcrfs_node_lookup(fs->store, pcrfs_ino_node(&fs->snaps, parent), name, &node);
+    if (rc < 0)
+        return rc;
+    e->entry_timeout = fs->timeout; /* also for a miss: names do not depend on the level */
+    if (rc == 0)
+        return 0;
+    ino = node;
+    if (node == fs->snaps.stats_node) {
+        rc = pcrfs_stats_snap(fs, &ino); /* op_lookup forgets it if the reply fails */
         if (rc)
             return rc;
-    } else if ((v = view_of(fs, p)) != NULL) {
-        rc = v->ops->lookup(v, p.id, name, &node);
-        if (rc == 0) {
-            ino = child_ino(v, !node.is_dir, node.id);
-            if (!ino)
-                return -EOVERFLOW;
-        } else if (rc != -ENOENT) {
-            return rc;
-        }
-    } else {
-        return -ENOENT;
     }
-    e->entry_timeout = fs->timeout; /* also for a miss: names do not depend on the level */
-    if (!ino)
-        return 0;
-    rc = pcrfs_node_stat(fs, ino, &e->attr);
+    rc = pcrfs_node_attr(fs, ino, &e->attr, &flags);
     if (rc)
         return rc;
     e->ino = ino;
-    e->entry_timeout = entry_timeout(fs, ino);
-    e->attr_timeout = attr_timeout(fs, ino);
+    e->entry_timeout = entry_timeout(fs, flags);
+    e->attr_timeout = attr_timeout(fs, flags);
     return 0;
 }
 
-/* Entry *@pidx of directory @dir: 0 is ".", 1 is "..", then the children; a view
- * that leaves entries out returns the next one it lists and moves *@pidx to it (so
- * the offsets the kernel resumes at stay those of the store). @namebuf (NAMEBUF
- * bytes) holds made-up names.
- * @return 0; -ENOENT past the end; -EIO and friends from the store. */
-static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t *pidx, const char **name,
-                     uint64_t *child, char *namebuf)
+/* Directory @ino: 0 and its parent; -ENOTDIR, -ENOENT, ... */
+static int check_dir(struct pcrfs *fs, fuse_ino_t ino, struct pcrfs_node_attr *a)
 {
-    uint64_t idx = *pidx, pos;
-    struct ino_parts p = ino_split(dir);
-    const struct pcr_view *v = view_of(fs, p);
-    struct pcr_dirinfo di;
-    struct pcr_dirent de;
     int rc;
 
+    if (pcrfs_ino_is_snap(&fs->snaps, ino))
+        return -ENOTDIR;
+    rc = pcrfs_node_stat(fs->store, ino, a);
+    if (rc)
+        return rc;
+    return a->flags & PCRFS_NODE_DIR ? 0 : -ENOTDIR;
+}
+
+/* Entry *@pidx of directory @dir (parent @parent): 0 is ".", 1 is "..", then the
+ * children; a view that leaves entries out returns the next one it lists and moves
+ * *@pidx to it (so the offsets the kernel resumes at stay the library's positions).
+ * @namebuf (NAMEBUF bytes) holds the name.
+ * @return 0; -ENOENT past the end; -EIO and friends from the store. */
+static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t parent, uint64_t *pidx,
+                     const char **name, uint64_t *child, bool *is_dir, char *namebuf)
+{
+    uint64_t idx = *pidx, pos;
+    int rc, d = 1;
+
+    *is_dir = true;
     if (idx == 0) {
         *name = ".";
         *child = dir;
@@ -208,42 +164,19 @@ static int dir_entry(struct pcrfs *fs, fuse_ino_t dir, uint64_t *pidx, const cha
     }
     if (idx == 1) {
         *name = "..";
-        if (!v || p.id == PCR_ROOT_DIR) {
-            *child = FUSE_ROOT_ID;
-            return 0;
-        }
-        rc = pcr_store_dir(v->store, p.id, &di);
-        if (rc)
-            return rc;
-        *child = ino_make(p.view, false, di.parent);
-        return *child ? 0 : -EOVERFLOW;
+        *child = parent;
+        return 0;
     }
-    if (!v)
-        return pcrfs_self_dirent(fs, p.id, idx - 2, name, child);
     pos = idx - 2;
-    rc = v->ops->readdir(v, p.id, &pos, &de, namebuf, NAMEBUF);
-    if (rc)
-        return rc;
-    *pidx = pos + 2; /* a view that leaves entries out skipped ahead */
-    *name = de.name;
-    *child = child_ino(v, !de.node.is_dir, de.node.id);
-    return *child ? 0 : -EOVERFLOW;
-}
-
-static int check_dir(struct pcrfs *fs, fuse_ino_t ino)
-{
-    struct ino_parts p = ino_split(ino);
-    const struct pcr_view *v;
-    struct pcr_dirinfo di;
-
-    if (p.is_file)
-        return -ENOTDIR;
-    if (p.view == VIEW_SELF)
-        return p.id == SELF_DIR_ROOT || p.id == SELF_DIR_CTL ? 0 : -ENOENT;
-    v = view_of(fs, p);
-    if (!v)
+    rc = pcrfs_node_readdir(fs->store, dir, &pos, namebuf, NAMEBUF, child, &d);
+    if (rc == 0)
         return -ENOENT;
-    return pcr_store_dir(v->store, p.id, &di);
+    if (rc < 0)
+        return rc;
+    *pidx = pos + 1; /* the entry's index (pos names the next one) */
+    *name = namebuf;
+    *is_dir = d != 0;
+    return 0;
 }
 
 /* Fill up to @size bytes of directory entries starting at entry @off into the
@@ -253,24 +186,27 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
                       bool plus, const char **out, size_t *outlen)
 {
     struct fuse_entry_param e;
+    struct pcrfs_node_attr da;
     char namebuf[NAMEBUF];
     const char *name;
     uint64_t child;
     size_t used = 0, need;
     uint64_t idx;
+    unsigned flags;
+    bool is_dir;
     char *buf;
     int rc;
 
     if (off < 0)
         return -EINVAL;
-    rc = check_dir(fs, dir);
+    rc = check_dir(fs, dir, &da);
     if (rc)
         return rc;
     buf = pcrfs_tls_buf(size);
     if (!buf)
         return -ENOMEM;
     for (idx = (uint64_t)off;; idx++) {
-        rc = dir_entry(fs, dir, &idx, &name, &child, namebuf);
+        rc = dir_entry(fs, dir, da.parent, &idx, &name, &child, &is_dir, namebuf);
         if (rc == -ENOENT)
             break;
         if (rc) {
@@ -279,26 +215,26 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
             return rc;
         }
         memset(&e, 0, sizeof(e));
-        if (plus && child == ino_make(VIEW_SELF, true, SELF_FILE_STAT)) {
+        if (plus && child == fs->snaps.stats_node) {
             /* no node (ino 0): the kernel then just lists the name, and a stat of
              * it is a LOOKUP that takes a snapshot (inode.h) */
             e.attr.st_ino = child;
             e.attr.st_mode = S_IFREG | 0444;
             need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
         } else if (plus) {
-            rc = pcrfs_node_stat(fs, child, &e.attr);
+            rc = pcrfs_node_attr(fs, child, &e.attr, &flags);
             if (rc) {
                 if (used)
                     break;
                 return rc;
             }
             e.ino = child;
-            e.entry_timeout = entry_timeout(fs, child);
-            e.attr_timeout = attr_timeout(fs, child);
+            e.entry_timeout = entry_timeout(fs, flags);
+            e.attr_timeout = attr_timeout(fs, flags);
             need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
         } else {
             e.attr.st_ino = child;
-            e.attr.st_mode = ino_split(child).is_file ? S_IFREG : S_IFDIR;
+            e.attr.st_mode = is_dir ? S_IFDIR : S_IFREG;
             need = fuse_add_direntry(req, buf + used, size - used, name, &e.attr, (off_t)(idx + 1));
         }
         if (need > size - used)
@@ -319,27 +255,27 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
  * the first OPEN is answered ENOSYS: the kernel then never sends OPEN (nor, after
  * the first ENOSYS to FLUSH, FLUSH) on this connection and opens every file as if
  * with FOPEN_KEEP_CACHE. Reads then come with fh 0 and are served from the inode
- * alone: (view, file id) -> pcr_store_file() (no SQL once the directory is loaded)
- * -> the view's read with no state (for the store's views pcr_store_pread() at the
- * view's level, no allocation). Consequences:
+ * alone: pcrfs_node_read() (for the store's views a pread at the view's level, no
+ * allocation). Consequences:
  *   - a damaged record fails the read with EIO, not the open;
  *   - "opens" in /.pcrfs/stats counts READs at offset 0, i.e. files whose first
  *     bytes came from the daemon (files served from the page cache are not seen);
  *   - a token file is decoded on every READ (3-7 us per 32x32 grid); the decode is
  *     deterministic, so a file read in pieces is consistent;
  *   - the dynamic view's guarantee holds unchanged: the level is the inode's;
- *   - /.pcrfs/stats is a new node per lookup (inode.h), so caching cannot stale it.
+ *   - /.pcrfs/stats is a new inode per lookup (inode.h), so caching cannot stale it.
  * Only OPEN can refuse a write-mode open (EROFS) before any write, and an
  * O_TRUNC open with atomic_o_trunc would zero the kernel's size of a file without
  * asking: so mounts that are not "ro" (-o rw, -o level=K) keep OPEN, as do -o open
- * and -o nokeep_cache (no-open always keeps the cache). See main.c.
+ * and -o nokeep_cache (no-open always keeps the cache), and stores with a view whose
+ * opens change state (PCRFS_FEATURE_NEEDS_OPEN). See main.c.
  *
- * With OPEN, an open file is a struct open_file in fi->fh: its view and the state
- * the view's open returned (the library's handle, for the store's views), or the
- * pending bytes of /.pcrfs/level open for writing (/.pcrfs/info and stats need
- * nothing: fh 0). Open files are also kept on a list, because the kernel does not
- * always send RELEASE before the session ends (close(2) queues it in the background,
- * so SIGTERM right after a close, or an unmount, can overtake it):
+ * With OPEN, an open file is a struct open_file in fi->fh: the library's handle
+ * (pcrfs_node_open()), which holds what the open chose (mix/'s pass, refurb/'s
+ * version) or the pending bytes of /.pcrfs/level open for writing (a stats snapshot
+ * needs nothing: fh 0). Open files are also kept on a list, because the kernel does
+ * not always send RELEASE before the session ends (close(2) queues it in the
+ * background, so SIGTERM right after a close, or an unmount, can overtake it):
  * pcrfs_ops_close_all() closes what is left once the loop has stopped. The list
  * costs one uncontended lock per open and per release, never one per read.
  */
@@ -353,21 +289,14 @@ static void of_link(struct pcrfs *fs, struct open_file *of)
     pthread_mutex_unlock(&fs->open_lock);
 }
 
-static void of_free(struct open_file *of)
-{
-    if (of->state)
-        pcr_view_close(of->v, of->state);
-    free(of->lw);
-    free(of);
-}
-
 static void of_unlink_free(struct pcrfs *fs, struct open_file *of)
 {
     pthread_mutex_lock(&fs->open_lock);
     of->prev->next = of->next;
     of->next->prev = of->prev;
     pthread_mutex_unlock(&fs->open_lock);
-    of_free(of);
+    pcrfs_file_close(of->f); /* applies a value written without a newline */
+    free(of);
 }
 
 void pcrfs_ops_close_all(struct pcrfs *fs)
@@ -376,71 +305,54 @@ void pcrfs_ops_close_all(struct pcrfs *fs)
 
     while ((of = fs->open_files.next) != &fs->open_files)
         of_unlink_free(fs, of);
-    pcrfs_self_free(fs);
-}
-
-/* /.pcrfs/level, written in place (O_TRUNC is what `echo K >` asks: nothing to
- * truncate); open for writing it holds the bytes not yet applied (pcrfsdir.c). */
-static int open_level(struct pcrfs *fs, fuse_req_t req, struct fuse_file_info *fi)
-{
-    struct open_file *of;
-
-    fi->fh = 0;
-    fi->direct_io = 1; /* its size changes with the level */
-    if ((fi->flags & O_ACCMODE) == O_RDONLY)
-        return 0;
-    if (!pcrfs_may_control(fs, req))
-        return -EACCES;
-    of = calloc(1, sizeof(*of));
-    if (of)
-        of->lw = calloc(1, sizeof(*of->lw));
-    if (!of || !of->lw) {
-        free(of);
-        return -ENOMEM;
-    }
-    of_link(fs, of);
-    fi->fh = (uintptr_t)of;
-    fi->noflush = 0; /* a value without a newline is applied by close(2): FLUSH */
-    return 0;
+    pcrfs_snaps_free(&fs->snaps);
 }
 
 static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    struct ino_parts p = ino_split(ino);
-    const struct pcr_view *v;
-    const struct pcr_file *f;
+    bool for_write = (fi->flags & O_ACCMODE) != O_RDONLY;
     struct open_file *of;
     int rc;
 
-    if (!p.is_file)
-        return -EISDIR;
     if (atomic_load_explicit(&fs->no_open, memory_order_relaxed))
         return -ENOSYS; /* never again: see "No OPEN" above */
     fi->noflush = 1;
-    if (pcrfs_is_level_file(fs, ino))
-        return open_level(fs, req, fi);
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC))
-        return -EROFS;
-    if (pcrfs_self_immutable(fs, ino)) {
-        fi->fh = 0;
+    fi->fh = 0;
+    if (pcrfs_ino_is_snap(&fs->snaps, ino)) {
+        if (for_write || (fi->flags & O_TRUNC))
+            return -EROFS;
         fi->keep_cache = 1;
         return 0;
     }
-    v = view_of(fs, p);
-    if (!v)
-        return -ENOENT;
     of = calloc(1, sizeof(*of));
     if (!of)
         return -ENOMEM;
-    of->v = v;
-    rc = pcr_store_file(v->store, p.id, &f);
-    if (rc == 0)
-        rc = pcr_view_open(v, f, &of->state); /* counts the open or its EIO */
-    fi->keep_cache = fs->keep_cache && v->desc->cache.pages;
-    fi->direct_io = v->desc->cache.direct; /* refurb/: every open its own bytes */
+    rc = pcrfs_node_open(fs->store, ino, for_write, &of->f); /* counts the open or its EIO */
     if (rc) {
         free(of);
         return rc;
+    }
+    of->flags = pcrfs_file_flags(of->f);
+    /* /.pcrfs/level is written in place: O_TRUNC is what `echo K >` asks, nothing to
+     * truncate; every other file refuses it */
+    if ((fi->flags & O_TRUNC) && !(of->flags & PCRFS_NODE_WRITABLE))
+        rc = -EROFS;
+    else if (for_write && !pcrfs_may_control(fs, req))
+        rc = -EACCES;
+    if (rc) {
+        pcrfs_file_close(of->f);
+        free(of);
+        return rc;
+    }
+    if (of->flags & PCRFS_NODE_FIXED) {
+        fi->keep_cache = 1;
+    } else if (of->flags & PCRFS_NODE_CONTROL) {
+        fi->direct_io = 1; /* the level: its size changes with the level */
+        if (for_write)
+            fi->noflush = 0; /* a value without a newline is applied by close(2): FLUSH */
+    } else {
+        fi->keep_cache = fs->keep_cache && (of->flags & PCRFS_NODE_PAGES);
+        fi->direct_io = (of->flags & PCRFS_NODE_DIRECT) != 0; /* refurb/: per open bytes */
     }
     of_link(fs, of);
     fi->fh = (uintptr_t)of;
@@ -450,13 +362,9 @@ static int do_open(struct pcrfs *fs, fuse_req_t req, fuse_ino_t ino, struct fuse
 static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, size_t size,
                    off_t off, const char **out, size_t *outlen)
 {
-    struct ino_parts p = ino_split(ino);
     const struct open_file *of = (const struct open_file *)(uintptr_t)fi->fh;
-    const struct pcr_view *v;
-    const struct pcr_file *f;
     ssize_t n;
     char *buf;
-    int rc;
 
     if (off < 0)
         return -EINVAL;
@@ -464,56 +372,36 @@ static int do_read(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, 
     if (!buf)
         return -ENOMEM;
     *out = buf;
-    if (p.view == VIEW_SELF)
-        return pcrfs_self_read(fs, ino, buf, size, off, outlen);
-    v = view_of(fs, p);
-    if (!v)
-        return -EBADF;
-    if (of) {
-        n = v->ops->read(v, NULL, of->state, buf, size, (uint64_t)off);
-    } else {
-        rc = pcr_store_file(v->store, p.id, &f);
-        if (rc)
-            return rc;
-        n = v->ops->read(v, f, NULL, buf, size, (uint64_t)off);
-        /* No OPEN (see above): an open is a READ at offset 0 */
-        if (n >= 0 && off == 0)
-            pcrfs_count(&v->ctr->opens, 1);
-        /* The kernel follows a failed readahead READ with a READ of the same page: one
-         * failure of one file, counted once (as the failed open it replaces was). */
-        if (n < 0 && atomic_exchange_explicit(&fs->last_err_ino, ino, memory_order_relaxed) == ino)
-            return (int)n;
-    }
-    if (n < 0) {
-        pcrfs_count(&v->ctr->errors, 1);
+    if (pcrfs_ino_is_snap(&fs->snaps, ino))
+        return pcrfs_snaps_read(&fs->snaps, ino, buf, size, (uint64_t)off, outlen, NULL);
+    if (of)
+        n = pcrfs_file_read(of->f, buf, size, (uint64_t)off);
+    else
+        n = pcrfs_node_read(fs->store, ino, buf, size, (uint64_t)off); /* No OPEN */
+    if (n < 0)
         return (int)n;
-    }
-    pcrfs_count(&v->ctr->reads, 1);
-    pcrfs_count(&v->ctr->bytes, (uint64_t)n);
     *outlen = (size_t)n;
     return 0;
 }
 
-/* Only /.pcrfs/level is ever open for writing (with an open_file holding its
- * level_write: see open_level). */
+/* Only /.pcrfs/level is ever open for writing (see do_open). */
 static int do_write(struct pcrfs *fs, fuse_ino_t ino, struct fuse_file_info *fi, const char *buf,
                     size_t size)
 {
     struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
+    ssize_t n;
 
-    if (!pcrfs_is_level_file(fs, ino))
+    (void)fs, (void)ino;
+    if (!of || !(of->flags & PCRFS_NODE_WRITABLE))
         return -EROFS;
-    if (!of || !of->lw)
-        return -EBADF;
-    return pcrfs_level_write(fs, of->lw, buf, size);
+    n = pcrfs_file_write(of->f, buf, size);
+    return n < 0 ? (int)n : 0;
 }
 
 static void do_release(struct pcrfs *fs, struct fuse_file_info *fi)
 {
     struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
 
-    if (of && of->lw)
-        pcrfs_level_close(fs, of->lw);
     if (of)
         of_unlink_free(fs, of);
 }
@@ -538,7 +426,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */
-    if (pcr_views_dynamic(fs->views) && (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
+    if ((fs->features & PCRFS_FEATURE_WRITABLE) && (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC))
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     /* No OPEN: see "No OPEN" above; the kernel says whether it understands the ENOSYS
      * (Linux >= 4.19), nothing needs to be asked for. */
@@ -581,43 +469,43 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (rc)
         fuse_reply_err(req, -rc);
     else if (fuse_reply_entry(req, &e) != 0)
-        pcrfs_self_forget(fs_of(req), e.ino, 1); /* the kernel did not take it */
+        pcrfs_snaps_forget(&fs_of(req)->snaps, e.ino, 1); /* the kernel did not take it */
 }
 
 /* Only stats nodes have anything to forget (inode.h). */
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-    pcrfs_self_forget(fs_of(req), ino, nlookup);
+    pcrfs_snaps_forget(&fs_of(req)->snaps, ino, nlookup);
     fuse_reply_none(req);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct pcrfs *fs = fs_of(req);
+    unsigned flags = 0;
     struct stat st;
     int rc;
 
     first_request(fs);
-    rc = pcrfs_node_stat(fs, ino, &st);
+    rc = pcrfs_node_attr(fs, ino, &st, &flags);
     (void)fi;
     if (rc)
         fuse_reply_err(req, -rc);
     else
-        fuse_reply_attr(req, &st, attr_timeout(fs, ino));
+        fuse_reply_attr(req, &st, attr_timeout(fs, flags));
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    struct pcrfs *fs = fs_of(req);
-    const struct pcr_view *v = view_of(fs, ino_split(ino));
-    int rc = check_dir(fs, ino);
+    struct pcrfs_node_attr a;
+    int rc = check_dir(fs_of(req), ino, &a);
 
     if (rc) {
         fuse_reply_err(req, -rc);
         return;
     }
     /* e.g. a cached listing of dynamic/ would carry the inodes of an old level */
-    if (!v || v->desc->cache.listings) {
+    if (!(a.flags & PCRFS_NODE_NO_LISTINGS)) {
         fi->cache_readdir = 1;
         fi->keep_cache = 1;
     }
@@ -697,10 +585,11 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     struct open_file *of = (struct open_file *)(uintptr_t)fi->fh;
     int rc = 0;
 
+    (void)ino;
     if (atomic_load_explicit(&fs->no_open, memory_order_relaxed))
         rc = -ENOSYS;
-    else if (pcrfs_is_level_file(fs, ino) && of && of->lw)
-        rc = pcrfs_level_close(fs, of->lw);
+    else if (of && (of->flags & PCRFS_NODE_WRITABLE))
+        rc = pcrfs_file_flush(of->f);
     fuse_reply_err(req, -rc);
 }
 
@@ -719,7 +608,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     memset(&sv, 0, sizeof(sv));
     sv.f_bsize = PCRFS_BLKSIZE;
     sv.f_frsize = PCRFS_BLKSIZE;
-    sv.f_files = pcr_views_nodes(fs_of(req)->views) + 5; /* + the root, /.pcrfs and its files */
+    sv.f_files = pcrfs_node_count(fs_of(req)->store);
     sv.f_namemax = 255;
     fuse_reply_statfs(req, &sv);
 }

@@ -1,6 +1,6 @@
 /* pcrfs — every request that would write: refused with EROFS, but for the dynamic
- * level (-o level=K), which the mounting user sets by writing /.pcrfs/level (ops.c,
- * pcrfsdir.c) or user.pcrfs.level, and access(2), which only mounts without
+ * level (-o level=K), which the mounting user sets by writing /.pcrfs/level (ops.c)
+ * or user.pcrfs.level, and access(2), which only mounts without
  * default_permissions (the dynamic view's) send.
  */
 #include <errno.h>
@@ -21,15 +21,18 @@ void pcrfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_
                       struct fuse_file_info *fi)
 {
     struct pcrfs *fs = fs_of(req);
+    unsigned flags = 0;
     struct stat st;
+    int rc = pcrfs_node_attr(fs, ino, &st, &flags);
 
     (void)fi;
     /* Truncating /.pcrfs/level to 0 before a write (O_TRUNC on a kernel without
      * atomic_o_trunc) is a no-op; every other change is refused. */
-    if (pcrfs_is_level_file(fs, ino) && to_set == FUSE_SET_ATTR_SIZE && attr->st_size == 0) {
+    if (rc == 0 && (flags & PCRFS_NODE_WRITABLE) && to_set == FUSE_SET_ATTR_SIZE &&
+        attr->st_size == 0) {
         if (!pcrfs_may_control(fs, req)) {
             fuse_reply_err(req, EACCES);
-        } else if (pcrfs_node_stat(fs, ino, &st) != 0) {
+        } else if (pcrfs_node_attr(fs, ino, &st, NULL) != 0) {
             fuse_reply_err(req, EIO);
         } else {
             fuse_reply_attr(req, &st, 0.0);
@@ -83,71 +86,57 @@ void pcrfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
     fuse_reply_err(req, EROFS);
 }
 
-/* user.pcrfs.level on dynamic/ and /.pcrfs/level: pcrfsdir.c. */
+/* user.pcrfs.level on dynamic/ and /.pcrfs/level (the library's): only the mounting
+ * user (or root) may set it. */
 void pcrfs_op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                        size_t size, int flags)
 {
+    struct pcrfs *fs = fs_of(req);
+    uint64_t node = pcrfs_ino_node(&fs->snaps, ino);
+    int rc = pcrfs_node_setxattr(fs->store, node, name, NULL, 0); /* may it be set here? */
+
     (void)flags;
-    fuse_reply_err(req, -pcrfs_level_setxattr(fs_of(req), req, ino, name, value, size));
+    if (rc == 0 && !pcrfs_may_control(fs, req))
+        rc = -EPERM;
+    else if (rc == 0)
+        rc = pcrfs_node_setxattr(fs->store, node, name, value, size);
+    fuse_reply_err(req, -rc);
 }
 
-static void reply_xattr(fuse_req_t req, int rc, const char *val, size_t len, size_t size)
+static void reply_xattr(fuse_req_t req, ssize_t n, const char *val, size_t size)
 {
-    if (rc)
-        fuse_reply_err(req, -rc);
+    if (n < 0)
+        fuse_reply_err(req, (int)-n);
     else if (size == 0)
-        fuse_reply_xattr(req, len);
-    else if (size < len)
+        fuse_reply_xattr(req, (size_t)n);
+    else if (size < (size_t)n)
         fuse_reply_err(req, ERANGE);
     else
-        fuse_reply_buf(req, val, len);
-}
-
-/* A view's file attributes (refurb/'s: its descriptor's getxattr), or NULL. */
-static const struct pcr_view *file_view(const struct pcrfs *fs, fuse_ino_t ino, uint64_t *id)
-{
-    struct ino_parts p = ino_split(ino);
-
-    *id = p.id;
-    return p.is_file ? view_of(fs, p) : NULL;
+        fuse_reply_buf(req, val, (size_t)n);
 }
 
 /* The level's attribute (dynamic mounts) and the views' (refurb/'s). A mount with
  * neither answers ENOSYS once, and the kernel stops asking; a mount with a view that
- * has attributes must answer every node, or that ENOSYS would hide its files' too. */
+ * has attributes must answer every node, or that ENOSYS would hide its files' too
+ * (the library answers so). */
 void pcrfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
     struct pcrfs *fs = fs_of(req);
-    char val[128];
-    size_t len = 0;
-    uint64_t id;
-    const struct pcr_view *v = file_view(fs, ino, &id);
-    int rc = pcr_view_getxattr(v, id, name, val, sizeof(val), &len);
+    char val[256];
+    ssize_t n = pcrfs_node_getxattr(fs->store, pcrfs_ino_node(&fs->snaps, ino), name, val,
+                                    sizeof(val));
 
-    if (rc == -ENOSYS)
-        rc = pcrfs_level_getxattr(fs, ino, name, val, sizeof(val), &len);
-    if (rc == -ENOSYS && pcr_views_have_xattrs(fs->views))
-        rc = strncmp(name, "user.", 5) == 0 ? -ENODATA : -EOPNOTSUPP;
-    reply_xattr(req, rc, val, len, size);
+    reply_xattr(req, n, val, size);
 }
 
 void pcrfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     struct pcrfs *fs = fs_of(req);
-    const char *list = "";
-    size_t len = 0;
-    uint64_t id;
-    const struct pcr_view *v = file_view(fs, ino, &id);
-    int rc = pcr_view_listxattr(v, id, &list, &len);
+    char list[1024];
+    ssize_t n = pcrfs_node_listxattr(fs->store, pcrfs_ino_node(&fs->snaps, ino), list,
+                                     sizeof(list));
 
-    if (rc == -ENOSYS)
-        rc = pcrfs_level_listxattr(fs, ino, &list, &len);
-    if (rc == -ENOSYS && pcr_views_have_xattrs(fs->views)) {
-        list = "";
-        len = 0;
-        rc = 0;
-    }
-    reply_xattr(req, rc, list, len, size);
+    reply_xattr(req, n, list, size);
 }
 
 /* Sent only by mounts without default_permissions (the dynamic view's): the modes
@@ -157,11 +146,12 @@ void pcrfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 void pcrfs_op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     struct pcrfs *fs = fs_of(req);
+    unsigned flags = 0;
     struct stat st;
-    int rc = pcrfs_node_stat(fs, ino, &st);
+    int rc = pcrfs_node_attr(fs, ino, &st, &flags);
 
     if (rc == 0 && (mask & W_OK))
-        rc = !pcrfs_is_level_file(fs, ino) ? -EROFS : pcrfs_may_control(fs, req) ? 0 : -EACCES;
+        rc = !(flags & PCRFS_NODE_WRITABLE) ? -EROFS : pcrfs_may_control(fs, req) ? 0 : -EACCES;
     if (rc == 0 && (mask & X_OK) && !(st.st_mode & S_IXUSR))
         rc = -EACCES;
     fuse_reply_err(req, -rc);

@@ -10,11 +10,12 @@
  * info and stats JSON, its extended attributes and control file, whether it needs
  * an open per read (state changes per open) and what a kernel may cache of it.
  * views.c lists the descriptors, in the order of the root listing: adding a view is
- * its module plus one line there (and meson.build).
+ * its module plus one line there (and meson.build); its number, help text and
+ * options are its descriptor's.
  *
  * At open, pcr_views_open() expands the descriptors into struct pcr_view entries, one
  * per view number (the stable numbers the FUSE driver builds inode numbers from,
- * src/fuse/inode.h); a view's directory entry owns its counters and points at its
+ * src/lib/api/node.c); a view's directory entry owns its counters and points at its
  * module's state. Everything is read-only after pcr_views_start() but the counters
  * (relaxed atomics) and what each module guards itself.
  */
@@ -33,8 +34,8 @@ struct pcr_json;
 struct pcr_view;
 struct pcr_views;
 
-/* View numbers (8 bits: src/fuse/inode.h builds inode numbers from them). 0 is no
- * view (the driver's own nodes); scanK is K, full L+1; the others are fixed so that
+/* View numbers (8 bits: src/lib/api/node.c builds node numbers from them). 0 is no
+ * view (the control namespace: the root, /.pcrfs; node.c); scanK is K, full L+1; the others are fixed so that
  * their numbers do not move with L. */
 #define PCR_VIEW_NUMBERS 256
 #define PCR_VIEW_Q       0x70 /* q90/ ...: PCR_VIEW_Q + i - 1 for the i-th threshold */
@@ -225,6 +226,8 @@ int pcr_view_open(const struct pcr_view *v, const struct pcr_file *f, void **sta
 ssize_t pcr_view_read(const struct pcr_view *v, const struct pcr_file *f, void *state, char *buf,
                       size_t size, uint64_t off);
 void pcr_view_close(const struct pcr_view *v, void *state);
+/* Count a read that returned @n (bytes, or -errno) in @v's counters. */
+void pcr_view_count_read(const struct pcr_view *v, ssize_t n);
 
 /* A level named by @s (@len bytes: "1".."L" or "full") of a store of @levels (base.c).
  * @return the level, or 0 if @s is not one. */
@@ -275,9 +278,5 @@ static inline void pcr_view_count(atomic_uint_fast64_t *c, uint64_t n)
 {
     atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
-
-/* The descriptors (one module each). */
-extern const struct pcr_view_desc pcr_view_scan, pcr_view_full, pcr_view_dynamic,
-    pcr_view_quality, pcr_view_mix, pcr_view_tokens, pcr_view_refurb;
 
 #endif

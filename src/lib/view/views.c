@@ -11,11 +11,22 @@
 #include "util/json.h"
 #include "view/view.h"
 
-/* In the order of the root listing. A new view: its module, and one line here. */
-const struct pcr_view_desc *const pcr_view_descs[] = {
-    &pcr_view_scan,    &pcr_view_full, &pcr_view_dynamic, &pcr_view_quality,
-    &pcr_view_mix,     &pcr_view_tokens, &pcr_view_refurb,
-};
+/* The descriptors (one module each, pcr_view_NAME), in the order of the root listing.
+ * A new view: its module (and meson.build), and one line here. */
+#define VIEWS(X)                                                                                   \
+    X(scan)                                                                                        \
+    X(full)                                                                                        \
+    X(dynamic)                                                                                     \
+    X(quality)                                                                                     \
+    X(mix)                                                                                         \
+    X(tokens)                                                                                      \
+    X(refurb)                                                                                      \
+    /* (a new view: one line above this one) */
+
+#define DECLARE(n) extern const struct pcr_view_desc pcr_view_##n;
+VIEWS(DECLARE)
+#define LIST(n) &pcr_view_##n,
+const struct pcr_view_desc *const pcr_view_descs[] = {VIEWS(LIST)};
 const size_t pcr_view_ndescs = sizeof(pcr_view_descs) / sizeof(pcr_view_descs[0]);
 
 #define NDESCS_MAX (sizeof(((struct pcr_views *)0)->state) / sizeof(void *))
@@ -305,13 +316,18 @@ ssize_t pcr_view_read(const struct pcr_view *v, const struct pcr_file *f, void *
 {
     ssize_t n = v->ops->read(v, f, state, buf, size, off);
 
+    pcr_view_count_read(v, n);
+    return n;
+}
+
+void pcr_view_count_read(const struct pcr_view *v, ssize_t n)
+{
     if (n < 0) {
         pcr_view_count(&v->ctr->errors, 1);
-        return n;
+        return;
     }
     pcr_view_count(&v->ctr->reads, 1);
     pcr_view_count(&v->ctr->bytes, (uint64_t)n);
-    return n;
 }
 
 void pcr_view_close(const struct pcr_view *v, void *state)

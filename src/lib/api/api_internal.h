@@ -1,0 +1,87 @@
+/* pcrfs — the public API's insides, shared by pcrfs.c (paths, opening, fork) and
+ * node.c (nodes, control files, attributes): not installed.
+ */
+#ifndef PCRFS_LIB_API_INTERNAL_H
+#define PCRFS_LIB_API_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pcrfs/backend.h"
+#include "pcrfs/pcrfs.h"
+#include "pcrfs/store.h"
+#include "view/view.h"
+
+/* One opening of the store, in one process. */
+struct inst {
+    struct pcr_store *store;
+    struct pcr_store *tokstore; /* NULL: none */
+    struct pcr_views *views;
+    pid_t pid;    /* the process it belongs to */
+    bool started; /* pcr_views_start() ran (PCRFS_OPEN_DEFER_START: pcrfs_start()) */
+    char *info;   /* /.pcrfs/info, rendered at open (the store never changes) */
+    size_t info_len;
+    const void *codebook; /* /.pcrfs/codebook.npy (the store's), or NULL */
+    size_t codebook_len;
+    pthread_mutex_t lock; /* guards records and every control file's pending write */
+    char *records;        /* /.pcrfs/records, rendered on first use */
+    size_t records_len;
+    /* reads without an open: the last node whose read failed (node.c) */
+    atomic_uint_fast64_t last_err_node;
+};
+
+struct pcrfs_store {
+    char *path;
+    char *path_abs;              /* for info: absolute (a URL as given) */
+    unsigned flags;              /* PCRFS_OPEN_* */
+    struct pcr_views_args args;  /* the views' options, parsed */
+    struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, ... (store/opts.c) */
+    struct pcr_http_opts http;   /* the rest of the backend's options */
+    char *str[4];                /* endpoint=, region=, profile=, ca_bundle= (owned) */
+    _Atomic(struct inst *) cur;
+};
+
+struct ctl_file;
+
+/* An open file: a view's (v, f, its open's state) or a control file's (ctl). */
+struct pcrfs_file {
+    struct inst *in;
+    const struct pcr_view *v;
+    const struct pcr_file *f;
+    void *state;
+    int64_t size; /* -1: not asked yet */
+    uint64_t node;
+    const struct ctl_file *ctl; /* a control file, or NULL */
+    char *wbuf;                 /* a writable one open for writing: pending bytes */
+    size_t wlen;
+};
+
+/* Set this thread's message; @return @rc. */
+int pcrfs_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Clear this thread's message. */
+void pcrfs_ok(void);
+/* This process's instance, reopened on the first call after a fork. NULL: message. */
+struct inst *pcrfs_inst(pcrfs_store *s);
+
+/* In a function returning int: this process's instance of store @s in @in, or
+ * return the error (the message cleared first). */
+#define PCRFS_INST(in, s)                                                                          \
+    do {                                                                                           \
+        pcrfs_ok();                                                                                \
+        if (!(s))                                                                                  \
+            return pcrfs_fail(-EINVAL, "no store");                                                \
+        if (!((in) = pcrfs_inst(s)))                                                               \
+            return -EIO;                                                                           \
+    } while (0)
+
+/* node.c: the control files' state in @in, and its release; a control file's
+ * handle's size, read and close. */
+void pcrfs_node_inst_free(struct inst *in);
+int64_t pcrfs_ctl_file_size(const struct pcrfs_file *f);
+ssize_t pcrfs_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off);
+void pcrfs_ctl_file_close(struct pcrfs_file *f);
+
+#endif
