@@ -33,6 +33,13 @@ if [ -n "$unmet" ]; then
 fi
 
 version=$(dpkg-parsechangelog -l "$src/debian/changelog" -S Version)
+# The packages' version is the project's (meson.build); debian/changelog says it.
+project=$(sed -n "s/^ *version *: *'\([^']*\)'.*/\1/p" "$src/meson.build" | head -1)
+if [ "$version" != "$project" ]; then
+    echo "deb.sh: debian/changelog is at $version, meson.build at $project:" \
+        "add a debian/changelog entry (dch -v $project)" >&2
+    exit 1
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/pcrfs-deb.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 tree=$work/pcrfs-$version
@@ -42,8 +49,10 @@ mkdir "$tree"
 # but build*/ and deb/.
 if git -C "$src" rev-parse --show-toplevel >/dev/null 2>&1; then
     (cd "$src" && git ls-files -z --cached --others --exclude-standard |
-        xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-        tar --null -T - -cf -) | tar -C "$tree" -xf -
+        while IFS= read -r -d '' f; do
+            # a tracked file deleted in the work tree is left out
+            if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
+        done | tar --null -T - -cf -) | tar -C "$tree" -xf -
 else
     (cd "$src" && tar --exclude='./build*' --exclude=./deb --exclude=./.git -cf - .) |
         tar -C "$tree" -xf -
