@@ -265,6 +265,12 @@ class Deb(unittest.TestCase):
         after = self.installed()
         for p in OURS:
             self.assertIn(p, after)
+        # the declared dependencies, not just what came along: fuse3 (fusermount3) for
+        # pcrfs; libpcrfs0 under the module (ctypes) and the -dev package
+        self.assertIn("fuse3", after - before)
+        sim = self.chroot("apt-get -s remove libpcrfs0").stdout
+        for p in ("python3-pcrfs", "libpcrfs-dev"):
+            self.assertRegex(sim, r"(?m)^Remv %s " % p, "%s does not depend on libpcrfs0" % p)
         lists = {p: self.chroot("dpkg -L " + p).stdout.split("\n") for p in OURS}
         files = {p: [f for f in lists[p] if f.startswith("/")] for p in OURS}
         conffiles = self.chroot("dpkg-query -W -f='${Conffiles}\\n' " + " ".join(OURS)).stdout
