@@ -5,12 +5,13 @@
 #                          Pillow and numpy for the sample images, djpeg)
 #   scripts/deps.sh test   (the default) everything: also clang and libFuzzer,
 #                          valgrind, torchvision, the sqlite3 CLI, docutils and attr
-#                          (getfattr/setfattr of the docs' examples), for
+#                          (getfattr/setfattr of the docs' examples), the
+#                          packaging tools and debootstrap (suite deb), for
 #                          scripts/test.sh and CI
-# Runs apt-get only when a package is missing (so a prepared machine needs no
-# network); uses sudo when not root. When another apt-get or dpkg holds the package
-# lock (unattended-upgrades on a fresh machine), it waits for it up to 10 minutes
-# instead of failing at once.
+# scripts/apt-install.sh installs them: apt-get only when a package is missing (so a
+# prepared machine needs no network), sudo when not root, and when another apt-get or
+# dpkg holds the package lock (unattended-upgrades on a fresh machine) it waits for it
+# up to 10 minutes instead of failing at once.
 set -euo pipefail
 
 what=${1:-test}
@@ -35,12 +36,15 @@ test_pkgs=(
     attr
     # ip (network namespaces, veth, a bridge) for the multinode suite
     iproute2
+    # suite deb (tests/integration/test_deb.py): scripts/deb.sh's packaging tools
+    # and a fresh Debian 12 root to install the packages into
+    dpkg-dev debhelper dh-python lintian debootstrap
 )
 case $what in
     demo) pkgs=("${demo_pkgs[@]}") ;;
     test) pkgs=("${demo_pkgs[@]}" "${test_pkgs[@]}") ;;
     -h | --help)
-        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -57,30 +61,4 @@ if [ "$what" = test ]; then
     command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 fi
 
-missing=()
-for p in "${pkgs[@]}"; do
-    if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
-        missing+=("$p")
-    fi
-done
-if [ ${#missing[@]} -eq 0 ]; then
-    echo "deps: all ${#pkgs[@]} packages for '$what' installed"
-    exit 0
-fi
-
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null; then
-        SUDO=sudo
-    else
-        echo "deps: missing ${missing[*]}; run as root or install sudo" >&2
-        exit 1
-    fi
-fi
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-# apt 2.6 (Debian 12) waits for the dpkg lock with this option (seconds); older apt
-# ignores it.
-lock=(-o DPkg::Lock::Timeout=600)
-$SUDO apt-get "${lock[@]}" update
-$SUDO apt-get "${lock[@]}" install -y --no-install-recommends "${pkgs[@]}"
+exec bash "$(dirname "$0")/apt-install.sh" "${pkgs[@]}"

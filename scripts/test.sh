@@ -3,12 +3,15 @@
 #   N passed, N failed[, N skipped]
 # counted from meson's testlog of every run. Exit status 0 only if nothing failed.
 #
-#   1. gcc, -Dwerror=true: all suites (unit, build, mount, reliability, valgrind, ...);
-#      suite valgrind runs one mount session (and mkpcrfs, pcrinfo) under memcheck
+#   1. gcc, -Dwerror=true: all suites (unit, build, mount, reliability, valgrind, deb,
+#      ...); suite valgrind runs one mount session (and mkpcrfs, pcrinfo) under
+#      memcheck; suite deb builds the Debian packages and tries them in a fresh
+#      Debian 12 root (debootstrap, cached in /var/cache/pcrfs-ci)
 #   2. the unit suite of that build again, each test under valgrind memcheck
 #      (--leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1);
 #      skip with PCRFS_VALGRIND=0
-#   3. gcc, -Db_sanitize=address,undefined: all suites but valgrind (ASan and
+#   3. gcc, -Db_sanitize=address,undefined: all suites but deb (it builds its own
+#      packages), valgrind (ASan and
 #      valgrind cannot watch one process) and library (an ASan-built libpcrfs.so
 #      cannot be loaded into Python: its Store tests in suite s3 are skipped there
 #      too, saying so) and multinode (three training processes and the deadlines
@@ -158,6 +161,7 @@ if [ "$SANITIZE" != 0 ]; then
     export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1:log_path=$reports/ubsan
     build_and_test "$BUILD-asan" "asan+ubsan" -Db_sanitize=address,undefined \
         -Db_lundef=false -- --no-suite valgrind --no-suite library --no-suite multinode \
+        --no-suite deb \
         --timeout-multiplier 3 \
         --num-processes 2
     if [ -n "$(ls -A "$reports")" ]; then

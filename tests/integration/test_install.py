@@ -12,6 +12,14 @@ mount(8) runs the helper of "mount -t fuse.pcrfs" only from /sbin, /sbin/fs.d or
   - test_note_for_user_prefix: mount-helpers/install-note.sh (the install script)
     prints the "ln -sf" line for a helper under /opt/..., naming the pcrfs it runs,
     and nothing for /sbin or a directory that resolves to /sbin (merged /usr).
+And every file "meson install" installs honours the prefix and DESTDIR, as the
+Debian packages (debian/) need (issue 21):
+  - test_destdir_every_file: "DESTDIR=TMP meson install" of this build puts every
+    file meson lists for installation (meson introspect --installed), the Python
+    module included, under TMP and nothing else there;
+  - test_prefix_every_file: a build configured with --prefix /opt/... (meson setup
+    only: where files go is known before building) installs every file under that
+    prefix, the module in PREFIX/lib/python3.X/dist-packages/pcrfs.
 Fails (not skips) when meson is missing.
 """
 import json
@@ -70,6 +78,58 @@ class Install(unittest.TestCase):
                 self.assertIn(note, p.stdout)
         finally:
             shutil.rmtree(dest, ignore_errors=True)
+
+    def installed(self, build):
+        """{built or source file: where meson install puts it (no DESTDIR)}."""
+        out = subprocess.run(["meson", "introspect", "--installed", build],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        return json.loads(out)
+
+    def test_destdir_every_file(self):
+        want = set(self.installed(mu.build_dir()).values())
+        self.assertTrue(any(p.endswith("/pcrfs/store.py") for p in want), want)
+        dest = tempfile.mkdtemp(prefix="pcrfs-install-")
+        try:
+            p = subprocess.run(["meson", "install", "-C", mu.build_dir(), "--no-rebuild"],
+                               capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, DESTDIR=dest))
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            got = set()
+            for d, _, names in os.walk(dest):
+                got.update(os.path.join(d, n)[len(dest):] for n in names)
+            # the same files, and only those: none went outside DESTDIR (a listed file
+            # missing here) and none unlisted appeared (e.g. byte code)
+            self.assertEqual(sorted(want - got), [], "listed but not under DESTDIR")
+            # (the library's links, libpcrfs.so.0 and libpcrfs.so, are not listed:
+            # links to a listed file beside them)
+            extra = [f for f in got - want if not (
+                os.path.islink(dest + f) and
+                os.path.join(os.path.dirname(f), os.readlink(dest + f)) in want)]
+            self.assertEqual(sorted(extra), [], "under DESTDIR but not listed")
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)
+
+    def test_prefix_every_file(self):
+        prefix = "/opt/pcrfs-prefix-test"
+        build = tempfile.mkdtemp(prefix="pcrfs-prefix-")
+        try:
+            p = subprocess.run(["meson", "setup", build, mu.SRCROOT, "--prefix", prefix,
+                                "-Dtests=false"], capture_output=True, text=True,
+                               timeout=300)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            where = list(self.installed(build).values())
+            self.assertTrue(where)
+            outside = [w for w in where if not w.startswith(prefix + "/")]
+            self.assertEqual(outside, [], "installed outside --prefix " + prefix)
+            pyver = "%d.%d" % sys.version_info[:2]
+            for f in ("__init__.py", "store.py", "autotune.py"):
+                self.assertIn("%s/lib/python%s/dist-packages/pcrfs/%s" % (prefix, pyver, f),
+                              where)
+            for f in ("bin/pcrfs", "bin/mkpcrfs", "sbin/mount.fuse.pcrfs",
+                      "include/pcrfs/pcrfs.h", "share/man/man1/pcrfs.1"):
+                self.assertIn("%s/%s" % (prefix, f), where)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)
 
     def note(self, d, bindir="/opt/pcrfs/bin"):
         p = subprocess.run(["/bin/sh", NOTE, d, bindir], capture_output=True, text=True,
