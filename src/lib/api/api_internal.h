@@ -60,28 +60,28 @@ struct pcrfs_file {
 };
 
 /* Set this thread's message; @return @rc. */
-int pcrfs_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int api_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Clear this thread's message. */
-void pcrfs_ok(void);
+void api_ok(void);
 /* This process's instance, reopened on the first call after a fork. NULL: message. */
-struct inst *pcrfs_inst(pcrfs_store *s);
+struct inst *api_inst(pcrfs_store *s);
 
 /* In a function returning int: this process's instance of store @s in @in, or
  * return the error (the message cleared first). */
 #define PCRFS_INST(in, s)                                                                          \
     do {                                                                                           \
-        pcrfs_ok();                                                                                \
+        api_ok();                                                                                \
         if (!(s))                                                                                  \
-            return pcrfs_fail(-EINVAL, "no store");                                                \
-        if (!((in) = pcrfs_inst(s)))                                                               \
+            return api_fail(-EINVAL, "no store");                                                \
+        if (!((in) = api_inst(s)))                                                               \
             return -EIO;                                                                           \
     } while (0)
 
 /* node.c: the control files' state in @in, and its release; a control file's
  * handle's size, read and close. */
-void pcrfs_node_inst_free(struct inst *in);
-int64_t pcrfs_ctl_file_size(const struct pcrfs_file *f);
-ssize_t pcrfs_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off);
-void pcrfs_ctl_file_close(struct pcrfs_file *f);
+void api_node_inst_free(struct inst *in);
+int64_t api_ctl_file_size(const struct pcrfs_file *f);
+ssize_t api_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off);
+void api_ctl_file_close(struct pcrfs_file *f);
 
 #endif

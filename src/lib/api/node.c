@@ -316,7 +316,7 @@ static void slice(const char *data, size_t len, void *buf, size_t size, uint64_t
     *out = n;
 }
 
-void pcrfs_node_inst_free(struct inst *in)
+void api_node_inst_free(struct inst *in)
 {
     free(in->info);
     free(in->records);
@@ -326,7 +326,7 @@ void pcrfs_node_inst_free(struct inst *in)
 
 unsigned pcrfs_features(pcrfs_store *s)
 {
-    struct inst *in = s ? pcrfs_inst(s) : NULL;
+    struct inst *in = s ? api_inst(s) : NULL;
     unsigned f = 0;
 
     if (!in)
@@ -345,14 +345,14 @@ unsigned pcrfs_features(pcrfs_store *s)
 
 int64_t pcrfs_mtime(pcrfs_store *s)
 {
-    struct inst *in = s ? pcrfs_inst(s) : NULL;
+    struct inst *in = s ? api_inst(s) : NULL;
 
     return in ? pcr_store_mtime(in->store) : 0;
 }
 
 uint64_t pcrfs_node_count(pcrfs_store *s)
 {
-    struct inst *in = s ? pcrfs_inst(s) : NULL;
+    struct inst *in = s ? api_inst(s) : NULL;
 
     /* + the root, /.pcrfs and its files */
     return in ? pcr_views_nodes(in->views) + 5 : 0;
@@ -670,7 +670,7 @@ unsigned pcrfs_file_flags(const pcrfs_file *f)
     return file_flags(f->v);
 }
 
-int64_t pcrfs_ctl_file_size(const struct pcrfs_file *f)
+int64_t api_ctl_file_size(const struct pcrfs_file *f)
 {
     const char *data;
     char *owned;
@@ -681,7 +681,7 @@ int64_t pcrfs_ctl_file_size(const struct pcrfs_file *f)
     return rc ? rc : (int64_t)len;
 }
 
-ssize_t pcrfs_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off)
+ssize_t api_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off)
 {
     return ctl_read(f->in, node_split(f->node).id, buf, len, off);
 }
@@ -712,7 +712,7 @@ ssize_t pcrfs_file_write(pcrfs_file *f, const void *buf, size_t len)
     ssize_t n;
     int rc = 0;
 
-    pcrfs_ok();
+    api_ok();
     if (!f || !f->wbuf)
         return -EBADF;
     n = value_len(buf, len);
@@ -749,7 +749,7 @@ int pcrfs_file_flush(pcrfs_file *f)
     return rc;
 }
 
-void pcrfs_ctl_file_close(struct pcrfs_file *f)
+void api_ctl_file_close(struct pcrfs_file *f)
 {
     pcrfs_file_flush(f);
     free(f->wbuf);

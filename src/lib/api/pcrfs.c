@@ -36,7 +36,7 @@
 
 static _Thread_local char errbuf[512];
 
-int pcrfs_fail(int rc, const char *fmt, ...)
+int api_fail(int rc, const char *fmt, ...)
 {
     va_list ap;
 
@@ -46,7 +46,7 @@ int pcrfs_fail(int rc, const char *fmt, ...)
     return rc;
 }
 
-void pcrfs_ok(void)
+void api_ok(void)
 {
     errbuf[0] = '\0';
 }
@@ -102,7 +102,7 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
     int rc, i;
 
     if (!eq || eq == opt || (size_t)(eq - opt) >= sizeof(name))
-        return pcrfs_fail(-EINVAL, "option %.64s: want NAME=VALUE", opt);
+        return api_fail(-EINVAL, "option %.64s: want NAME=VALUE", opt);
     snprintf(name, sizeof(name), "%.*s", (int)(eq - opt), opt);
     val = eq + 1;
     if (pcr_views_opt_desc(name))
@@ -110,7 +110,7 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
     else if ((i = str_opt(name)) >= 0) {
         /* strings the backend checks (url.c), as the daemon takes them */
         if (!remote)
-            return pcrfs_fail(-EINVAL,
+            return api_fail(-EINVAL,
                         "%s=: only for a store in object storage (s3://, http://, "
                         "https://)",
                         name);
@@ -121,7 +121,7 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
             char *copy = strdup(val);
 
             if (!copy)
-                return pcrfs_fail(-ENOMEM, "out of memory");
+                return api_fail(-ENOMEM, "out of memory");
             free(s->str[i]);
             s->str[i] = copy;
             s->http.endpoint = s->str[0];
@@ -130,17 +130,17 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
             s->http.ca_bundle = s->str[3];
         }
     } else if (pcr_store_opt_remote_only(name) && !remote)
-        return pcrfs_fail(-EINVAL,
+        return api_fail(-EINVAL,
                     "%s=: only for a store in object storage (s3://, http://, "
                     "https://)",
                     name);
     else
         rc = pcr_store_opt(&s->sopts, name, val, msg, sizeof(msg)); /* store/opts.c */
     if (rc == 1)
-        return pcrfs_fail(-EINVAL, "%s: not an option of pcrfs(3)", name);
+        return api_fail(-EINVAL, "%s: not an option of pcrfs(3)", name);
     if (rc == -ENOMEM)
-        return pcrfs_fail(-ENOMEM, "out of memory");
-    return rc ? pcrfs_fail(-EINVAL, "%s", msg) : 0;
+        return api_fail(-ENOMEM, "out of memory");
+    return rc ? api_fail(-EINVAL, "%s", msg) : 0;
 }
 
 static void inst_free(struct inst *in)
@@ -150,7 +150,7 @@ static void inst_free(struct inst *in)
     pcr_views_close(in->views);
     pcr_store_close(in->tokstore); /* before the store it belongs to */
     pcr_store_close(in->store);
-    pcrfs_node_inst_free(in);
+    api_node_inst_free(in);
     pthread_mutex_destroy(&in->lock);
     free(in);
 }
@@ -174,7 +174,7 @@ static int inst_open(const pcrfs_store *s, bool start, bool *usage, struct inst 
 
     *usage = false;
     if (!in)
-        return pcrfs_fail(-ENOMEM, "out of memory");
+        return api_fail(-ENOMEM, "out of memory");
     in->pid = getpid();
     pthread_mutex_init(&in->lock, NULL);
     if (pcr_url_is_remote(s->path)) {
@@ -186,12 +186,12 @@ static int inst_open(const pcrfs_store *s, bool start, bool *usage, struct inst 
         rc = pcr_store_open(s->path, &in->store, err, sizeof(err));
     if (rc) {
         inst_free(in);
-        return pcrfs_fail(store_failed(rc, usage), "%s", err[0] ? err : strerror(-rc));
+        return api_fail(store_failed(rc, usage), "%s", err[0] ? err : strerror(-rc));
     }
     rc = pcr_store_open_tokens(in->store, &in->tokstore, err, sizeof(err));
     if (rc && rc != -ENOENT) {
         inst_free(in);
-        return pcrfs_fail(store_failed(rc, usage), "%s", err[0] ? err : strerror(-rc));
+        return api_fail(store_failed(rc, usage), "%s", err[0] ? err : strerror(-rc));
     }
     if (pcr_store_codebook(in->store, &in->codebook, &in->codebook_len) != 0)
         in->codebook = NULL;
@@ -199,7 +199,7 @@ static int inst_open(const pcrfs_store *s, bool start, bool *usage, struct inst 
         unsigned levels = pcr_store_levels(in->store);
 
         inst_free(in);
-        return pcrfs_fail(-EBADMSG, "%s: the store has %u levels", s->path, levels);
+        return api_fail(-EBADMSG, "%s: the store has %u levels", s->path, levels);
     }
     rc = pcr_views_open(in->store, in->tokstore, &s->args, &in->views, err, sizeof(err));
     *usage = rc == -EINVAL;
@@ -213,7 +213,7 @@ static int inst_open(const pcrfs_store *s, bool start, bool *usage, struct inst 
         rc = -ENOMEM;
     if (rc) {
         inst_free(in);
-        return pcrfs_fail(rc, "%s", err[0] ? err : strerror(-rc));
+        return api_fail(rc, "%s", err[0] ? err : strerror(-rc));
     }
     pcr_store_opts_apply(&s->sopts, in->store);
     *out = in;
@@ -231,12 +231,12 @@ int pcrfs_open_ex(const char *path_or_url, const char *const *options, unsigned 
     errbuf[0] = '\0';
     *out = NULL;
     if (!path_or_url || !path_or_url[0])
-        return pcrfs_fail(-EINVAL, "no store given");
+        return api_fail(-EINVAL, "no store given");
     pthread_once(&atfork_once, atfork_register);
     s = calloc(1, sizeof(*s));
     if (!s || !(s->path = strdup(path_or_url))) {
         free(s);
-        return pcrfs_fail(-ENOMEM, "out of memory");
+        return api_fail(-ENOMEM, "out of memory");
     }
     s->flags = flags;
     s->sopts = (struct pcr_store_opts)PCR_STORE_OPTS_INIT;
@@ -244,7 +244,7 @@ int pcrfs_open_ex(const char *path_or_url, const char *const *options, unsigned 
     /* info shows the store absolute (a daemon works from "/"); a URL as given */
     s->path_abs = remote ? strdup(path_or_url) : realpath(path_or_url, NULL);
     if (!s->path_abs && !(s->path_abs = strdup(path_or_url)))
-        rc = pcrfs_fail(-ENOMEM, "out of memory");
+        rc = api_fail(-ENOMEM, "out of memory");
     for (const char *const *o = options; o && *o && rc == 0; o++)
         rc = take_option(s, *o, remote);
     if (rc == 0)
@@ -273,7 +273,7 @@ int pcrfs_start(pcrfs_store *s)
 
     errbuf[0] = '\0';
     if (!s)
-        return pcrfs_fail(-EINVAL, "no store");
+        return api_fail(-EINVAL, "no store");
     pthread_mutex_lock(&reopen_lock);
     in = atomic_load(&s->cur);
     if (in && !in->started) {
@@ -283,7 +283,7 @@ int pcrfs_start(pcrfs_store *s)
         in->started = rc == 0;
     }
     pthread_mutex_unlock(&reopen_lock);
-    return rc ? pcrfs_fail(rc, "%s", err[0] ? err : strerror(-rc)) : 0;
+    return rc ? api_fail(rc, "%s", err[0] ? err : strerror(-rc)) : 0;
 }
 
 void pcrfs_close(pcrfs_store *s)
@@ -306,7 +306,7 @@ void pcrfs_close(pcrfs_store *s)
 }
 
 /* This process's instance, reopened on the first call after a fork. NULL: errbuf. */
-struct inst *pcrfs_inst(pcrfs_store *s)
+struct inst *api_inst(pcrfs_store *s)
 {
     struct inst *in = atomic_load_explicit(&s->cur, memory_order_acquire), *fresh = NULL;
     pid_t me = atomic_load_explicit(&self_pid, memory_order_relaxed);
@@ -359,31 +359,31 @@ static int resolve(struct inst *in, const char *path, struct node *n)
         end = strchr(p, '/');
         len = end ? (size_t)(end - p) : strlen(p);
         if (len > NAME_MAX_BYTES)
-            return pcrfs_fail(-ENAMETOOLONG, "%s: a name is longer than 255 bytes", path);
+            return api_fail(-ENAMETOOLONG, "%s: a name is longer than 255 bytes", path);
         memcpy(comp, p, len);
         comp[len] = '\0';
         p += len;
         if (!strcmp(comp, "."))
             continue;
         if (!n->is_dir)
-            return pcrfs_fail(-ENOTDIR, "%s: not a directory", path);
+            return api_fail(-ENOTDIR, "%s: not a directory", path);
         if (!strcmp(comp, ".."))
-            return pcrfs_fail(-EINVAL, "%s: \"..\" is not resolved", path);
+            return api_fail(-EINVAL, "%s: \"..\" is not resolved", path);
         if (!n->v) {
             n->v = pcr_views_root_lookup(in->views, comp);
             if (!n->v)
-                return pcrfs_fail(-ENOENT, "%s: no such view", path);
+                return api_fail(-ENOENT, "%s: no such view", path);
             continue;
         }
         rc = n->v->ops->lookup(n->v, n->id, comp, &node);
         if (rc)
-            return pcrfs_fail(rc, "%s: %s", path, strerror(-rc));
+            return api_fail(rc, "%s: %s", path, strerror(-rc));
         n->is_dir = node.is_dir;
         n->id = node.id;
         if (!node.is_dir) {
             n->v = pcr_views_get(in->views, pcr_view_child_number(n->v, true, node.id), true);
             if (!n->v)
-                return pcrfs_fail(-EIO, "%s: no view serves it", path);
+                return api_fail(-EIO, "%s: no view serves it", path);
         }
     }
     return 0;
@@ -398,9 +398,9 @@ static int resolve_file(struct inst *in, const char *path, struct node *n,
     if (rc)
         return rc;
     if (n->is_dir)
-        return pcrfs_fail(-EISDIR, "%s: a directory", path);
+        return api_fail(-EISDIR, "%s: a directory", path);
     rc = pcr_store_file(n->v->store, n->id, f);
-    return rc ? pcrfs_fail(rc, "%s: %s", path, strerror(-rc)) : 0;
+    return rc ? api_fail(rc, "%s: %s", path, strerror(-rc)) : 0;
 }
 
 /* This process's instance and the file at @path in it. */
@@ -409,8 +409,8 @@ static int file_at(pcrfs_store *s, const char *path, struct inst **in, struct no
 {
     errbuf[0] = '\0';
     if (!s)
-        return pcrfs_fail(-EINVAL, "no store");
-    if (!(*in = pcrfs_inst(s)))
+        return api_fail(-EINVAL, "no store");
+    if (!(*in = api_inst(s)))
         return -EIO;
     return resolve_file(*in, path, n, f);
 }
@@ -434,10 +434,10 @@ int pcrfs_stat(pcrfs_store *s, const char *path, struct pcrfs_stat *st)
     }
     rc = pcr_store_file(n.v->store, n.id, &f);
     if (rc)
-        return pcrfs_fail(rc, "%s: %s", path, strerror(-rc));
+        return api_fail(rc, "%s: %s", path, strerror(-rc));
     size = pcr_view_size(n.v, f);
     if (size < 0)
-        return pcrfs_fail((int)size, "%s: %s", path, strerror((int)-size));
+        return api_fail((int)size, "%s: %s", path, strerror((int)-size));
     st->size = (uint64_t)size;
     st->file_id = n.id;
     return 0;
@@ -459,7 +459,7 @@ int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, char *name, s
     if (rc)
         return rc;
     if (!n.is_dir)
-        return pcrfs_fail(-ENOTDIR, "%s: not a directory", path);
+        return api_fail(-ENOTDIR, "%s: not a directory", path);
     if (!n.v) {
         const struct pcr_view *v =
             p < PCR_VIEWS_ROOT_MAX ? pcr_views_root(in->views, (unsigned)p) : NULL;
@@ -472,12 +472,12 @@ int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, char *name, s
         if (rc == -ENOENT)
             return 0;
         if (rc)
-            return pcrfs_fail(rc, "%s: %s", path, strerror(-rc));
+            return api_fail(rc, "%s: %s", path, strerror(-rc));
         nm = de.name;
         *is_dir = de.node.is_dir;
     }
     if (strlen(nm) >= namelen)
-        return pcrfs_fail(-ENAMETOOLONG, "%s: a name longer than the buffer", path);
+        return api_fail(-ENAMETOOLONG, "%s: a name longer than the buffer", path);
     memcpy(name, nm, strlen(nm) + 1);
     *pos = p + 1;
     return 1;
@@ -497,7 +497,7 @@ int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
         return rc;
     h = calloc(1, sizeof(*h));
     if (!h)
-        return pcrfs_fail(-ENOMEM, "out of memory");
+        return api_fail(-ENOMEM, "out of memory");
     h->in = in;
     h->v = n.v;
     h->f = f;
@@ -505,12 +505,12 @@ int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
     if (h->size < 0) {
         rc = (int)h->size;
         free(h);
-        return pcrfs_fail(rc, "%s: %s", path, strerror(-rc));
+        return api_fail(rc, "%s: %s", path, strerror(-rc));
     }
     rc = pcr_view_open(n.v, f, &h->state);
     if (rc) {
         free(h);
-        return pcrfs_fail(rc, "%s: %s", path, strerror(-rc));
+        return api_fail(rc, "%s: %s", path, strerror(-rc));
     }
     *out = h;
     return 0;
@@ -519,7 +519,7 @@ int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
 int64_t pcrfs_file_size(const pcrfs_file *f)
 {
     if (f->ctl)
-        return pcrfs_ctl_file_size(f);
+        return api_ctl_file_size(f);
     /* a node's open (pcrfs_node_open()) leaves it to the first ask */
     if (f->size < 0 && f->v && f->f)
         return pcr_view_size(f->v, f->f);
@@ -532,9 +532,9 @@ ssize_t pcrfs_file_read(pcrfs_file *f, void *buf, size_t len, uint64_t off)
 
     errbuf[0] = '\0';
     if (f->ctl)
-        return pcrfs_ctl_file_read(f, buf, len, off);
+        return api_ctl_file_read(f, buf, len, off);
     n = pcr_view_read(f->v, NULL, f->state, buf, len, off);
-    return n < 0 ? pcrfs_fail((int)n, "%s", strerror((int)-n)) : n;
+    return n < 0 ? api_fail((int)n, "%s", strerror((int)-n)) : n;
 }
 
 void pcrfs_file_close(pcrfs_file *f)
@@ -542,7 +542,7 @@ void pcrfs_file_close(pcrfs_file *f)
     if (!f)
         return;
     if (f->ctl) {
-        pcrfs_ctl_file_close(f);
+        api_ctl_file_close(f);
         return;
     }
     pcr_view_close(f->v, f->state);
@@ -567,7 +567,7 @@ ssize_t pcrfs_read(pcrfs_store *s, const char *path, void *buf, size_t len, uint
         got = pcr_view_read(n.v, f, NULL, buf, len, off);
         if (got >= 0 && off == 0)
             pcr_view_count(&n.v->ctr->opens, 1);
-        return got < 0 ? pcrfs_fail((int)got, "%s: %s", path, strerror((int)-got)) : got;
+        return got < 0 ? api_fail((int)got, "%s: %s", path, strerror((int)-got)) : got;
     }
     rc = pcrfs_file_open(s, path, &h);
     if (rc)
@@ -589,7 +589,7 @@ int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *f
     if (rc)
         return rc;
     if (n.v->store != in->store)
-        return pcrfs_fail(-ENODATA, "%s: a token file, in no image record", path);
+        return api_fail(-ENODATA, "%s: a token file, in no image record", path);
     pcr_file_info(f, &fi);
     *record = fi.record;
     *file_id = fi.id;
@@ -598,7 +598,7 @@ int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *f
 
 unsigned pcrfs_levels(pcrfs_store *s)
 {
-    struct inst *in = s ? pcrfs_inst(s) : NULL;
+    struct inst *in = s ? api_inst(s) : NULL;
 
     return in ? pcr_store_levels(in->store) : 0;
 }
@@ -611,8 +611,8 @@ int pcrfs_set_level(pcrfs_store *s, unsigned level)
     PCRFS_INST(in, s);
     rc = pcr_views_set_level(in->views, level, NULL);
     if (rc == -ENOENT)
-        return pcrfs_fail(rc, "no dynamic/ (open with level=K)");
-    return rc ? pcrfs_fail(rc, "%u: not a level of this store (1..%u)", level,
+        return api_fail(rc, "no dynamic/ (open with level=K)");
+    return rc ? api_fail(rc, "%u: not a level of this store (1..%u)", level,
                      pcr_store_levels(in->store))
               : 0;
 }
@@ -624,7 +624,7 @@ ssize_t pcrfs_info_json(pcrfs_store *s, char **out)
     PCRFS_INST(in, s);
     *out = malloc(in->info_len + 1);
     if (!*out)
-        return pcrfs_fail(-ENOMEM, "out of memory");
+        return api_fail(-ENOMEM, "out of memory");
     memcpy(*out, in->info, in->info_len);
     (*out)[in->info_len] = '\0';
     return (ssize_t)in->info_len;
@@ -643,7 +643,7 @@ ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out)
 
     PCRFS_INST(in, s);
     rc = pcr_views_stats_json(in->views, head, out, &len);
-    return rc ? pcrfs_fail(rc, "out of memory") : (ssize_t)len;
+    return rc ? api_fail(rc, "out of memory") : (ssize_t)len;
 }
 
 /* ---- options, for a command line that passes them on --------------------------------- */
@@ -708,11 +708,11 @@ int pcrfs_option_check(const char *name, const char *value)
         rc = pcr_store_opt(&o, name, value, msg, sizeof(msg));
         pcr_store_opts_free(&o);
         if (rc == 1)
-            return pcrfs_fail(-ENOENT, "%s: not an option of pcrfs(3)", name);
+            return api_fail(-ENOENT, "%s: not an option of pcrfs(3)", name);
     }
     if (rc == -ENOMEM)
-        return pcrfs_fail(-ENOMEM, "out of memory");
-    return rc ? pcrfs_fail(-EINVAL, "%s", msg) : 0;
+        return api_fail(-ENOMEM, "out of memory");
+    return rc ? api_fail(-EINVAL, "%s", msg) : 0;
 }
 
 static char help_text[8192];
