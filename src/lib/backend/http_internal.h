@@ -1,14 +1,19 @@
-/* pcrfs — the object-storage backend's private state, shared by its files:
- *   url.c        s3:// and http(s):// URLs: endpoint, region, CA bundle
+/* pcrfs — the object-storage backend's private state, shared by its files, in
+ * layers, each calling only the ones below it (README.md):
+ *   httpbase.c   the leaf: clock, handle defaults (httpbase.h)
  *   creds.c      AWS credentials: the default chain and refresh (creds.h)
- *   http.c       libcurl: requests, retries and deadlines, the backend's functions
+ *   url.c        s3:// and http(s):// URLs: endpoint, region, CA bundle
  *   httphdr.c    response header lines (status, Content-Range, ETag, Retry-After)
+ *   httpxfer.c   the transport: libcurl handles and their pool, requests, retries,
+ *                deadlines, throttling
  *   httpcache.c  the record-prefix cache (advise) and its fetch threads
+ *   http.c       the backend's functions (pcr_backend_ops)
+ *   httpstats.c  the process's list of backends, for pcr_http_stats()
  *   httpstore.c  index.db into the local cache, and opening a store from a URL
  *
  * Every byte from the server is untrusted: status lines, header values and body
  * lengths are checked against what was asked before anything is used, and errors
- * become negative errno values once, in http.c (req_result()).
+ * become negative errno values once, in httpxfer.c (req_result()).
  */
 #ifndef PCRFS_HTTP_INTERNAL_H
 #define PCRFS_HTTP_INTERNAL_H
@@ -18,6 +23,7 @@
 #include <stdint.h>
 #include <curl/curl.h>
 #include "pcrfs/backend.h"
+#include "backend/httpbase.h"
 
 #define HTTP_MAX_URL   2048
 #define HTTP_MAX_ETAG  130 /* S3's are 34 bytes; anything longer is refused */
@@ -51,7 +57,9 @@ void http_target_free(struct http_target *t);
  * characters no store object has). */
 int http_object_url(const struct http_target *t, const char *name, char *out, size_t len);
 
-/* ---- http.c ---- */
+/* ---- httpxfer.c: the transport ---- */
+
+#define HTTP_MAX_BATCH 256 /* requests in one http_perform() */
 
 struct http_backend;
 
@@ -118,9 +126,10 @@ struct http_backend {
  * @return 0 if all succeeded, else the first request's error (each has its own in
  * ->err). */
 int http_perform(struct http_backend *hb, struct http_req *r, unsigned n);
-/* What every handle of the backend has: no signals, http(s) only, no redirects
- * followed, our User-Agent. */
-void http_handle_defaults(CURL *h);
+/* The transport's part of @hb: timeout and retries from @o, the shared connection
+ * cache. @return 0; -ENOMEM (undone by http_xfer_fini()). */
+int http_xfer_init(struct http_backend *hb, const struct pcr_http_opts *o);
+void http_xfer_fini(struct http_backend *hb);
 /* The deadline (ms, monotonic) of the current operation for a wait that needs
  * @bytes from the server: the start of the caller's operation
  * (pcr_backend_op_start(), else @since, when the wait began) plus 2 x the timeout
@@ -142,10 +151,6 @@ void http_header_line(struct http_req *r, const char *data, size_t n);
 /* A one-line reason for a failed request, for messages: "access denied (HTTP 403
  * InvalidAccessKeyId)". */
 void http_describe(const struct http_req *r, char *out, size_t len);
-static inline void http_count(uint64_t *ctr, uint64_t n)
-{
-    __atomic_fetch_add(ctr, n, __ATOMIC_RELAXED);
-}
 
 /* The open object: a record or a token shard. */
 struct pcr_object {
@@ -192,7 +197,13 @@ void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t n)
 void http_cache_throttled(struct http_cache *c);
 /* Forget @o's cached bytes (they failed a check): the next read fetches them again. */
 void http_cache_drop(struct http_cache *c, struct pcr_object *o);
-uint64_t http_now_ms(void);
+
+/* ---- httpstats.c ---- */
+
+/* Add @hb to (remove it from) the process's list that pcr_http_stats() and
+ * pcr_http_creds_json() read. */
+void http_stats_register(struct http_backend *hb);
+void http_stats_unregister(struct http_backend *hb);
 
 /* ---- httpstore.c ---- */
 
