@@ -26,6 +26,22 @@ static void global_init(void)
 
 /* ---- the backend's functions ---- */
 
+/* A request of the backend was throttled: the prefix cache fetches less (its own
+ * fetches report the same through their requests: httpcache.c). */
+static void on_throttled(void *arg)
+{
+    http_cache_throttled(arg);
+}
+
+/* What every request of @hb reports to the cache above the transport. */
+static void req_hooks(struct http_backend *hb, struct http_req *r)
+{
+    if (hb->cache) {
+        r->on_throttled = on_throttled;
+        r->arg = hb->cache;
+    }
+}
+
 static int http_open(struct pcr_backend *b, const char *name, struct pcr_object **out)
 {
     struct http_backend *hb = (struct http_backend *)b;
@@ -41,6 +57,7 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
         return ret == -EINVAL ? -ENOENT : -EINVAL;
     }
     r.url = o->url;
+    req_hooks(hb, &r);
     ret = http_perform(hb, &r, 1);
     if (ret) {
         char why[160];
@@ -110,6 +127,7 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
         req[i] = (struct http_req){.url = o->url, .off = sp[i].off, .len = sp[i].len,
                                    .expect = o->size, .if_match = o->etag, .buf = buf,
                                    .fd = -1};
+        req_hooks(hb, &req[i]);
     }
     ret = http_perform(hb, req, ns);
     if (ret) {

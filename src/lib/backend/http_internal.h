@@ -64,7 +64,9 @@ int http_object_url(const struct http_target *t, const char *name, char *out, si
 struct http_backend;
 
 /* One request. A GET's body goes to @buf (exactly @len bytes) or, with @fd >= 0, to
- * that file at @fd_off onwards (the cache), reporting progress to @o. */
+ * that file at @fd_off onwards (the cache), reporting progress to @on_progress.
+ * The callbacks are how a layer above hears of the transfer: the transport calls
+ * them and knows nothing of who is behind @arg. */
 struct http_req {
     const char *url;
     bool head;
@@ -74,7 +76,11 @@ struct http_req {
     uint8_t *buf;
     int fd;
     uint64_t fd_off;
-    struct pcr_object *o;
+    /* @n more bytes written to @fd (in the transfer's thread), or NULL */
+    void (*on_progress)(void *arg, uint64_t n);
+    /* an answer was 503 or 429 (after the attempt, before the backoff), or NULL */
+    void (*on_throttled)(void *arg);
+    void *arg;
     long timeout_ms;     /* 0: the backend's */
     /* results */
     long status;
@@ -191,9 +197,11 @@ int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, 
  * (the fetch that was to bring it failed). */
 int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
                     void *buf);
-/* A fetch writing into the cache file reports @n more bytes at the cached end. */
+/* A fetch writing into the cache file reports @n more bytes at the cached end
+ * (through its request's on_progress). */
 void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t n);
-/* The server answered with throttling: fewer prefix fetches at once. */
+/* The server answered with throttling: fewer prefix fetches at once (through the
+ * on_throttled of the cache's fetches and of the backend's own requests). */
 void http_cache_throttled(struct http_cache *c);
 /* Forget @o's cached bytes (they failed a check): the next read fetches them again. */
 void http_cache_drop(struct http_cache *c, struct pcr_object *o);

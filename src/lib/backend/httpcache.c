@@ -155,6 +155,23 @@ static void enqueue(struct http_cache *c, struct pcr_object *o)
     pthread_cond_signal(&c->work);
 }
 
+/* What a fetch's request reports to: the transport calls these (httpxfer.c). */
+struct fetch_sink {
+    struct http_cache *c;
+    struct pcr_object *o;
+};
+
+static void fetch_progress(void *arg, uint64_t n)
+{
+    struct fetch_sink *s = arg;
+    http_cache_progress(s->c, s->o, n);
+}
+
+static void fetch_throttled(void *arg)
+{
+    http_cache_throttled(((struct fetch_sink *)arg)->c);
+}
+
 /* The fetch of [o->cached, o->want), with the lock held on entry and exit. */
 static void fetch(struct http_cache *c, struct pcr_object *o)
 {
@@ -186,8 +203,11 @@ static void fetch(struct http_cache *c, struct pcr_object *o)
     c->active++;
     pthread_mutex_unlock(&c->lock);
 
+    struct fetch_sink sink = {c, o};
     struct http_req r = {.url = o->url, .off = from, .len = to - from, .expect = o->size,
-                         .if_match = o->etag, .fd = o->fd, .fd_off = from, .o = o};
+                         .if_match = o->etag, .fd = o->fd, .fd_off = from,
+                         .on_progress = fetch_progress, .on_throttled = fetch_throttled,
+                         .arg = &sink};
     http_count(&hb->st.prefix_fetches, 1);
     ret = http_perform(hb, &r, 1);
 

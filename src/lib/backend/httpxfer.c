@@ -21,7 +21,8 @@
  * start), after Retry-After when the answer gives one, else after a backoff with
  * full jitter (uniform in [0, base x 2^attempt], AWS's advice) drawn from a
  * generator seeded per process, so that the daemons of a cluster do not retry in
- * step. The prefix cache also lowers its fetch concurrency meanwhile (httpcache.c).
+ * step. A request's on_throttled() tells the layer above (the prefix cache lowers
+ * its fetch concurrency meanwhile: httpcache.c).
  *
  * Checks. The status, Content-Range and the body's length must be exactly what was
  * asked; a server that ignores Range, sends more or fewer bytes, or another range
@@ -199,8 +200,8 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
             }
             done += (size_t)w;
         }
-        if (r->o && r->hb->cache)
-            http_cache_progress(r->hb->cache, r->o, n);
+        if (r->on_progress)
+            r->on_progress(r->arg, n);
     } else {
         memcpy(r->buf + r->got, data, n);
     }
@@ -592,8 +593,8 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
                 q->nthrottled++;
                 throttled = true;
                 http_count(&hb->st.throttled, 1);
-                if (hb->cache)
-                    http_cache_throttled(hb->cache);
+                if (q->on_throttled)
+                    q->on_throttled(q->arg);
             } else if (q->err && token_expired(q) && !q->cred_retried && hb->t.sign) {
                 /* renewed at once and tried again once, whatever the retry count */
                 q->cred_retried = q->retryable = true;
