@@ -51,14 +51,14 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
 
     if (!o)
         return -ENOMEM;
-    ret = http_object_url(&hb->t, name, o->url, sizeof(o->url));
+    ret = http_object_url(&hb->x.t, name, o->url, sizeof(o->url));
     if (ret) {
         free(o);
         return ret == -EINVAL ? -ENOENT : -EINVAL;
     }
     r.url = o->url;
     req_hooks(hb, &r);
-    ret = http_perform(hb, &r, 1);
+    ret = http_perform(&hb->x, &r, 1);
     if (ret) {
         char why[160];
         http_describe(&r, why, sizeof(why));
@@ -129,7 +129,7 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
                                    .fd = -1};
         req_hooks(hb, &req[i]);
     }
-    ret = http_perform(hb, req, ns);
+    ret = http_perform(&hb->x, req, ns);
     if (ret) {
         char why[160];
         http_describe(&req[0], why, sizeof(why));
@@ -171,10 +171,10 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
         if (ret < 0)
             return ret == -ETIMEDOUT || ret == -ENOMEM ? ret : -EIO;
         if (ret > 0) {
-            http_count(&hb->st.cache_hits, 1);
+            http_count(&hb->x.st.cache_hits, 1);
             continue;
         }
-        http_count(&hb->st.cache_misses, 1);
+        http_count(&hb->x.st.cache_misses, 1);
         if (nmiss == HTTP_MAX_BATCH) {
             ret = read_direct(hb, o, miss, nmiss);
             if (ret)
@@ -232,8 +232,8 @@ static void http_destroy(struct pcr_backend *b)
 
     http_stats_unregister(hb);
     http_cache_free(hb->cache);
-    http_xfer_fini(hb);
-    http_target_free(&hb->t);
+    http_xfer_fini(&hb->x);
+    http_target_free(&hb->x.t);
     free(hb);
 }
 
@@ -263,13 +263,13 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
     hb = calloc(1, sizeof(*hb));
     if (!hb)
         return -ENOMEM;
-    ret = http_target_init(&hb->t, url, o, err, errlen);
+    ret = http_target_init(&hb->x.t, url, o, err, errlen);
     if (ret) {
         free(hb);
         return ret;
     }
     hb->base.ops = &http_ops;
-    if (http_xfer_init(hb, o) != 0) {
+    if (http_xfer_init(&hb->x, o) != 0) {
         http_destroy(&hb->base);
         pcr_errf(err, errlen, "libcurl: cannot share connections");
         return -ENOMEM;

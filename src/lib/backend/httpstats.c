@@ -35,8 +35,8 @@ int pcr_http_creds_json(char *out, size_t len)
 
     pthread_mutex_lock(&registry_lock);
     for (struct http_backend *hb = registry; hb; hb = hb->next)
-        if (hb->t.creds) {
-            http_creds_json(hb->t.creds, out, len);
+        if (hb->x.t.creds) {
+            http_creds_json(hb->x.t.creds, out, len);
             ret = 0;
             break;
         }
@@ -51,7 +51,7 @@ int pcr_http_stats(struct pcr_http_stats *out)
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&registry_lock);
     for (struct http_backend *hb = registry; hb; hb = hb->next) {
-        const uint64_t *src = (const uint64_t *)&hb->st;
+        const uint64_t *src = (const uint64_t *)&hb->x.st;
         uint64_t *dst = (uint64_t *)out;
         for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
             dst[i] += __atomic_load_n(&src[i], __ATOMIC_RELAXED);

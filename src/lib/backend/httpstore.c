@@ -248,7 +248,7 @@ static void index_forget(const char *path)
 /* The message for a request about the store itself that failed. */
 static void store_failure(struct http_backend *hb, struct http_req *r, char *err, size_t errlen)
 {
-    const struct http_target *t = &hb->t;
+    const struct http_target *t = &hb->x.t;
     char why[160];
 
     http_describe(r, why, sizeof(why));
@@ -263,7 +263,7 @@ static void store_failure(struct http_backend *hb, struct http_req *r, char *err
         pcr_errf(err, errlen, "%s: not a pcrfs store (no index.db: %s)", t->display, why);
     else if (r->err == -ETIMEDOUT)
         pcr_errf(err, errlen, "%s: %s after %.1f s (%s)", t->display, why,
-                 (double)hb->timeout_ms / 1000.0, r->url);
+                 (double)hb->x.timeout_ms / 1000.0, r->url);
     else if (r->status)
         pcr_errf(err, errlen, "%s: %s", t->display, why);
     else
@@ -304,7 +304,7 @@ static int get_index(struct http_backend *hb, const char *url, const char *dir, 
     if (fd < 0)
         return -errno;
     *r = (struct http_req){.url = url, .expect = size, .if_match = etag, .fd = fd};
-    ret = size ? http_perform(hb, r, 1) : 0;
+    ret = size ? http_perform(&hb->x, r, 1) : 0;
     if (ret == 0 && r->got != size)
         ret = -EIO;
     if (ret) {
@@ -325,19 +325,19 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
     struct stat sb;
     int fd, ret;
 
-    ret = http_object_url(&hb->t, "index.db", url, sizeof(url));
+    ret = http_object_url(&hb->x.t, "index.db", url, sizeof(url));
     if (ret) {
-        pcr_errf(err, errlen, "%s: URL too long", hb->t.display);
+        pcr_errf(err, errlen, "%s: URL too long", hb->x.t.display);
         return -EINVAL;
     }
     head.url = url;
-    ret = http_perform(hb, &head, 1);
-    if (ret == -ENOENT && hb->t.s3) {
+    ret = http_perform(&hb->x, &head, 1);
+    if (ret == -ENOENT && hb->x.t.s3) {
         /* HEAD has no body: ask again with GET to tell a missing bucket from a
          * missing object */
         uint8_t b;
         struct http_req g = {.url = url, .off = 0, .len = 1, .buf = &b, .fd = -1};
-        if (http_perform(hb, &g, 1) == -ENOENT && g.code[0])
+        if (http_perform(&hb->x, &g, 1) == -ENOENT && g.code[0])
             memcpy(head.code, g.code, sizeof(head.code));
     }
     if (ret) {
@@ -345,7 +345,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         return ret;
     }
     if (head.size > MAX_INDEX) {
-        pcr_errf(err, errlen, "%s: index.db is %llu bytes: not a pcrfs index", hb->t.display,
+        pcr_errf(err, errlen, "%s: index.db is %llu bytes: not a pcrfs index", hb->x.t.display,
                  (unsigned long long)head.size);
         return -EINVAL;
     }
@@ -356,11 +356,11 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         uint8_t b;
         struct http_req g = {.url = url, .off = head.size - 1, .len = 1, .expect = head.size,
                              .if_match = etag, .buf = &b, .fd = -1};
-        ret = http_perform(hb, &g, 1);
+        ret = http_perform(&hb->x, &g, 1);
         if (ret && g.status == 200) {
             pcr_errf(err, errlen, "%s: the server does not honour Range requests (HTTP 200 "
                      "with the whole object for a ranged GET of index.db): pcrfs reads "
-                     "records by range and cannot use it", hb->t.display);
+                     "records by range and cannot use it", hb->x.t.display);
             return -ENOTSUP;
         }
         if (ret) {
@@ -388,7 +388,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
             }
             pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db fails verification "
                     "(its size or content hash); fetched again", dir);
-            http_count(&hb->st.index_refetches, 1);
+            http_count(&hb->x.st.index_refetches, 1);
             index_forget(path);
         }
         fd = get_index(hb, url, dir, head.size, etag, tmp, sizeof(tmp), &r);
@@ -414,7 +414,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
             store_failure(hb, &r, err, errlen);
         else
             pcr_errf(err, errlen, "%s: no room for index.db (%llu bytes) in the cache or in %s: %s",
-                     hb->t.display, (unsigned long long)head.size, tdir && *tdir ? tdir : "/tmp",
+                     hb->x.t.display, (unsigned long long)head.size, tdir && *tdir ? tdir : "/tmp",
                      strerror(-fd));
         return fd;
     }
@@ -450,7 +450,7 @@ static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_s
         return ret;
     hb = (struct http_backend *)b;
     if (again)
-        http_count(&hb->st.index_refetches, 1);
+        http_count(&hb->x.st.index_refetches, 1);
     if (o && o->cache_dir && *o->cache_dir)
         ret = snprintf(base, sizeof(base), "%s", o->cache_dir) >= (int)sizeof(base)
                   ? -ENAMETOOLONG : 0;
@@ -459,7 +459,7 @@ static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_s
     if (ret == 0) {
         /* one directory per store: the URL as requests see it (endpoint included) */
         snprintf(dir, sizeof(dir), "%s/%016llx", base,
-                 (unsigned long long)pcr_xxh64(hb->t.base, strlen(hb->t.base)));
+                 (unsigned long long)pcr_xxh64(hb->x.t.base, strlen(hb->x.t.base)));
         ret = make_dirs(dir, &made);
         /* ours, or refused: a cache another user can change is a way to change what
          * is served */
@@ -486,7 +486,7 @@ static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_s
     }
     if (have_dir) {
         uint64_t limit = o && o->cache_size ? o->cache_size : default_limit(dir);
-        if (http_cache_new(hb, dir, limit, &hb->cache) != 0)
+        if (http_cache_new(&hb->x, dir, limit, &hb->cache) != 0)
             hb->cache = NULL;
     }
     ret = pcr_store_open_backend(url, ipath, b, out, err, errlen);

@@ -40,7 +40,7 @@
 #include <unistd.h>
 #include "common/internal.h"
 #include "backend/creds.h"
-#include "backend/http_internal.h"
+#include "backend/httpxfer.h"
 
 #define DEFAULT_TIMEOUT_MS 10000
 #define DEFAULT_RETRIES    3
@@ -95,29 +95,29 @@ static void sleep_ms(uint64_t ms)
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ctx)
 {
-    struct http_backend *hb = ctx;
+    struct http_transport *tp = ctx;
     (void)h;
     (void)access;
     if ((unsigned)data < CURL_LOCK_DATA_LAST)
-        pthread_mutex_lock(&hb->share_lock[data]);
+        pthread_mutex_lock(&tp->share_lock[data]);
 }
 
 static void share_unlock(CURL *h, curl_lock_data data, void *ctx)
 {
-    struct http_backend *hb = ctx;
+    struct http_transport *tp = ctx;
     (void)h;
     if ((unsigned)data < CURL_LOCK_DATA_LAST)
-        pthread_mutex_unlock(&hb->share_lock[data]);
+        pthread_mutex_unlock(&tp->share_lock[data]);
 }
 
-static CURL *handle_get(struct http_backend *hb)
+static CURL *handle_get(struct http_transport *tp)
 {
     CURL *h = NULL;
 
-    pthread_mutex_lock(&hb->pool_lock);
-    if (hb->npool)
-        h = hb->pool[--hb->npool];
-    pthread_mutex_unlock(&hb->pool_lock);
+    pthread_mutex_lock(&tp->pool_lock);
+    if (tp->npool)
+        h = tp->pool[--tp->npool];
+    pthread_mutex_unlock(&tp->pool_lock);
     if (h)
         curl_easy_reset(h);
     else
@@ -125,16 +125,16 @@ static CURL *handle_get(struct http_backend *hb)
     return h;
 }
 
-static void handle_put(struct http_backend *hb, CURL *h)
+static void handle_put(struct http_transport *tp, CURL *h)
 {
     if (!h)
         return;
-    pthread_mutex_lock(&hb->pool_lock);
-    if (hb->npool < PCR_ARRAY_SIZE(hb->pool)) {
-        hb->pool[hb->npool++] = h;
+    pthread_mutex_lock(&tp->pool_lock);
+    if (tp->npool < PCR_ARRAY_SIZE(tp->pool)) {
+        tp->pool[tp->npool++] = h;
         h = NULL;
     }
-    pthread_mutex_unlock(&hb->pool_lock);
+    pthread_mutex_unlock(&tp->pool_lock);
     if (h)
         curl_easy_cleanup(h);
 }
@@ -206,16 +206,16 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
         memcpy(r->buf + r->got, data, n);
     }
     r->got += n;
-    http_count(&r->hb->st.bytes, n);
+    http_count(&r->tp->st.bytes, n);
     return n;
 }
 
 /* ---- one request ---- */
 
-static int req_setup(struct http_backend *hb, struct http_req *r)
+static int req_setup(struct http_transport *tp, struct http_req *r)
 {
-    const struct http_target *t = &hb->t;
-    long timeout = r->timeout_ms ? r->timeout_ms : hb->timeout_ms;
+    const struct http_target *t = &tp->t;
+    long timeout = r->timeout_ms ? r->timeout_ms : tp->timeout_ms;
     uint64_t bytes = r->len ? r->len : r->expect;
     char hdr[HTTP_MAX_ETAG + 64];
     struct curl_slist *l = NULL;
@@ -231,13 +231,13 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
     if (r->cap_ms && timeout > r->cap_ms)
         timeout = r->cap_ms; /* what is left of the deadline */
     curl_easy_setopt(h, CURLOPT_URL, r->url);
-    curl_easy_setopt(h, CURLOPT_SHARE, hb->share);
+    curl_easy_setopt(h, CURLOPT_SHARE, tp->share);
     http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                     timeout < hb->timeout_ms ? timeout : hb->timeout_ms);
+                     timeout < tp->timeout_ms ? timeout : tp->timeout_ms);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, hb->timeout_ms >= 2000 ? hb->timeout_ms / 1000 : 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, tp->timeout_ms >= 2000 ? tp->timeout_ms / 1000 : 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
@@ -297,7 +297,7 @@ static void error_code(struct http_req *r)
 }
 
 /* The one place a transfer's outcome becomes an errno. */
-static int req_result(struct http_backend *hb, struct http_req *r, CURLcode cc)
+static int req_result(struct http_transport *tp, struct http_req *r, CURLcode cc)
 {
     uint64_t want = r->len ? r->len : r->expect;
 
@@ -311,7 +311,7 @@ static int req_result(struct http_backend *hb, struct http_req *r, CURLcode cc)
     case CURLE_OK:
         break;
     case CURLE_OPERATION_TIMEDOUT:
-        http_count(&hb->st.timeouts, 1);
+        http_count(&tp->st.timeouts, 1);
         r->retryable = true;
         return r->err = -ETIMEDOUT;
     case CURLE_OUT_OF_MEMORY:
@@ -411,15 +411,15 @@ void http_describe(const struct http_req *r, char *out, size_t len)
 }
 
 /* One attempt at every request in @r[0..n) that is not done, in parallel. */
-static void perform_once(struct http_backend *hb, struct http_req **r, unsigned n)
+static void perform_once(struct http_transport *tp, struct http_req **r, unsigned n)
 {
     CURLM *m;
     int running = 0;
 
     for (unsigned i = 0; i < n; i++)
-        http_count(&hb->st.requests, 1);
+        http_count(&tp->st.requests, 1);
     if (n == 1) {
-        req_result(hb, r[0], curl_easy_perform(r[0]->h));
+        req_result(tp, r[0], curl_easy_perform(r[0]->h));
         return;
     }
     m = curl_multi_init();
@@ -446,7 +446,7 @@ static void perform_once(struct http_backend *hb, struct http_req **r, unsigned 
                 continue;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
             if (q)
-                req_result(hb, q, msg->data.result);
+                req_result(tp, q, msg->data.result);
         }
         if (!running)
             break;
@@ -483,17 +483,17 @@ static uint64_t allowance(uint64_t bytes)
     return bytes > 4u * 1024 * 1024 ? bytes / SLOW_RATE * 1000u : 0;
 }
 
-bool http_throttling(struct http_backend *hb)
+bool http_throttling(struct http_transport *tp)
 {
-    return __atomic_load_n(&hb->throttle_until, __ATOMIC_RELAXED) > http_now_ms();
+    return __atomic_load_n(&tp->throttle_until, __ATOMIC_RELAXED) > http_now_ms();
 }
 
-uint64_t http_deadline(struct http_backend *hb, uint64_t bytes, uint64_t since)
+uint64_t http_deadline(struct http_transport *tp, uint64_t bytes, uint64_t since)
 {
     uint64_t start = op_start_or(since);
-    uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
+    uint64_t end = start + 2u * (uint64_t)tp->timeout_ms + allowance(bytes);
 
-    if (http_throttling(hb) && end < start + THROTTLE_BUDGET_MS + allowance(bytes))
+    if (http_throttling(tp) && end < start + THROTTLE_BUDGET_MS + allowance(bytes))
         end = start + THROTTLE_BUDGET_MS + allowance(bytes);
     return end;
 }
@@ -510,7 +510,7 @@ static uint64_t backoff(const struct http_req *q, unsigned attempt)
     return rng_upto(ms < cap ? ms : cap); /* full jitter */
 }
 
-int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
+int http_perform(struct http_transport *tp, struct http_req *r, unsigned n)
 {
     struct http_req *todo[HTTP_MAX_BATCH];
     unsigned ntodo, tries[HTTP_MAX_BATCH] = {0};
@@ -522,7 +522,7 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
     if (n > HTTP_MAX_BATCH)
         return -EINVAL;
     for (unsigned i = 0; i < n; i++) {
-        r[i].hb = hb;
+        r[i].tp = tp;
         r[i].got = 0;
         r[i].h = NULL;
         r[i].hdrs = NULL;
@@ -535,7 +535,7 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
     }
     /* one deadline for all attempts: 2 x the timeout from the operation's start;
      * once the server throttles, the throttling budget */
-    uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
+    uint64_t end = start + 2u * (uint64_t)tp->timeout_ms + allowance(bytes);
     uint64_t tend = start + THROTTLE_BUDGET_MS + allowance(bytes);
     bool throttled = false;
     if (tend < end)
@@ -563,44 +563,44 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
                     q->fd_off += q->got;
                 }
                 q->got = 0;
-                http_count(&hb->st.retries, 1);
+                http_count(&tp->st.retries, 1);
             }
             q->cap_ms = (long)(until - now);
-            q->h = handle_get(hb);
-            if (!q->h || req_setup(hb, q) != 0) {
-                handle_put(hb, q->h);
+            q->h = handle_get(tp);
+            if (!q->h || req_setup(tp, q) != 0) {
+                handle_put(tp, q->h);
                 q->h = NULL;
                 q->err = -ENOMEM;
                 q->retryable = false;
                 continue;
             }
             if (!q->head)
-                http_count(&hb->st.gets, 1);
+                http_count(&tp->st.gets, 1);
             todo[ntodo++] = q;
         }
         if (ntodo)
-            perform_once(hb, todo, ntodo);
+            perform_once(tp, todo, ntodo);
         bool again = false;
         uint64_t wait = 0;
         for (unsigned i = 0; i < ntodo; i++) {
             struct http_req *q = todo[i];
             curl_slist_free_all(q->hdrs);
             q->hdrs = NULL;
-            handle_put(hb, q->h);
+            handle_put(tp, q->h);
             q->h = NULL;
             q->throttled = q->err && (q->status == 503 || q->status == 429);
             if (q->throttled) {
                 q->nthrottled++;
                 throttled = true;
-                http_count(&hb->st.throttled, 1);
+                http_count(&tp->st.throttled, 1);
                 if (q->on_throttled)
                     q->on_throttled(q->arg);
-            } else if (q->err && token_expired(q) && !q->cred_retried && hb->t.sign) {
+            } else if (q->err && token_expired(q) && !q->cred_retried && tp->t.sign) {
                 /* renewed at once and tried again once, whatever the retry count */
                 q->cred_retried = q->retryable = true;
                 renew = true;
                 renew_gen = q->cred_gen;
-            } else if (q->err && q->retryable && tries[q - r]++ >= hb->retries) {
+            } else if (q->err && q->retryable && tries[q - r]++ >= tp->retries) {
                 q->retryable = false; /* out of retries: final */
             }
             if (q->err && q->retryable) {
@@ -615,7 +615,7 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
             /* new credentials now, then the retry at once (no backoff: the server
              * did not fail, our credentials did) */
             renew = false;
-            http_creds_expired(hb->t.creds, renew_gen);
+            http_creds_expired(tp->t.creds, renew_gen);
             if (!wait)
                 continue;
         }
@@ -623,8 +623,8 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
         if (throttled) {
             /* the cache's fetches and readers see it: longer waits, fewer fetches */
             uint64_t t = now + wait + THROTTLE_BACKOFF_MAX_MS;
-            if (t > __atomic_load_n(&hb->throttle_until, __ATOMIC_RELAXED))
-                __atomic_store_n(&hb->throttle_until, t, __ATOMIC_RELAXED);
+            if (t > __atomic_load_n(&tp->throttle_until, __ATOMIC_RELAXED))
+                __atomic_store_n(&tp->throttle_until, t, __ATOMIC_RELAXED);
         }
         if (now + wait + MIN_ATTEMPT_MS > (throttled ? tend : end)) {
             /* no time for another attempt after the wait: fail now, not later */
@@ -632,45 +632,45 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
                 r[i].retryable = false;
             break;
         }
-        http_count(&hb->st.backoff_ms, wait);
+        http_count(&tp->st.backoff_ms, wait);
         sleep_ms(wait);
     }
     for (unsigned i = 0; i < n; i++) {
         if (r[i].err && !ret)
             ret = r[i].err;
         if (r[i].err && r[i].err != -ENOSPC && r[i].err != -EROFS) /* not the server's */
-            http_count(&hb->st.errors, 1);
+            http_count(&tp->st.errors, 1);
     }
     return ret;
 }
 
 /* ---- the transport's state ---- */
 
-int http_xfer_init(struct http_backend *hb, const struct pcr_http_opts *o)
+int http_xfer_init(struct http_transport *tp, const struct pcr_http_opts *o)
 {
-    hb->timeout_ms = o && o->timeout_ms ? (long)o->timeout_ms : DEFAULT_TIMEOUT_MS;
-    hb->retries = !o || o->retries < 0 ? DEFAULT_RETRIES
+    tp->timeout_ms = o && o->timeout_ms ? (long)o->timeout_ms : DEFAULT_TIMEOUT_MS;
+    tp->retries = !o || o->retries < 0 ? DEFAULT_RETRIES
                   : o->retries > MAX_RETRIES ? MAX_RETRIES : (unsigned)o->retries;
-    pthread_mutex_init(&hb->pool_lock, NULL);
+    pthread_mutex_init(&tp->pool_lock, NULL);
     for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_init(&hb->share_lock[i], NULL);
-    hb->share = curl_share_init();
-    if (!hb->share || curl_share_setopt(hb->share, CURLSHOPT_LOCKFUNC, share_lock) ||
-        curl_share_setopt(hb->share, CURLSHOPT_UNLOCKFUNC, share_unlock) ||
-        curl_share_setopt(hb->share, CURLSHOPT_USERDATA, hb) ||
-        curl_share_setopt(hb->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) ||
-        curl_share_setopt(hb->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS))
+        pthread_mutex_init(&tp->share_lock[i], NULL);
+    tp->share = curl_share_init();
+    if (!tp->share || curl_share_setopt(tp->share, CURLSHOPT_LOCKFUNC, share_lock) ||
+        curl_share_setopt(tp->share, CURLSHOPT_UNLOCKFUNC, share_unlock) ||
+        curl_share_setopt(tp->share, CURLSHOPT_USERDATA, tp) ||
+        curl_share_setopt(tp->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) ||
+        curl_share_setopt(tp->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS))
         return -ENOMEM;
     return 0;
 }
 
-void http_xfer_fini(struct http_backend *hb)
+void http_xfer_fini(struct http_transport *tp)
 {
-    for (unsigned i = 0; i < hb->npool; i++)
-        curl_easy_cleanup(hb->pool[i]);
-    if (hb->share)
-        curl_share_cleanup(hb->share);
+    for (unsigned i = 0; i < tp->npool; i++)
+        curl_easy_cleanup(tp->pool[i]);
+    if (tp->share)
+        curl_share_cleanup(tp->share);
     for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_destroy(&hb->share_lock[i]);
-    pthread_mutex_destroy(&hb->pool_lock);
+        pthread_mutex_destroy(&tp->share_lock[i]);
+    pthread_mutex_destroy(&tp->pool_lock);
 }
