@@ -108,7 +108,7 @@ int pcr_backend_bwlimit(struct pcr_backend *inner, uint64_t bytes_per_sec,
 /* Change the rate of a shim made by pcr_backend_bwlimit() (0: no limit). */
 void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
 
-/* ---- Stores in object storage (backend/http.c and its siblings) ----
+/* ---- Stores in object storage (backend/http*.c, store/remote.c) ----
  *
  * A store copied as is into a bucket ("s3://BUCKET/PREFIX") or served by any web
  * server that answers Range requests ("https://HOST/PATH", "http://..."): objects

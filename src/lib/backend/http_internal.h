@@ -1,6 +1,6 @@
 /* pcrfs — the object-storage backend's files, in layers; each calls only the ones
  * below it, and each header includes only the one below (README.md):
- *   httpstore.c  index.db into the local cache, and opening a store from a URL
+ *   httpstore.c  index.db into the local cache (../store/remote.c opens the store)
  *   http.c       the backend's functions (pcr_backend_ops); httpstats.c the
  *                process's list of backends, for pcr_http_stats()   (this header)
  *   httpcache.c  the record-prefix cache (advise) and its fetch threads (httpcache.h)
