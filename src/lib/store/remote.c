@@ -35,8 +35,10 @@ static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_s
     if (ix.temp)
         unlink(ix.path); /* SQLite keeps it open; nothing is left behind */
     if (ret && ix.cached && !again) {
-        pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db does not validate (%s); "
-                "fetched again", ix.dir, err);
+        pcr_log(PCR_LOG_WARN,
+                "cache %s: the copy of index.db does not validate (%s); "
+                "fetched again",
+                ix.dir, err);
         pcr_backend_http_forget_index(&ix);
         return open_url(url, o, out, err, errlen, true);
     }
