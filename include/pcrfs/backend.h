@@ -15,6 +15,7 @@
 #ifndef PCRFS_BACKEND_H
 #define PCRFS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,7 +108,7 @@ int pcr_backend_bwlimit(struct pcr_backend *inner, uint64_t bytes_per_sec,
 /* Change the rate of a shim made by pcr_backend_bwlimit() (0: no limit). */
 void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
 
-/* ---- Stores in object storage (backend/http.c and its siblings) ----
+/* ---- Stores in object storage (backend/http*.c, store/remote.c) ----
  *
  * A store copied as is into a bucket ("s3://BUCKET/PREFIX") or served by any web
  * server that answers Range requests ("https://HOST/PATH", "http://..."): objects
@@ -166,12 +167,33 @@ int pcr_url_has_userinfo(const char *s);
 int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_backend **out,
                      char *err, size_t errlen);
 
+/* A remote store's index.db as a local file (pcr_backend_http_fetch_index()). */
+struct pcr_http_index {
+    char path[4300]; /* the local copy */
+    char dir[4200];  /* the store's cache directory; "" when there is none */
+    bool temp;       /* a temporary copy: unlink it once opened */
+    bool cached;     /* a copy an earlier mount fetched, used as it was */
+};
+
+/* Bring index.db of @b's store (from pcr_backend_http()) to a local file: into the
+ * cache directory of @o (made private to the user, refused when another user could
+ * change it), again only when the server's size or ETag changed, else into a
+ * temporary file; then start the record-prefix cache in that directory. @again: a
+ * second try after a copy did not open as an index (counted in the stats).
+ * @return 0 and *@ix; on failure a one-line message in @err, the directories this
+ *         call made removed, and -EPERM (an untrusted cache), -ENOENT, -EACCES,
+ *         -EIO, -ETIMEDOUT, -EINVAL, -ENOTSUP, -ENOSPC, -ENOMEM. (backend/httpstore.c) */
+int pcr_backend_http_fetch_index(struct pcr_backend *b, const struct pcr_http_opts *o, bool again,
+                                 struct pcr_http_index *ix, char *err, size_t errlen);
+/* Remove the cached copy @ix (and its recorded hash): the next fetch gets it again. */
+void pcr_backend_http_forget_index(const struct pcr_http_index *ix);
+
 /* Open the store at @url: index.db is fetched once into the cache directory (again
  * only when its size or ETag changed), then opened and validated like a local
  * store's; the tree is served from it without the network.
  * @return 0 and *out; on failure a one-line message in @err ("s3://b/p: access
  *         denied (HTTP 403 ...)") and -ENOENT (no store there), -EACCES, -EIO,
- *         -ETIMEDOUT, -EINVAL (not a store), -ENOTSUP, -ENOMEM. */
+ *         -ETIMEDOUT, -EINVAL (not a store), -ENOTSUP, -ENOMEM. (store/remote.c) */
 int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
                        char *err, size_t errlen);
 

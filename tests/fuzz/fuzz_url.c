@@ -23,7 +23,8 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* creds.c fetches from STS, IMDS and container endpoints through http.c; with the
+/* creds.c fetches from STS, IMDS and container endpoints with handles set up by
+ * http_handle_defaults() (httpbase.c, not linked here); with the
  * environment's keys above the chain stops before any of them, and reaching one
  * would make the target depend on the network: a finding. */
 void http_handle_defaults(CURL *h)

@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
@@ -60,7 +61,7 @@
 #include <unistd.h>
 #include "common/internal.h"
 #include "backend/creds.h"
-#include "backend/http_internal.h"
+#include "backend/httpbase.h"
 
 extern char **environ;
 

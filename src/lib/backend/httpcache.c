@@ -46,12 +46,12 @@
 #include <time.h>
 #include <unistd.h>
 #include "common/internal.h"
-#include "backend/http_internal.h"
+#include "backend/httpcache.h"
 
 #define FETCH_THREADS 4
 
 struct http_cache {
-    struct http_backend *hb;
+    struct http_transport *hb; /* the transport its fetches go through (httpxfer.h) */
     char dir[4096];
     uint64_t limit, used;
     pthread_mutex_t lock;
@@ -155,10 +155,27 @@ static void enqueue(struct http_cache *c, struct pcr_object *o)
     pthread_cond_signal(&c->work);
 }
 
+/* What a fetch's request reports to: the transport calls these (httpxfer.c). */
+struct fetch_sink {
+    struct http_cache *c;
+    struct pcr_object *o;
+};
+
+static void fetch_progress(void *arg, uint64_t n)
+{
+    struct fetch_sink *s = arg;
+    http_cache_progress(s->c, s->o, n);
+}
+
+static void fetch_throttled(void *arg)
+{
+    http_cache_throttled(((struct fetch_sink *)arg)->c);
+}
+
 /* The fetch of [o->cached, o->want), with the lock held on entry and exit. */
 static void fetch(struct http_cache *c, struct pcr_object *o)
 {
-    struct http_backend *hb = c->hb;
+    struct http_transport *hb = c->hb;
     uint64_t from = o->cached, to = o->want;
     int ret;
 
@@ -186,8 +203,11 @@ static void fetch(struct http_cache *c, struct pcr_object *o)
     c->active++;
     pthread_mutex_unlock(&c->lock);
 
+    struct fetch_sink sink = {c, o};
     struct http_req r = {.url = o->url, .off = from, .len = to - from, .expect = o->size,
-                         .if_match = o->etag, .fd = o->fd, .fd_off = from, .o = o};
+                         .if_match = o->etag, .fd = o->fd, .fd_off = from,
+                         .on_progress = fetch_progress, .on_throttled = fetch_throttled,
+                         .arg = &sink};
     http_count(&hb->st.prefix_fetches, 1);
     ret = http_perform(hb, &r, 1);
 
@@ -248,7 +268,7 @@ static void *fetch_thread(void *arg)
     return NULL;
 }
 
-int http_cache_new(struct http_backend *hb, const char *dir, uint64_t limit,
+int http_cache_new(struct http_transport *hb, const char *dir, uint64_t limit,
                    struct http_cache **out)
 {
     struct http_cache *c = calloc(1, sizeof(*c));
@@ -392,7 +412,7 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
                     void *buf)
 {
-    struct http_backend *hb = c->hb;
+    struct http_transport *hb = c->hb;
     uint64_t end = off + len, need = end > o->cached ? end - o->cached : 0;
     uint64_t since = http_now_ms();
     int ret;

@@ -7,7 +7,7 @@
  * a throttling server asks us to wait); each is checked field by field, anything
  * malformed is either flagged (Content-Range: the body is then refused) or ignored
  * (ETag, Retry-After). Lines longer than 255 bytes are cut; no header the backend
- * uses is that long. Kept apart from http.c so that the fuzz target
+ * uses is that long. Kept apart from the transport (httpxfer.c) so that the fuzz target
  * (tests/fuzz/fuzz_http_header.c) exercises exactly this code.
  */
 #include <ctype.h>
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include "backend/http_internal.h"
+#include "backend/httpxfer.h"
 
 static bool parse_u64(const char **p, uint64_t *out)
 {

@@ -1,14 +1,16 @@
-/* pcrfs — opening a store from a URL: the local cache directory, index.db fetched
- * into it once, then the store opened on the local index and the HTTP backend.
+/* pcrfs — a remote store's index.db on this machine: the local cache directory,
+ * index.db fetched into it once, the record-prefix cache started there
+ * (pcr_backend_http_fetch_index()); store/remote.c opens the store on it.
  *
  * index.db is kept as DIR/index-HASH.db, HASH from the remote object's size and
  * ETag: a copy whose name matches the HEAD answer is the current one and is used
  * without a GET; otherwise it is fetched into a temporary file (GET with If-Match,
  * so the bytes are those of that ETag) and renamed into place, so that concurrent
  * mounts and a crash mid-fetch never leave a half-written index under that name.
- * The copy is then validated like any local index (pcr_index_open()). With no
- * usable cache directory, the index goes to an unlinked temporary file instead and
- * records are read without a cache.
+ * The copy is then validated like any local index (pcr_index_open(), when the
+ * store layer opens it: store/remote.c). With no usable cache directory, the index
+ * goes to a temporary file instead (unlinked once opened) and records are read
+ * without a cache.
  *
  * Trust. What is in the cache is served as the store, so the cache must be ours: the
  * cache directory and the store's folder in it are refused (one line, the mount
@@ -248,7 +250,7 @@ static void index_forget(const char *path)
 /* The message for a request about the store itself that failed. */
 static void store_failure(struct http_backend *hb, struct http_req *r, char *err, size_t errlen)
 {
-    const struct http_target *t = &hb->t;
+    const struct http_target *t = &hb->x.t;
     char why[160];
 
     http_describe(r, why, sizeof(why));
@@ -263,7 +265,7 @@ static void store_failure(struct http_backend *hb, struct http_req *r, char *err
         pcr_errf(err, errlen, "%s: not a pcrfs store (no index.db: %s)", t->display, why);
     else if (r->err == -ETIMEDOUT)
         pcr_errf(err, errlen, "%s: %s after %.1f s (%s)", t->display, why,
-                 (double)hb->timeout_ms / 1000.0, r->url);
+                 (double)hb->x.timeout_ms / 1000.0, r->url);
     else if (r->status)
         pcr_errf(err, errlen, "%s: %s", t->display, why);
     else
@@ -304,7 +306,7 @@ static int get_index(struct http_backend *hb, const char *url, const char *dir, 
     if (fd < 0)
         return -errno;
     *r = (struct http_req){.url = url, .expect = size, .if_match = etag, .fd = fd};
-    ret = size ? http_perform(hb, r, 1) : 0;
+    ret = size ? http_perform(&hb->x, r, 1) : 0;
     if (ret == 0 && r->got != size)
         ret = -EIO;
     if (ret) {
@@ -325,19 +327,19 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
     struct stat sb;
     int fd, ret;
 
-    ret = http_object_url(&hb->t, "index.db", url, sizeof(url));
+    ret = http_object_url(&hb->x.t, "index.db", url, sizeof(url));
     if (ret) {
-        pcr_errf(err, errlen, "%s: URL too long", hb->t.display);
+        pcr_errf(err, errlen, "%s: URL too long", hb->x.t.display);
         return -EINVAL;
     }
     head.url = url;
-    ret = http_perform(hb, &head, 1);
-    if (ret == -ENOENT && hb->t.s3) {
+    ret = http_perform(&hb->x, &head, 1);
+    if (ret == -ENOENT && hb->x.t.s3) {
         /* HEAD has no body: ask again with GET to tell a missing bucket from a
          * missing object */
         uint8_t b;
         struct http_req g = {.url = url, .off = 0, .len = 1, .buf = &b, .fd = -1};
-        if (http_perform(hb, &g, 1) == -ENOENT && g.code[0])
+        if (http_perform(&hb->x, &g, 1) == -ENOENT && g.code[0])
             memcpy(head.code, g.code, sizeof(head.code));
     }
     if (ret) {
@@ -345,7 +347,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         return ret;
     }
     if (head.size > MAX_INDEX) {
-        pcr_errf(err, errlen, "%s: index.db is %llu bytes: not a pcrfs index", hb->t.display,
+        pcr_errf(err, errlen, "%s: index.db is %llu bytes: not a pcrfs index", hb->x.t.display,
                  (unsigned long long)head.size);
         return -EINVAL;
     }
@@ -356,11 +358,11 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         uint8_t b;
         struct http_req g = {.url = url, .off = head.size - 1, .len = 1, .expect = head.size,
                              .if_match = etag, .buf = &b, .fd = -1};
-        ret = http_perform(hb, &g, 1);
+        ret = http_perform(&hb->x, &g, 1);
         if (ret && g.status == 200) {
             pcr_errf(err, errlen, "%s: the server does not honour Range requests (HTTP 200 "
                      "with the whole object for a ranged GET of index.db): pcrfs reads "
-                     "records by range and cannot use it", hb->t.display);
+                     "records by range and cannot use it", hb->x.t.display);
             return -ENOTSUP;
         }
         if (ret) {
@@ -388,7 +390,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
             }
             pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db fails verification "
                     "(its size or content hash); fetched again", dir);
-            http_count(&hb->st.index_refetches, 1);
+            http_count(&hb->x.st.index_refetches, 1);
             index_forget(path);
         }
         fd = get_index(hb, url, dir, head.size, etag, tmp, sizeof(tmp), &r);
@@ -414,7 +416,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
             store_failure(hb, &r, err, errlen);
         else
             pcr_errf(err, errlen, "%s: no room for index.db (%llu bytes) in the cache or in %s: %s",
-                     hb->t.display, (unsigned long long)head.size, tdir && *tdir ? tdir : "/tmp",
+                     hb->x.t.display, (unsigned long long)head.size, tdir && *tdir ? tdir : "/tmp",
                      strerror(-fd));
         return fd;
     }
@@ -435,22 +437,19 @@ static uint64_t default_limit(const char *dir)
     return tenth < CACHE_DEFAULT ? tenth : CACHE_DEFAULT;
 }
 
-static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
-                    char *err, size_t errlen, bool again)
+int pcr_backend_http_fetch_index(struct pcr_backend *b, const struct pcr_http_opts *o, bool again,
+                                 struct pcr_http_index *ix, char *err, size_t errlen)
 {
-    struct pcr_backend *b = NULL;
-    struct http_backend *hb;
-    char base[4096], dir[4200], ipath[4300];
-    bool temp = false, have_dir = false, cached = false;
+    struct http_backend *hb = (struct http_backend *)b;
+    char base[4096];
+    bool have_dir = false;
     size_t made = 0;
     int ret;
 
-    ret = pcr_backend_http(url, o, &b, err, errlen);
-    if (ret)
-        return ret;
-    hb = (struct http_backend *)b;
+    ix->path[0] = ix->dir[0] = '\0';
+    ix->temp = ix->cached = false;
     if (again)
-        http_count(&hb->st.index_refetches, 1);
+        http_count(&hb->x.st.index_refetches, 1);
     if (o && o->cache_dir && *o->cache_dir)
         ret = snprintf(base, sizeof(base), "%s", o->cache_dir) >= (int)sizeof(base)
                   ? -ENAMETOOLONG : 0;
@@ -458,15 +457,14 @@ static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_s
         ret = http_default_cache_dir(base, sizeof(base));
     if (ret == 0) {
         /* one directory per store: the URL as requests see it (endpoint included) */
-        snprintf(dir, sizeof(dir), "%s/%016llx", base,
-                 (unsigned long long)pcr_xxh64(hb->t.base, strlen(hb->t.base)));
-        ret = make_dirs(dir, &made);
+        snprintf(ix->dir, sizeof(ix->dir), "%s/%016llx", base,
+                 (unsigned long long)pcr_xxh64(hb->x.t.base, strlen(hb->x.t.base)));
+        ret = make_dirs(ix->dir, &made);
         /* ours, or refused: a cache another user can change is a way to change what
          * is served */
         if (ret == 0 && ((ret = dir_trusted(base, err, errlen)) == -EPERM ||
-                         (ret == 0 && (ret = dir_trusted(dir, err, errlen)) == -EPERM))) {
-            pcr_backend_destroy(b);
-            unmake_dirs(dir, made);
+                         (ret == 0 && (ret = dir_trusted(ix->dir, err, errlen)) == -EPERM))) {
+            unmake_dirs(ix->dir, made);
             return -EPERM;
         }
     }
@@ -476,35 +474,24 @@ static int open_url(const char *url, const struct pcr_http_opts *o, struct pcr_s
                                                                                   : base,
                 strerror(-ret));
     have_dir = ret == 0;
-    ret = fetch_index(hb, have_dir ? dir : NULL, ipath, sizeof(ipath), &temp, &cached, err,
-                      errlen);
+    if (!have_dir)
+        ix->dir[0] = '\0';
+    ret = fetch_index(hb, have_dir ? ix->dir : NULL, ix->path, sizeof(ix->path), &ix->temp,
+                      &ix->cached, err, errlen);
     if (ret) {
-        pcr_backend_destroy(b);
         if (have_dir) /* nothing left behind by a mount that failed */
-            unmake_dirs(dir, made);
+            unmake_dirs(ix->dir, made);
         return ret;
     }
     if (have_dir) {
-        uint64_t limit = o && o->cache_size ? o->cache_size : default_limit(dir);
-        if (http_cache_new(hb, dir, limit, &hb->cache) != 0)
+        uint64_t limit = o && o->cache_size ? o->cache_size : default_limit(ix->dir);
+        if (http_cache_new(&hb->x, ix->dir, limit, &hb->cache) != 0)
             hb->cache = NULL;
     }
-    ret = pcr_store_open_backend(url, ipath, b, out, err, errlen);
-    if (temp)
-        unlink(ipath); /* SQLite keeps it open; nothing is left behind */
-    if (ret && cached && !again) {
-        /* a cached copy that does not open as an index (damaged on disk after its
-         * hash was checked, or by an older pcrfs): fetched again, once */
-        pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db does not validate (%s); "
-                "fetched again", dir, err);
-        index_forget(ipath);
-        return open_url(url, o, out, err, errlen, true);
-    }
-    return ret;
+    return 0;
 }
 
-int pcr_store_open_url(const char *url, const struct pcr_http_opts *o, struct pcr_store **out,
-                       char *err, size_t errlen)
+void pcr_backend_http_forget_index(const struct pcr_http_index *ix)
 {
-    return open_url(url, o, out, err, errlen, false);
+    index_forget(ix->path);
 }

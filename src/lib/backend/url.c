@@ -24,7 +24,7 @@
 #include <unistd.h>
 #include "common/internal.h"
 #include "backend/creds.h"
-#include "backend/http_internal.h"
+#include "backend/httpxfer.h"
 
 int pcr_url_is_remote(const char *s)
 {

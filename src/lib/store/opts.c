@@ -13,7 +13,7 @@
 #define MAX_BWLIMIT      UINT64_C(1000000000000)    /* 10^12 bytes/s, as pcrfs(1) */
 #define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
 #define MAX_HTTP_TIMEOUT 86400.0
-#define MAX_HTTP_RETRIES 20 /* the cap of backend/http.c */
+#define MAX_HTTP_RETRIES 20 /* the cap of backend/httpxfer.c */
 
 int pcr_store_opt_remote_only(const char *name)
 {
