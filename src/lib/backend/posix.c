@@ -3,8 +3,8 @@
  *
  * Readahead (-o readahead=record). advise() queues the range and returns; one thread
  * of the backend's work queue (common/workq.h), started on the first advice, passes
- * each queued range to the kernel in order, as WILLNEED pieces, keeping at most RA_INFLIGHT bytes submitted and not
- * yet read from the disk. So a reader's thread never waits on the submission (100 MB
+ * each queued range to the kernel in order, as WILLNEED pieces, keeping at most
+ * RA_INFLIGHT bytes submitted and not yet read from the disk. So a reader's thread never waits on the submission (100 MB
  * of WILLNEED took 12-27 ms, single calls up to 13 ms, on a queue the advice itself
  * had filled), and a read of bytes the advice has not reached yet waits behind at most
  * RA_INFLIGHT of readahead, not behind every prefix advised before it.
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include "pcrfs/backend.h"
@@ -39,6 +40,7 @@ struct posix_backend {
      * they were first advised, so the record read first reaches the disk first. */
     struct pcr_workq ra;
     pthread_mutex_t ra_lock; /* every object's ra_off, ra_end */
+    uint64_t ra_piece;       /* bytes per WILLNEED: ra_piece_size() */
 };
 
 struct pcr_object {
@@ -208,14 +210,69 @@ static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct 
 /* The kernel caps one POSIX_FADV_WILLNEED (and readahead(2)) at max(read_ahead_kb,
  * max_sectors_kb) of the device, silently (force_page_cache_ra()): one call over a
  * 100 MB record prefix read its first 8 MB on a disk with read_ahead_kb 8192, 128 kB
- * with the kernel's default. So a range is advised in pieces no larger than the
- * default read_ahead_kb, which no device's cap is below unless readahead was turned
- * down. */
-#define RA_PIECE (128u << 10)
+ * with the kernel's default. So a range is advised in pieces of the store's device's
+ * cap as sysfs gives it (ra_piece_size()), at least RA_PIECE_MIN, the default
+ * read_ahead_kb (which no device's cap is below unless readahead was turned down),
+ * and at most RA_PIECE_MAX: a quarter of RA_INFLIGHT, so that the disk still has
+ * pieces queued while the thread waits. Fewer, larger pieces: a cold full/ pass on
+ * a disk with read_ahead_kb 8192 made 1,300-2,800 requests with 4 MiB pieces
+ * against 2,600-3,000 with 128 kB ones (BENCHMARKS.md §13). */
+#define RA_PIECE_MIN (128u << 10)
+#define RA_PIECE_MAX (4u << 20)
 /* Bytes of advice submitted ahead of what the disk has delivered: enough to keep a
  * disk's queue full (a 1.4 GB/s virtual disk reads 16 MB in 12 ms), little enough that
  * a reader's own read of bytes not yet advised is not queued behind whole prefixes. */
 #define RA_INFLIGHT (16u << 20)
+
+/* A number in kB from a sysfs file, or 0. */
+static uint64_t sysfs_kb(const char *fmt, unsigned maj, unsigned min)
+{
+    char path[96], buf[32];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), fmt, maj, min);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strtoull(buf, NULL, 10);
+}
+
+/* The WILLNEED piece for the device of the store directory @root: the kernel's cap
+ * on one call, max(read_ahead_kb, max_sectors_kb), from the block device's queue (a
+ * partition's is its disk's) or, for NFS and other file systems without one, the
+ * bdi's read_ahead_kb alone (a lower bound of the cap); clamped to
+ * [RA_PIECE_MIN, RA_PIECE_MAX]. */
+static uint64_t ra_piece_size(int root)
+{
+    static const char *const dirs[] = {"/sys/dev/block/%u:%u/queue/",
+                                       "/sys/dev/block/%u:%u/../queue/"};
+    uint64_t kb = 0;
+    struct stat sb;
+
+    if (fstat(root, &sb) != 0)
+        return RA_PIECE_MIN;
+    for (unsigned i = 0; i < 2 && kb == 0; i++) {
+        char fmt[64];
+        uint64_t ms;
+        snprintf(fmt, sizeof(fmt), "%sread_ahead_kb", dirs[i]);
+        kb = sysfs_kb(fmt, major(sb.st_dev), minor(sb.st_dev));
+        snprintf(fmt, sizeof(fmt), "%smax_sectors_kb", dirs[i]);
+        ms = sysfs_kb(fmt, major(sb.st_dev), minor(sb.st_dev));
+        if (ms > kb)
+            kb = ms;
+    }
+    if (kb == 0)
+        kb = sysfs_kb("/sys/class/bdi/%u:%u/read_ahead_kb", major(sb.st_dev), minor(sb.st_dev));
+    if (kb > RA_PIECE_MAX >> 10)
+        return RA_PIECE_MAX;
+    return kb << 10 < RA_PIECE_MIN ? RA_PIECE_MIN : kb << 10;
+}
 
 /* Advise [off, end) of @o in pieces. After each piece past the first RA_INFLIGHT
  * bytes, wait until the byte RA_INFLIGHT before the end of what was submitted has
@@ -241,7 +298,7 @@ static void ra_issue(struct pcr_object *o, uint64_t off, uint64_t end, bool grow
         }
         if (stop || off >= end || __atomic_load_n(&o->closing, __ATOMIC_RELAXED))
             return;
-        uint64_t n = end - off < RA_PIECE ? end - off : RA_PIECE;
+        uint64_t n = end - off < pb->ra_piece ? end - off : pb->ra_piece;
         /* advice only: the reads report their own errors */
         stop = posix_fadvise(o->fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED) != 0;
         off += n;
@@ -375,6 +432,7 @@ int pcr_backend_posix(const char *root, struct pcr_backend **out)
         free(pb);
         return ret;
     }
+    pb->ra_piece = ra_piece_size(pb->root);
     pb->base.ops = &posix_ops;
     pthread_mutex_init(&pb->lock, NULL);
     pthread_mutex_init(&pb->ra_lock, NULL);
