@@ -214,9 +214,9 @@ static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct 
  * cap as sysfs gives it (ra_piece_size()), at least RA_PIECE_MIN, the default
  * read_ahead_kb (which no device's cap is below unless readahead was turned down),
  * and at most RA_PIECE_MAX: a quarter of RA_INFLIGHT, so that the disk still has
- * pieces queued while the thread waits. Fewer, larger pieces: a cold full/ pass on
- * a disk with read_ahead_kb 8192 made 1,300-2,800 requests with 4 MiB pieces
- * against 2,600-3,000 with 128 kB ones (BENCHMARKS.md §13). */
+ * pieces queued while the thread waits. Larger pieces are fewer calls (50 instead
+ * of 1,600 for two 100 MB prefixes) and fewer one-byte waits on the thread that
+ * shares the cores with the readers (BENCHMARKS.md §13 has the A/B). */
 #define RA_PIECE_MIN (128u << 10)
 #define RA_PIECE_MAX (4u << 20)
 /* Bytes of advice submitted ahead of what the disk has delivered: enough to keep a
