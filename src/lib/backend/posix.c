@@ -4,10 +4,11 @@
  * Readahead (-o readahead=record). advise() queues the range and returns; one thread
  * of the backend's work queue (common/workq.h), started on the first advice, passes
  * each queued range to the kernel in order, as WILLNEED pieces, keeping at most
- * RA_INFLIGHT bytes submitted and not yet read from the disk. So a reader's thread never waits on the submission (100 MB
- * of WILLNEED took 12-27 ms, single calls up to 13 ms, on a queue the advice itself
- * had filled), and a read of bytes the advice has not reached yet waits behind at most
- * RA_INFLIGHT of readahead, not behind every prefix advised before it.
+ * RA_INFLIGHT bytes submitted and not yet read from the disk. So a reader's thread
+ * never waits on the submission (100 MB of WILLNEED took 12-27 ms, single calls up to
+ * 13 ms, on a queue the advice itself had filled), and a read of bytes the advice has
+ * not reached yet waits behind at most RA_INFLIGHT of readahead, not behind every
+ * prefix advised before it.
  */
 #include <errno.h>
 #include <fcntl.h>
