@@ -536,9 +536,9 @@ struct corpus {
     struct buf j[6];
     pthread_mutex_t mu;
     unsigned loads;
-    pthread_cond_t cv;    /* hold, held */
-    int hold;             /* a load of this sample waits until hold is set to -1 */
-    bool held;            /* a load is waiting so */
+    pthread_cond_t cv; /* hold, held */
+    int hold;          /* a load of this sample waits until hold is set to -1 */
+    bool held;         /* a load is waiting so */
 };
 
 static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
@@ -605,8 +605,8 @@ static bool get_exact(struct pcr_refurb *r, struct corpus *cp, const struct pcr_
     int rc = pcr_refurb_get(r, sample, version, &b, &len);
     bool same;
 
-    pcr_refurb_render(conf, cp->j[sample].p, cp->j[sample].len, sample, version, want, NULL,
-                      NULL, 0);
+    pcr_refurb_render(conf, cp->j[sample].p, cp->j[sample].len, sample, version, want, NULL, NULL,
+                      0);
     same = rc == 0 && len == pcr_refurb_ppm_size(conf->size) && !memcmp(b, want, len);
     free(b);
     return same;
@@ -614,7 +614,8 @@ static bool get_exact(struct pcr_refurb *r, struct corpus *cp, const struct pcr_
 
 static void test_context(const char *dir)
 {
-    struct corpus cp = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .hold = -1};
+    struct corpus cp = {
+        .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .hold = -1};
     struct pcr_refurb_opts o = {0};
     struct pcr_refurb *r;
     struct pcr_refurb_stats st;

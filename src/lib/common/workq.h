@@ -39,17 +39,17 @@ struct pcr_job {
     struct pcr_job *prev, *next; /* in the queue, while queued */
     void (*run)(struct pcr_job *j);
     void (*done)(struct pcr_job *j); /* optional: see above */
-    const void *owner; /* what pcr_workq_cancel() matches */
-    int state;         /* the queue's: idle, queued, running */
-    int again;         /* pushed while running: 1 back, 2 front, once it ends */
+    const void *owner;               /* what pcr_workq_cancel() matches */
+    int state;                       /* the queue's: idle, queued, running */
+    int again;                       /* pushed while running: 1 back, 2 front, once it ends */
 };
 
 struct pcr_workq_slot {
     struct pcr_workq *q;
     pthread_t thread;
-    struct pcr_job *cur;  /* the job this thread runs, or NULL (also in its done()) */
-    const void *owner;    /* cur's owner, while active */
-    bool active;          /* from the start of a run until its done() returned */
+    struct pcr_job *cur; /* the job this thread runs, or NULL (also in its done()) */
+    const void *owner;   /* cur's owner, while active */
+    bool active;         /* from the start of a run until its done() returned */
 };
 
 struct pcr_workq {

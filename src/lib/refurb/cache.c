@@ -71,7 +71,7 @@ struct pcr_refurb {
     uint64_t tmpseq; /* temporary file names */
     struct pcr_refurb_stats st;
 
-    unsigned nthreads;  /* workers at most; 0: no work queue */
+    unsigned nthreads;   /* workers at most; 0: no work queue */
     struct pcr_workq wq; /* the workers */
     char *dir;           /* NULL: RAM */
     int dirfd;
@@ -442,8 +442,7 @@ int pcr_refurb_get(struct pcr_refurb *r, uint64_t sample, uint64_t version, uint
         bool waited = false;
 
         e = find(r, sample, version);
-        if (e && (e->st == E_RUNNING ||
-                  (e->st == E_QUEUED && !pcr_workq_take(&r->wq, &e->job)))) {
+        if (e && (e->st == E_RUNNING || (e->st == E_QUEUED && !pcr_workq_take(&r->wq, &e->job)))) {
             /* QUEUED but not taken: a worker has it, about to mark it RUNNING */
             wait_running(r, e);
             waited = true;
