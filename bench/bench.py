@@ -833,7 +833,7 @@ class Bench:
         cmd = ["/usr/bin/python3", os.path.join(HERE, "s3.py"), "--only", "local",
                "--work", os.path.join(self.work, "cold"), "--data", self.work,
                "--store", self.store, "--build", self.build, "--out", self.a.out,
-               "--run-timeout", "90"]
+               "--run-timeout", "90", "--reps", str(self.a.cold_reps)]
         # the command §13 names as the one that measured it
         env = dict(os.environ, BENCH_CMDLINE="bench/run.sh --only cold (%s)" % self.show(cmd))
         p = self.run(cmd, timeout=3600, env=env)
@@ -911,7 +911,8 @@ def main():
     ap.add_argument("--build-reps", type=int, default=2)
     ap.add_argument("--threads", type=int, default=4, help="reader threads")
     ap.add_argument("--workers", type=int, default=2, help="DataLoader workers")
-    ap.add_argument("--cold-reps", type=int, default=3)
+    ap.add_argument("--cold-reps", type=int, default=3,
+                    help="rounds of each cold measurement (section cold too: s3.py --reps)")
     ap.add_argument("--warm-reps", type=int, default=5)
     ap.add_argument("--warm-passes", type=int, default=3,
                     help="passes over the tree per warm reader run")

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <jpeglib.h>
 #include "pcrfs/jpeg.h"
@@ -535,6 +536,9 @@ struct corpus {
     struct buf j[6];
     pthread_mutex_t mu;
     unsigned loads;
+    pthread_cond_t cv; /* hold, held */
+    int hold;          /* a load of this sample waits until hold is set to -1 */
+    bool held;         /* a load is waiting so */
 };
 
 static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
@@ -543,6 +547,12 @@ static int load(void *arg, uint64_t sample, uint8_t **buf, size_t *len)
 
     pthread_mutex_lock(&c->mu);
     c->loads++;
+    if ((int)sample == c->hold) {
+        c->held = true;
+        pthread_cond_broadcast(&c->cv);
+        while (c->hold != -1)
+            pthread_cond_wait(&c->cv, &c->mu);
+    }
     pthread_mutex_unlock(&c->mu);
     if (sample >= 6)
         return -ENOENT;
@@ -586,9 +596,26 @@ static void *get_many(void *arg)
     return NULL;
 }
 
+/* Whether get(@sample, @version) returns exactly its render (left in @want). */
+static bool get_exact(struct pcr_refurb *r, struct corpus *cp, const struct pcr_refurb_conf *conf,
+                      uint64_t sample, uint64_t version, uint8_t *want)
+{
+    uint8_t *b = NULL;
+    size_t len = 0;
+    int rc = pcr_refurb_get(r, sample, version, &b, &len);
+    bool same;
+
+    pcr_refurb_render(conf, cp->j[sample].p, cp->j[sample].len, sample, version, want, NULL, NULL,
+                      0);
+    same = rc == 0 && len == pcr_refurb_ppm_size(conf->size) && !memcmp(b, want, len);
+    free(b);
+    return same;
+}
+
 static void test_context(const char *dir)
 {
-    struct corpus cp = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    struct corpus cp = {
+        .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .hold = -1};
     struct pcr_refurb_opts o = {0};
     struct pcr_refurb *r;
     struct pcr_refurb_stats st;
@@ -616,11 +643,7 @@ static void test_context(const char *dir)
     CHECK(pcr_refurb_schedule(r, 1, 0) == 0, "schedule");
     CHECK(pcr_refurb_wait(r, 1, 0, 10000) == 0, "wait for a scheduled job");
     CHECK(pcr_refurb_wait(r, 2, 0, 10) == -ENOENT, "wait for nothing: -ENOENT");
-    rc = pcr_refurb_get(r, 1, 0, &b, &len);
-    pcr_refurb_render(&o.conf, cp.j[1].p, cp.j[1].len, 1, 0, want, NULL, NULL, 0);
-    CHECK(rc == 0 && len == pcr_refurb_ppm_size(32) && !memcmp(b, want, len),
-          "get returns version 0 of sample 1");
-    free(b);
+    CHECK(get_exact(r, &cp, &o.conf, 1, 0, want), "get returns version 0 of sample 1");
     pcr_refurb_get_stats(r, &st);
     CHECK(st.prepared == 1 && st.hits == 1 && st.ondemand == 0, "stats: %llu prepared %llu hits",
           (unsigned long long)st.prepared, (unsigned long long)st.hits);
@@ -664,6 +687,40 @@ static void test_context(const char *dir)
         snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s')\"", dir);
         CHECK(system(cmd) == 0, "cache directory removed at close");
     }
+
+    /* a get() takes a job still queued and renders it itself, not waiting for the
+     * worker busy with another one (pcr_workq_take) */
+    o.threads = 1;
+    o.cache_dir = NULL;
+    rc = pcr_refurb_open(&o, load, &cp, &r);
+    CHECK(rc == 0, "open, one worker");
+    pthread_mutex_lock(&cp.mu);
+    cp.hold = 4;
+    cp.held = false;
+    pthread_mutex_unlock(&cp.mu);
+    CHECK(pcr_refurb_schedule(r, 4, 2) == 0, "schedule the held job");
+    pthread_mutex_lock(&cp.mu);
+    for (int i = 0; i < 100 && !cp.held; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&cp.cv, &cp.mu, &ts);
+    }
+    CHECK(cp.held, "the worker runs the held job");
+    pthread_mutex_unlock(&cp.mu);
+    CHECK(pcr_refurb_schedule(r, 3, 2) == 0, "schedule a job behind it");
+    CHECK(get_exact(r, &cp, &o.conf, 3, 2, want), "get of a queued job renders it here, exact");
+    pcr_refurb_get_stats(r, &st);
+    CHECK(st.ondemand == 1 && st.waits == 0 && st.queued == 0,
+          "taken, not waited for: ondemand %llu waits %llu queued %llu",
+          (unsigned long long)st.ondemand, (unsigned long long)st.waits,
+          (unsigned long long)st.queued);
+    pthread_mutex_lock(&cp.mu);
+    cp.hold = -1;
+    pthread_cond_broadcast(&cp.cv);
+    pthread_mutex_unlock(&cp.mu);
+    CHECK(pcr_refurb_wait(r, 4, 2, 10000) == 0, "the held job ends");
+    pcr_refurb_close(r);
 
     /* no workers: schedule refuses, get renders */
     o.threads = 0;

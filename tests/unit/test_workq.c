@@ -93,6 +93,17 @@ static void *cancel_a(void *arg)
     return NULL;
 }
 
+static atomic_int dones, in_done;
+
+/* A job's done(): slow, then frees it (it was malloc'ed). */
+static void done_free(struct pcr_job *j)
+{
+    atomic_store(&in_done, 1);
+    sleep_ms(80);
+    atomic_fetch_add(&dones, 1);
+    free(j);
+}
+
 static void reset(void)
 {
     norder = 0;
@@ -184,6 +195,24 @@ int main(void)
     CHECK(drain(&q), "drained");
     CHECK(atomic_load(&t[1].runs) == 0, "a cancelled job ran");
     CHECK(atomic_load(&t[2].runs) == 1, "another owner's job did not run");
+
+    /* done(): after the run, once per run not queued again; the job may free itself
+     * there (ASan), and cancel() waits until done() returned */
+    {
+        struct tjob *h = malloc(sizeof(*h));
+        CHECK(h != NULL, "malloc");
+        init_job(h, 7, &b, 0);
+        h->job.done = done_free;
+        atomic_store(&dones, 0);
+        pcr_workq_push(&q, &h->job, false);
+        for (int i = 0; i < 2000 && !atomic_load(&in_done); i++)
+            sleep_ms(1); /* it runs, then sleeps in done() */
+        CHECK(atomic_load(&in_done), "done() called");
+        pcr_workq_cancel(&q, &b);
+        CHECK(atomic_load(&dones) == 1, "cancel returned before done() did (%d)",
+              atomic_load(&dones));
+        CHECK(drain(&q), "drained");
+    }
 
     /* free drops what is queued and joins */
     reset();

@@ -2,25 +2,28 @@
  * The only code in the library that opens or preads a record file.
  *
  * Readahead (-o readahead=record). advise() queues the range and returns; one thread
- * of the backend, started on the first advice, passes each queued range to the kernel
- * in order, as WILLNEED pieces, keeping at most RA_INFLIGHT bytes submitted and not
- * yet read from the disk. So a reader's thread never waits on the submission (100 MB
- * of WILLNEED took 12-27 ms, single calls up to 13 ms, on a queue the advice itself
- * had filled), and a read of bytes the advice has not reached yet waits behind at most
- * RA_INFLIGHT of readahead, not behind every prefix advised before it.
+ * of the backend's work queue (common/workq.h), started on the first advice, passes
+ * each queued range to the kernel in order, as WILLNEED pieces, keeping at most
+ * RA_INFLIGHT bytes submitted and not yet read from the disk. So a reader's thread
+ * never waits on the submission (100 MB of WILLNEED took 12-27 ms, single calls up to
+ * 13 ms, on a queue the advice itself had filled), and a read of bytes the advice has
+ * not reached yet waits behind at most RA_INFLIGHT of readahead, not behind every
+ * prefix advised before it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include "pcrfs/backend.h"
+#include "common/workq.h"
 
 #define MAX_SUBDIRS 4 /* records/, tokens/: the directories objects live in */
 
@@ -34,26 +37,24 @@ struct posix_backend {
     } sub[MAX_SUBDIRS];
     unsigned nsub;
     int readahead; /* pass advise() to the kernel (atomic) */
-    /* the readahead thread and its queue, under ra_lock */
-    pthread_mutex_t ra_lock;
-    pthread_cond_t ra_cond; /* work queued, stop, or the thread let go of an object */
-    struct ra_job *head, *tail;
-    struct pcr_object *busy; /* the object whose range the thread is advising */
-    int cancel;              /* close() of busy: stop at the next piece (atomic) */
-    bool started, stop;
-    pthread_t thread;
-};
-
-/* A range of an object to advise: [off, end). */
-struct ra_job {
-    struct ra_job *next;
-    struct pcr_object *o;
-    uint64_t off, end;
+    /* One thread: the objects' ranges are advised one after another, in the order
+     * they were first advised, so the record read first reaches the disk first. */
+    struct pcr_workq ra;
+    pthread_mutex_t ra_lock; /* every object's ra_off, ra_end */
+    uint64_t ra_piece;       /* bytes per WILLNEED: ra_piece_size() */
 };
 
 struct pcr_object {
     int fd;
     uint64_t size;
+    struct posix_backend *pb;
+    /* Readahead: [ra_off, ra_end) still to advise, under pb->ra_lock. One job per
+     * object: the store advises a record's prefix in growing steps, each starting
+     * where the last ended, and such a step extends the range in place, queued or
+     * running, rather than waiting behind every other record's advice. */
+    struct pcr_job ra_job;
+    uint64_t ra_off, ra_end;
+    int closing; /* close() waits for the job: stop at the next piece (atomic) */
 };
 
 /* The O_PATH fd of subdirectory @name of the store, opened once. A symbolic link is
@@ -127,8 +128,7 @@ static int posix_open(struct pcr_backend *b, const char *name, struct pcr_object
         ret = -ENOMEM;
         goto fail;
     }
-    o->fd = fd;
-    o->size = (uint64_t)sb.st_size;
+    *o = (struct pcr_object){.fd = fd, .size = (uint64_t)sb.st_size, .pb = pb};
     *out = o;
     return 0;
 fail:
@@ -211,81 +211,119 @@ static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct 
 /* The kernel caps one POSIX_FADV_WILLNEED (and readahead(2)) at max(read_ahead_kb,
  * max_sectors_kb) of the device, silently (force_page_cache_ra()): one call over a
  * 100 MB record prefix read its first 8 MB on a disk with read_ahead_kb 8192, 128 kB
- * with the kernel's default. So a range is advised in pieces no larger than the
- * default read_ahead_kb, which no device's cap is below unless readahead was turned
- * down. */
-#define RA_PIECE (128u << 10)
+ * with the kernel's default. So a range is advised in pieces of the store's device's
+ * cap as sysfs gives it (ra_piece_size()), at least RA_PIECE_MIN, the default
+ * read_ahead_kb (which no device's cap is below unless readahead was turned down),
+ * and at most RA_PIECE_MAX: a quarter of RA_INFLIGHT, so that the disk still has
+ * pieces queued while the thread waits. Larger pieces are fewer calls (50 instead
+ * of 1,600 for two 100 MB prefixes) and fewer one-byte waits on the thread that
+ * shares the cores with the readers (BENCHMARKS.md §13 has the A/B). */
+#define RA_PIECE_MIN (128u << 10)
+#define RA_PIECE_MAX (4u << 20)
 /* Bytes of advice submitted ahead of what the disk has delivered: enough to keep a
  * disk's queue full (a 1.4 GB/s virtual disk reads 16 MB in 12 ms), little enough that
  * a reader's own read of bytes not yet advised is not queued behind whole prefixes. */
 #define RA_INFLIGHT (16u << 20)
 
+/* A number in kB from a sysfs file, or 0. */
+static uint64_t sysfs_kb(const char *fmt, unsigned maj, unsigned min)
+{
+    char path[96], buf[32];
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), fmt, maj, min);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strtoull(buf, NULL, 10);
+}
+
+/* The WILLNEED piece for the device of the store directory @root: the kernel's cap
+ * on one call, max(read_ahead_kb, max_sectors_kb), from the block device's queue (a
+ * partition's is its disk's) or, for NFS and other file systems without one, the
+ * bdi's read_ahead_kb alone (a lower bound of the cap); clamped to
+ * [RA_PIECE_MIN, RA_PIECE_MAX]. */
+static uint64_t ra_piece_size(int root)
+{
+    static const char *const dirs[] = {"/sys/dev/block/%u:%u/queue/",
+                                       "/sys/dev/block/%u:%u/../queue/"};
+    uint64_t kb = 0;
+    struct stat sb;
+
+    if (fstat(root, &sb) != 0)
+        return RA_PIECE_MIN;
+    for (unsigned i = 0; i < 2 && kb == 0; i++) {
+        char fmt[64];
+        uint64_t ms;
+        snprintf(fmt, sizeof(fmt), "%sread_ahead_kb", dirs[i]);
+        kb = sysfs_kb(fmt, major(sb.st_dev), minor(sb.st_dev));
+        snprintf(fmt, sizeof(fmt), "%smax_sectors_kb", dirs[i]);
+        ms = sysfs_kb(fmt, major(sb.st_dev), minor(sb.st_dev));
+        if (ms > kb)
+            kb = ms;
+    }
+    if (kb == 0)
+        kb = sysfs_kb("/sys/class/bdi/%u:%u/read_ahead_kb", major(sb.st_dev), minor(sb.st_dev));
+    if (kb > RA_PIECE_MAX >> 10)
+        return RA_PIECE_MAX;
+    return kb << 10 < RA_PIECE_MIN ? RA_PIECE_MIN : kb << 10;
+}
+
 /* Advise [off, end) of @o in pieces. After each piece past the first RA_INFLIGHT
  * bytes, wait until the byte RA_INFLIGHT before the end of what was submitted has
  * arrived: a one-byte read blocks until the kernel has read its page (and costs a
  * page-cache lookup when it is there; WILLNEED pages carry no readahead marker, so
- * the read starts no readahead of its own). Stops early when @o is being closed. */
-static void ra_issue(struct posix_backend *pb, struct pcr_object *o, uint64_t off, uint64_t end)
+ * the read starts no readahead of its own). With @grow (the queue's job), the end is
+ * read again before each piece: advice given meanwhile extends it. Stops early when
+ * @o is being closed. */
+static void ra_issue(struct pcr_object *o, uint64_t off, uint64_t end, bool grow)
 {
+    struct posix_backend *pb = o->pb;
     uint64_t start = off;
+    bool stop = false;
     char byte;
 
-    while (off < end && !__atomic_load_n(&pb->cancel, __ATOMIC_RELAXED)) {
-        uint64_t n = end - off < RA_PIECE ? end - off : RA_PIECE;
-        if (posix_fadvise(o->fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED) != 0)
-            return; /* advice only: the reads report their own errors */
+    for (;;) {
+        if (grow) {
+            pthread_mutex_lock(&pb->ra_lock);
+            end = o->ra_end;
+            /* done, failed or closing: nothing left, so the next advice pushes again */
+            o->ra_off = stop ? end : off;
+            pthread_mutex_unlock(&pb->ra_lock);
+        }
+        if (stop || off >= end || __atomic_load_n(&o->closing, __ATOMIC_RELAXED))
+            return;
+        uint64_t n = end - off < pb->ra_piece ? end - off : pb->ra_piece;
+        /* advice only: the reads report their own errors */
+        stop = posix_fadvise(o->fd, (off_t)off, (off_t)n, POSIX_FADV_WILLNEED) != 0;
         off += n;
-        if (off - start > RA_INFLIGHT)
+        if (!stop && off - start > RA_INFLIGHT)
             (void)!pread(o->fd, &byte, 1, (off_t)(off - RA_INFLIGHT - 1));
     }
 }
 
-static void *ra_main(void *arg)
+static void ra_run(struct pcr_job *j)
 {
-    struct posix_backend *pb = arg;
+    struct pcr_object *o = (struct pcr_object *)((char *)j - offsetof(struct pcr_object, ra_job));
+    uint64_t off;
 
-    pthread_mutex_lock(&pb->ra_lock);
-    while (!pb->stop) {
-        struct ra_job *j = pb->head;
-        if (!j) {
-            pthread_cond_wait(&pb->ra_cond, &pb->ra_lock);
-            continue;
-        }
-        pb->head = j->next;
-        if (!pb->head)
-            pb->tail = NULL;
-        pb->busy = j->o;
-        pthread_mutex_unlock(&pb->ra_lock);
-        ra_issue(pb, j->o, j->off, j->end);
-        free(j);
-        pthread_mutex_lock(&pb->ra_lock);
-        pb->busy = NULL;
-        __atomic_store_n(&pb->cancel, 0, __ATOMIC_RELAXED);
-        pthread_cond_broadcast(&pb->ra_cond);
-    }
-    pthread_mutex_unlock(&pb->ra_lock);
-    return NULL;
-}
-
-/* Start the readahead thread (under ra_lock), with every signal blocked: signals are
- * the readers' and the daemon's business. @return whether it runs. */
-static bool ra_start(struct posix_backend *pb)
-{
-    sigset_t all, old;
-
-    if (pb->started)
-        return true;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pb->started = pthread_create(&pb->thread, NULL, ra_main, pb) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    return pb->started;
+    pthread_mutex_lock(&o->pb->ra_lock);
+    off = o->ra_off;
+    pthread_mutex_unlock(&o->pb->ra_lock);
+    ra_issue(o, off, off, true);
 }
 
 static int posix_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len)
 {
     struct posix_backend *pb = (struct posix_backend *)b;
-    struct ra_job *j;
+    uint64_t end;
+    bool queued;
 
     if (!__atomic_load_n(&pb->readahead, __ATOMIC_RELAXED) || len == 0)
         return 0;
@@ -293,29 +331,36 @@ static int posix_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t of
         return 0;
     if (len > o->size - off)
         len = o->size - off;
+    end = off + len;
     pthread_mutex_lock(&pb->ra_lock);
-    /* the store advises a record's prefix in growing steps: extend a queued range */
-    for (j = pb->head; j; j = j->next)
-        if (j->o == o && j->end == off) {
-            j->end = off + len;
-            pthread_mutex_unlock(&pb->ra_lock);
-            return 0;
-        }
-    j = malloc(sizeof(*j));
-    if (!j || !ra_start(pb)) {
-        pthread_mutex_unlock(&pb->ra_lock);
-        free(j);
-        ra_issue(pb, o, off, off + len); /* no thread: advise here, still in pieces */
-        return 0;
+    if (o->ra_off < o->ra_end && off <= o->ra_end) {
+        /* a growing prefix (or advice inside the range): the job still to come or
+         * running reads ra_end again before each piece */
+        if (end > o->ra_end)
+            o->ra_end = end;
+        end = 0;
+    } else if (o->ra_off >= o->ra_end) {
+        o->ra_off = off;
+        o->ra_end = end;
+    } else {
+        /* a range beyond the one in progress: the same job goes on to it, advising
+         * the gap too (the store never does this: its advice grows a prefix) */
+        o->ra_end = end;
+        end = 0;
     }
-    *j = (struct ra_job){.o = o, .off = off, .end = off + len};
-    if (pb->tail)
-        pb->tail->next = j;
-    else
-        pb->head = j;
-    pb->tail = j;
-    pthread_cond_signal(&pb->ra_cond);
     pthread_mutex_unlock(&pb->ra_lock);
+    if (end == 0)
+        return 0;
+    o->ra_job.run = ra_run;
+    o->ra_job.owner = o;
+    queued = pcr_workq_push(&pb->ra, &o->ra_job, false);
+    if (!queued) {
+        /* no thread: advise here, still in pieces */
+        pthread_mutex_lock(&pb->ra_lock);
+        o->ra_off = o->ra_end = 0;
+        pthread_mutex_unlock(&pb->ra_lock);
+        ra_issue(o, off, end, false);
+    }
     return 0;
 }
 
@@ -333,34 +378,12 @@ static uint64_t posix_size(struct pcr_backend *b, const struct pcr_object *o)
     return o->size;
 }
 
-/* Drop @o's queued advice and wait until the readahead thread has let go of it. */
-static void ra_forget(struct posix_backend *pb, struct pcr_object *o)
-{
-    struct ra_job **pp, *prev = NULL;
-
-    pthread_mutex_lock(&pb->ra_lock);
-    for (pp = &pb->head; *pp;) {
-        struct ra_job *j = *pp;
-        if (j->o == o) {
-            *pp = j->next;
-            free(j);
-        } else {
-            prev = j;
-            pp = &j->next;
-        }
-    }
-    pb->tail = prev;
-    while (pb->busy == o) {
-        __atomic_store_n(&pb->cancel, 1, __ATOMIC_RELAXED);
-        pthread_cond_wait(&pb->ra_cond, &pb->ra_lock);
-    }
-    pthread_mutex_unlock(&pb->ra_lock);
-}
-
 static void posix_close(struct pcr_backend *b, struct pcr_object *o)
 {
     if (o) {
-        ra_forget((struct posix_backend *)b, o);
+        /* drop @o's queued advice and wait until the readahead thread let go of it */
+        __atomic_store_n(&o->closing, 1, __ATOMIC_RELAXED);
+        pcr_workq_cancel(&((struct posix_backend *)b)->ra, o);
         close(o->fd);
         free(o);
     }
@@ -370,19 +393,7 @@ static void posix_destroy(struct pcr_backend *b)
 {
     struct posix_backend *pb = (struct posix_backend *)b;
 
-    pthread_mutex_lock(&pb->ra_lock);
-    pb->stop = true;
-    __atomic_store_n(&pb->cancel, 1, __ATOMIC_RELAXED);
-    pthread_cond_broadcast(&pb->ra_cond);
-    pthread_mutex_unlock(&pb->ra_lock);
-    if (pb->started)
-        pthread_join(pb->thread, NULL);
-    while (pb->head) { /* none: every object was closed first */
-        struct ra_job *j = pb->head;
-        pb->head = j->next;
-        free(j);
-    }
-    pthread_cond_destroy(&pb->ra_cond);
+    pcr_workq_free(&pb->ra); /* no job left: every object was closed first */
     pthread_mutex_destroy(&pb->ra_lock);
     for (unsigned i = 0; i < pb->nsub; i++)
         if (pb->sub[i].fd >= 0)
@@ -406,19 +417,26 @@ static const struct pcr_backend_ops posix_ops = {
 int pcr_backend_posix(const char *root, struct pcr_backend **out)
 {
     struct posix_backend *pb = calloc(1, sizeof(*pb));
+    int ret;
 
     if (!pb)
         return -ENOMEM;
     pb->root = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (pb->root < 0) {
-        int ret = -errno;
+        ret = -errno;
         free(pb);
         return ret;
     }
+    ret = pcr_workq_init(&pb->ra, 1);
+    if (ret) {
+        close(pb->root);
+        free(pb);
+        return ret;
+    }
+    pb->ra_piece = ra_piece_size(pb->root);
     pb->base.ops = &posix_ops;
     pthread_mutex_init(&pb->lock, NULL);
     pthread_mutex_init(&pb->ra_lock, NULL);
-    pthread_cond_init(&pb->ra_cond, NULL);
     *out = &pb->base;
     return 0;
 }

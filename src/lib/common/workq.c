@@ -76,15 +76,26 @@ static void *worker(void *arg)
         j->state = JOB_RUNNING;
         j->again = AGAIN_NO;
         slot->cur = j;
+        slot->owner = j->owner;
+        slot->active = true;
         q->running++;
         pthread_mutex_unlock(&q->lock);
         j->run(j);
         pthread_mutex_lock(&q->lock);
-        slot->cur = NULL;
         q->running--;
         j->state = JOB_IDLE;
-        if (j->again != AGAIN_NO && !q->stop)
+        if (j->again != AGAIN_NO && !q->stop) {
             link_job(q, j, j->again == AGAIN_FRONT);
+        } else if (j->done) {
+            /* done() may free j; the slot stays active, so cancel() waits for
+             * done() too */
+            slot->cur = NULL;
+            pthread_mutex_unlock(&q->lock);
+            j->done(j);
+            pthread_mutex_lock(&q->lock);
+        }
+        slot->cur = NULL;
+        slot->active = false;
         pthread_cond_broadcast(&q->done);
         if (q->queued)
             pthread_cond_signal(&q->work); /* a slot is free again */
@@ -151,6 +162,7 @@ static bool grow(struct pcr_workq *q)
         struct pcr_workq_slot *s = &q->slots[q->nthreads];
         s->q = q;
         s->cur = NULL;
+        s->active = false;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
         if (pthread_create(&s->thread, NULL, worker, s) == 0)
@@ -218,7 +230,7 @@ bool pcr_workq_busy(struct pcr_workq *q, const struct pcr_job *j)
 static bool owner_runs(struct pcr_workq *q, const void *owner)
 {
     for (unsigned i = 0; i < q->nthreads; i++)
-        if (q->slots[i].cur && q->slots[i].cur->owner == owner)
+        if (q->slots[i].active && q->slots[i].owner == owner)
             return true;
     return false;
 }

@@ -14,6 +14,11 @@
  * - A job can be taken back while queued (its owner runs it itself, or no longer
  *   needs it), and cancel() drops an owner's queued jobs and waits until none of its
  *   jobs runs: after it returns, the owner may be freed.
+ * - A job may free itself, in done(): called on the thread that ran it once a run
+ *   ended and the job was not queued again, when the queue no longer touches it
+ *   (run() may not: the queue marks the job idle after run() returns). The owner
+ *   makes sure nobody pushes the job meanwhile; cancel() and free() wait for done()
+ *   as for run().
  * - limit() bounds how many jobs run at once (throttling), without stopping threads.
  * - Every timed wait is on CLOCK_MONOTONIC: a clock step never shortens or stretches
  *   a deadline.
@@ -33,15 +38,18 @@
 struct pcr_job {
     struct pcr_job *prev, *next; /* in the queue, while queued */
     void (*run)(struct pcr_job *j);
-    const void *owner; /* what pcr_workq_cancel() matches */
-    int state;         /* the queue's: idle, queued, running */
-    int again;         /* pushed while running: 1 back, 2 front, once it ends */
+    void (*done)(struct pcr_job *j); /* optional: see above */
+    const void *owner;               /* what pcr_workq_cancel() matches */
+    int state;                       /* the queue's: idle, queued, running */
+    int again;                       /* pushed while running: 1 back, 2 front, once it ends */
 };
 
 struct pcr_workq_slot {
     struct pcr_workq *q;
     pthread_t thread;
-    struct pcr_job *cur; /* the job this thread runs, or NULL */
+    struct pcr_job *cur; /* the job this thread runs, or NULL (also in its done()) */
+    const void *owner;   /* cur's owner, while active */
+    bool active;         /* from the start of a run until its done() returned */
 };
 
 struct pcr_workq {

@@ -1,13 +1,18 @@
 /* pcrfs — the refurbishing context: a bounded cache of prepared samples keyed by
  * (sample, version), and the worker threads that fill it ahead of need.
  *
- * One mutex guards the table, the job queue and the LRU list; no render, load or
- * file write ever runs under it (only a RAM copy-out or an open()/unlink() does).
+ * One mutex guards the table, the LRU list and the entries' states; no render, load
+ * or file write ever runs under it (only a RAM copy-out or an open()/unlink() does).
+ * The workers are the threads of a work queue (common/workq.h); each entry is its
+ * own job.
  *
  * An entry is in one state:
- *   QUEUED   in the job queue, waiting for a worker (or for a get() to take it);
+ *   QUEUED   in the work queue, waiting for a worker (or for a get() to take it
+ *            back with pcr_workq_take(); a worker may have dequeued it already and
+ *            not yet marked it RUNNING, so a get() that cannot take it waits);
  *   RUNNING  being rendered by exactly one thread (the worker or the get() that
- *            took it), in no list;
+ *            took it), in no list; a worker's entry stays RUNNING until the queue
+ *            has let go of it (the job's done()), so that nobody frees it before;
  *   READY    prepared, in the LRU list: RAM bytes at e->data, or a file in the
  *            cache directory named after (sample, version);
  *   FAILED   the render failed with e->rc, in the LRU list (so a broken image is
@@ -24,15 +29,17 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include "pcrfs/refurb.h"
 #include "common/internal.h"
+#include "common/workq.h"
 
 enum est { E_QUEUED, E_RUNNING, E_READY, E_FAILED };
 
@@ -42,9 +49,10 @@ struct entry {
     int rc;                    /* FAILED: the error */
     unsigned waiters;          /* threads waiting on it or copying it out */
     bool dead;                 /* superseded while RUNNING: reap when published */
-    uint8_t *data;             /* READY in RAM mode */
+    uint8_t *data;             /* READY in RAM mode; a worker's render until done() */
     struct entry *hnext;       /* hash chain (by sample) */
-    struct entry *prev, *next; /* queue (QUEUED) or LRU (READY, FAILED) */
+    struct entry *prev, *next; /* LRU (READY, FAILED) */
+    struct pcr_job job;        /* QUEUED: in the work queue; owner: the context */
 };
 
 struct pcr_refurb {
@@ -54,20 +62,18 @@ struct pcr_refurb {
     void *arg;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv_job;  /* a job was queued, or stop */
-    pthread_cond_t cv_done; /* some entry left RUNNING */
+    pthread_cond_t cv_done; /* some entry left RUNNING (CLOCK_MONOTONIC) */
     struct entry **tab;
-    size_t mask;             /* buckets - 1 */
-    struct entry queue, lru; /* circular lists with sentinels */
-    uint64_t capacity;       /* READY + FAILED entries kept at most */
+    size_t mask;       /* buckets - 1 */
+    struct entry lru;  /* circular list with a sentinel */
+    uint64_t capacity; /* READY + FAILED entries kept at most */
     uint64_t nrunning;
     uint64_t tmpseq; /* temporary file names */
-    bool stop;
     struct pcr_refurb_stats st;
 
-    unsigned nthreads;
-    pthread_t *threads;
-    char *dir; /* NULL: RAM */
+    unsigned nthreads;   /* workers at most; 0: no work queue */
+    struct pcr_workq wq; /* the workers */
+    char *dir;           /* NULL: RAM */
     int dirfd;
 };
 
@@ -76,11 +82,6 @@ struct pcr_refurb {
 static void list_init(struct entry *s)
 {
     s->prev = s->next = s;
-}
-
-static bool list_empty(const struct entry *s)
-{
-    return s->next == s;
 }
 
 static void list_add_tail(struct entry *s, struct entry *e)
@@ -116,7 +117,8 @@ static void file_name(char *buf, size_t len, uint64_t sample, uint64_t version)
     snprintf(buf, len, "%" PRIu64 "v%" PRIu64 ".ppm", sample, version);
 }
 
-/* Unlink @e from the table and its list and free it; its file too. */
+/* Unlink @e from the table and its list and free it; its file too. A QUEUED @e
+ * has been taken out of the work queue (or the queue is gone). */
 static void remove_entry(struct pcr_refurb *r, struct entry *e)
 {
     struct entry **pp = &r->tab[bucket(r, e->sample)];
@@ -125,7 +127,6 @@ static void remove_entry(struct pcr_refurb *r, struct entry *e)
         pp = &(*pp)->hnext;
     *pp = e->hnext;
     if (e->st == E_QUEUED) {
-        list_del(e);
         r->st.queued--;
     } else if (e->st == E_READY || e->st == E_FAILED) {
         list_del(e);
@@ -153,7 +154,6 @@ static struct entry *add_entry(struct pcr_refurb *r, uint64_t sample, uint64_t v
     e->hnext = r->tab[b];
     r->tab[b] = e;
     if (st == E_QUEUED) {
-        list_add_tail(&r->queue, e);
         r->st.queued++;
     } else if (st == E_RUNNING) {
         r->nrunning++;
@@ -170,7 +170,9 @@ static void drop_older(struct pcr_refurb *r, uint64_t sample, uint64_t version)
         next = e->hnext;
         if (e->sample != sample || e->version >= version)
             continue;
-        if (e->st == E_RUNNING || e->waiters) {
+        /* a QUEUED entry a worker has dequeued already is as good as RUNNING */
+        if (e->st == E_RUNNING || e->waiters ||
+            (e->st == E_QUEUED && !pcr_workq_take(&r->wq, &e->job))) {
             e->dead = true; /* its thread reaps it */
         } else {
             remove_entry(r, e);
@@ -298,35 +300,37 @@ static void publish(struct pcr_refurb *r, struct entry *e, int rc, uint8_t *data
     reap_if_dead(r, e); /* may free e */
 }
 
-static void *worker(void *arg)
+/* A worker's job: render QUEUED @j's entry without the lock. It stays RUNNING, its
+ * result kept in it, until job_done(): the queue still touches @j when this returns. */
+static void job_run(struct pcr_job *j)
 {
-    struct pcr_refurb *r = arg;
+    struct entry *e = (struct entry *)((char *)j - offsetof(struct entry, job));
+    struct pcr_refurb *r = (struct pcr_refurb *)j->owner;
+    uint8_t *data;
 
     pthread_mutex_lock(&r->mu);
-    while (!r->stop) {
-        struct entry *e;
-        uint8_t *data;
-        int rc;
-
-        if (list_empty(&r->queue)) {
-            pthread_cond_wait(&r->cv_job, &r->mu);
-            continue;
-        }
-        e = r->queue.next;
-        list_del(e);
-        r->st.queued--;
-        e->st = E_RUNNING;
-        r->nrunning++;
-        pthread_mutex_unlock(&r->mu);
-        rc = produce(r, e->sample, e->version, &data);
-        pthread_mutex_lock(&r->mu);
-        publish(r, e, rc, data, true);
-        if (rc == 0 && r->dir)
-            free(data);
-        evict(r);
-    }
+    r->st.queued--;
+    e->st = E_RUNNING;
+    r->nrunning++;
     pthread_mutex_unlock(&r->mu);
-    return NULL;
+    e->rc = produce(r, e->sample, e->version, &data);
+    e->data = data;
+}
+
+static void job_done(struct pcr_job *j)
+{
+    struct entry *e = (struct entry *)((char *)j - offsetof(struct entry, job));
+    struct pcr_refurb *r = (struct pcr_refurb *)j->owner;
+    uint8_t *data = e->data;
+    int rc = e->rc;
+
+    pthread_mutex_lock(&r->mu);
+    e->data = NULL;
+    publish(r, e, rc, data, true); /* may free e */
+    if (rc == 0 && r->dir)
+        free(data);
+    evict(r);
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- the public calls ----------------------------------------------------------- */
@@ -375,18 +379,19 @@ static int copy_out(struct pcr_refurb *r, struct entry *e, uint8_t **buf)
     return 0;
 }
 
-/* Under the lock: wait for RUNNING @e to finish. */
+/* Under the lock: wait for RUNNING @e (or QUEUED, in a worker's hands) to finish. */
 static void wait_running(struct pcr_refurb *r, struct entry *e)
 {
     r->st.waits++;
     e->waiters++;
-    while (e->st == E_RUNNING)
+    while (e->st == E_RUNNING || e->st == E_QUEUED)
         pthread_cond_wait(&r->cv_done, &r->mu);
     e->waiters--;
 }
 
 /* Under the lock, returns unlocked: render (@sample, @version) in this thread,
- * taking over @e (QUEUED) or a new entry, and publish it. */
+ * taking over @e (QUEUED, taken out of the work queue) or a new entry, and publish
+ * it. */
 static int render_here(struct pcr_refurb *r, struct entry *e, uint64_t sample, uint64_t version,
                        uint8_t **buf)
 {
@@ -394,7 +399,6 @@ static int render_here(struct pcr_refurb *r, struct entry *e, uint64_t sample, u
     int rc;
 
     if (e) {
-        list_del(e);
         r->st.queued--;
         e->st = E_RUNNING;
         r->nrunning++;
@@ -438,7 +442,8 @@ int pcr_refurb_get(struct pcr_refurb *r, uint64_t sample, uint64_t version, uint
         bool waited = false;
 
         e = find(r, sample, version);
-        if (e && e->st == E_RUNNING) {
+        if (e && (e->st == E_RUNNING || (e->st == E_QUEUED && !pcr_workq_take(&r->wq, &e->job)))) {
+            /* QUEUED but not taken: a worker has it, about to mark it RUNNING */
             wait_running(r, e);
             waited = true;
         }
@@ -503,12 +508,19 @@ int pcr_refurb_schedule(struct pcr_refurb *r, uint64_t sample, uint64_t version)
         e = NULL;
     }
     if (!e) {
-        if (r->st.queued + r->nrunning >= r->capacity)
+        if (r->st.queued + r->nrunning >= r->capacity) {
             rc = -ENOBUFS;
-        else if (!add_entry(r, sample, version, E_QUEUED))
+        } else if (!(e = add_entry(r, sample, version, E_QUEUED))) {
             rc = -ENOMEM;
-        else
-            pthread_cond_signal(&r->cv_job);
+        } else {
+            e->job.run = job_run;
+            e->job.done = job_done;
+            e->job.owner = r;
+            if (!pcr_workq_push(&r->wq, &e->job, false)) {
+                remove_entry(r, e); /* no worker could be started */
+                rc = -EAGAIN;
+            }
+        }
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -705,7 +717,6 @@ int pcr_refurb_open(const struct pcr_refurb_opts *o, pcr_refurb_load_fn load, vo
                     struct pcr_refurb **out)
 {
     struct pcr_refurb *r;
-    pthread_condattr_t ca;
     uint64_t bytes = o->cache_bytes ? o->cache_bytes : 256ull << 20;
     size_t nb = 1024;
     int rc;
@@ -726,16 +737,16 @@ int pcr_refurb_open(const struct pcr_refurb_opts *o, pcr_refurb_load_fn load, vo
     r->tab = calloc(nb, sizeof(*r->tab));
     r->mask = nb - 1;
     r->dirfd = -1;
-    list_init(&r->queue);
     list_init(&r->lru);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv_job, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pcr_refurb_wait's deadline */
-    pthread_cond_init(&r->cv_done, &ca);
-    pthread_condattr_destroy(&ca);
-    r->threads = calloc(o->threads ? o->threads : 1, sizeof(pthread_t));
-    if (!r->tab || !r->threads) {
+    /* pcr_refurb_wait's deadline: a clock step never shortens or stretches it */
+    if ((rc = pcr_cond_init_monotonic(&r->cv_done)) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        free(r->tab);
+        free(r);
+        return rc;
+    }
+    if (!r->tab) {
         pcr_refurb_close(r);
         return -ENOMEM;
     }
@@ -743,13 +754,13 @@ int pcr_refurb_open(const struct pcr_refurb_opts *o, pcr_refurb_load_fn load, vo
         pcr_refurb_close(r);
         return rc;
     }
-    for (unsigned i = 0; i < o->threads; i++) {
-        rc = pthread_create(&r->threads[i], NULL, worker, r);
-        if (rc) {
+    /* the workers start with the first jobs (common/workq.h), signals blocked */
+    if (o->threads) {
+        if ((rc = pcr_workq_init(&r->wq, o->threads)) != 0) {
             pcr_refurb_close(r);
-            return -rc;
+            return rc;
         }
-        r->nthreads++;
+        r->nthreads = o->threads;
     }
     *out = r;
     return 0;
@@ -759,21 +770,16 @@ void pcr_refurb_close(struct pcr_refurb *r)
 {
     if (!r)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->stop = true;
-    pthread_cond_broadcast(&r->cv_job);
-    pthread_mutex_unlock(&r->mu);
-    for (unsigned i = 0; i < r->nthreads; i++)
-        pthread_join(r->threads[i], NULL);
+    /* queued jobs dropped (their entries stay QUEUED), running ones finished and
+     * published, threads joined; without the lock: a job's done() takes it */
+    pcr_workq_free(&r->wq);
     for (size_t b = 0; r->tab && b <= r->mask; b++)
         while (r->tab[b])
             remove_entry(r, r->tab[b]);
     if (r->dir)
         remove_dir(r);
-    pthread_cond_destroy(&r->cv_job);
     pthread_cond_destroy(&r->cv_done);
     pthread_mutex_destroy(&r->mu);
     free(r->tab);
-    free(r->threads);
     free(r);
 }
