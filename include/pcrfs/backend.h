@@ -151,6 +151,8 @@ struct pcr_http_opts {
     const char *profile;   /* of the shared files (then the environment's keys are
                               not used) */
     const char *ca_bundle; /* PEM CA certificates for https (also http(s):// URLs) */
+    uint64_t part_size;    /* bytes of one GET of a prefix fetch; 0: 8 MiB */
+    unsigned connections;  /* part GETs in flight at once; 0: 32 */
 };
 
 /* Whether @s names a store in object storage (s3://, http://, https://). */
@@ -183,7 +185,7 @@ int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_
 
 /* The options of how a store is read, as pcrfs(1) takes them with -o and pcrfs(3)
  * with pcrfs_open(): bwlimit=, readahead=, and for a store in object storage cache=,
- * cache_size=, http_timeout=, http_retries=. One parser (store/opts.c) for both, so
+ * cache_size=, http_timeout=, http_retries=, http_part_size=, http_connections=. One parser (store/opts.c) for both, so
  * the limits and the messages live in one place. */
 struct pcr_store_opts {
     uint64_t bwlimit;     /* bytes/s (0: none): pcr_store_set_bwlimit() */
@@ -192,6 +194,8 @@ struct pcr_store_opts {
     uint64_t cache_size;  /* 0: the library's default */
     double http_timeout;  /* seconds (0: the library's default) */
     int http_retries;     /* -1: the library's default */
+    uint64_t http_part_size;   /* 0: the library's default */
+    unsigned http_connections; /* 0: the library's default */
 };
 #define PCR_STORE_OPTS_INIT                                                                        \
     {                                                                                              \
@@ -215,8 +219,8 @@ void pcr_store_opts_free(struct pcr_store_opts *o);
 /* Counters of every object-storage backend of the process, summed. */
 struct pcr_http_stats {
     uint64_t requests;          /* HTTP requests sent (HEAD and GET, retries included) */
-    uint64_t gets;              /* GETs of record bytes: prefix fetches and direct reads */
-    uint64_t prefix_fetches;    /* of which prefix fetches (advise) */
+    uint64_t gets;              /* GETs of record bytes: part fetches and direct reads */
+    uint64_t prefix_fetches;    /* of which part GETs of prefix fetches (advise) */
     uint64_t bytes;             /* body bytes received */
     uint64_t retries;           /* requests sent again after a failure */
     uint64_t errors;            /* requests that failed for good */
@@ -228,13 +232,16 @@ struct pcr_http_stats {
     uint64_t evictions;         /* record prefixes dropped to make room */
     uint64_t throttled;         /* throttling answers (503 SlowDown, 429) */
     uint64_t backoff_ms;        /* time spent waiting before retries */
-    uint64_t fetch_concurrency; /* prefix fetches allowed at once now (4; fewer while
-                                   the server throttles) */
+    uint64_t fetch_concurrency; /* part GETs allowed at once now (http_connections;
+                                   fewer while the server throttles) */
     uint64_t concurrency_cuts;  /* times that number was halved for throttling */
     uint64_t refetches;         /* cached prefixes dropped after a checksum mismatch and
                                    fetched again */
     uint64_t index_refetches;   /* cached index.db copies that failed verification and
                                    were fetched again */
+    uint64_t fetch_bytes;       /* of bytes: those of part GETs into the cache */
+    uint64_t direct_bytes;      /* of bytes: those of direct reads (GETs of their own) */
+    uint64_t front_pushes;      /* queued parts moved to the front for a waiting reader */
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);

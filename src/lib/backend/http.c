@@ -222,7 +222,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
             done += (size_t)w;
         }
         if (r->o && r->hb->cache)
-            http_cache_progress(r->hb->cache, r->o, n);
+            http_cache_progress(r->hb->cache, r->o, r->fd_off + r->got, n);
     } else {
         memcpy(r->buf + r->got, data, n);
     }
@@ -265,6 +265,10 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
         timeout = r->cap_ms; /* what is left of the deadline */
     curl_easy_setopt(h, CURLOPT_URL, r->url);
     curl_easy_setopt(h, CURLOPT_SHARE, hb->share);
+    /* the shared connection cache closes the oldest idle connection once it holds
+     * more than this (libcurl's default: 5): room for every part GET in flight and
+     * the readers' own GETs, or each part would open a new connection */
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)hb->nconn + 16L);
     http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -777,6 +781,8 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
         goto out;
     }
     for (unsigned i = 0; i < ns; i++)
+        http_count(&hb->st.direct_bytes, sp[i].len);
+    for (unsigned i = 0; i < ns; i++)
         for (unsigned k = 0; tmp[i] && k < sp[i].count; k++) {
             const struct pcr_range *x = rg[sp[i].first + k];
             memcpy(x->buf, tmp[i] + (x->off - sp[i].off), x->len);
@@ -919,6 +925,10 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
     hb->timeout_ms = o && o->timeout_ms ? (long)o->timeout_ms : DEFAULT_TIMEOUT_MS;
     hb->retries = !o || o->retries < 0 ? DEFAULT_RETRIES
                   : o->retries > MAX_RETRIES ? MAX_RETRIES : (unsigned)o->retries;
+    hb->nconn = o && o->connections ? o->connections : HTTP_DEFAULT_CONNECTIONS;
+    if (hb->nconn > HTTP_MAX_CONNECTIONS)
+        hb->nconn = HTTP_MAX_CONNECTIONS;
+    hb->part_size = o && o->part_size ? o->part_size : HTTP_DEFAULT_PART_SIZE;
     pthread_mutex_init(&hb->pool_lock, NULL);
     for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&hb->share_lock[i], NULL);
