@@ -208,9 +208,10 @@ void pcr_store_set_readahead(struct pcr_store *s, bool on);
  * id out of range fails the call before anything is fetched.
  * @return 0; -EINVAL an id out of range. */
 int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n);
-/* pcr_store_prefetch() of what a write to /.pcrfs/prefetch holds: at most
- * PCR_PREFETCH_MAX decimal record ids split by spaces or newlines (pcrfs(1),
- * CONTROL FILES). Whole or nothing. @return 0; -EINVAL anything else. */
+/* pcr_store_prefetch() of a hint as text (a name looked up in a mount's
+ * /.pcrfs/prefetch/, pcrfs(1)): at most PCR_PREFETCH_MAX decimal record ids split
+ * by commas, spaces or newlines. Whole or nothing. @return 0; -EINVAL anything
+ * else. */
 #define PCR_PREFETCH_MAX 256
 int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len);
 

@@ -14,7 +14,7 @@
 #define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
 #define MAX_HTTP_TIMEOUT 86400.0
 #define MAX_HTTP_RETRIES 20 /* the cap of backend/http.c */
-#define MIN_PART_SIZE    (UINT64_C(64) << 10)
+#define MIN_PART_SIZE    UINT64_C(64000) /* "64k" */
 #define MAX_PART_SIZE    (UINT64_C(1) << 30)
 #define MAX_CONNECTIONS  256 /* the handle pool of backend/http.c */
 

@@ -730,7 +730,7 @@ int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len)
     while (i < len) {
         uint64_t v = 0;
         size_t start;
-        if (buf[i] == ' ' || buf[i] == '\n') {
+        if (buf[i] == ' ' || buf[i] == ',' || buf[i] == '\n') {
             i++;
             continue;
         }
@@ -739,7 +739,8 @@ int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len)
                 return -EINVAL;
             v = v * 10 + (uint64_t)(buf[i] - '0');
         }
-        if (i == start || (i < len && buf[i] != ' ' && buf[i] != '\n') || n == PCR_PREFETCH_MAX)
+        if (i == start || (i < len && buf[i] != ' ' && buf[i] != ',' && buf[i] != '\n') ||
+            n == PCR_PREFETCH_MAX)
             return -EINVAL;
         ids[n++] = v;
     }
