@@ -575,7 +575,10 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
      * once the server throttles, the throttling budget */
     uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
     uint64_t tend = start + THROTTLE_BUDGET_MS + allowance(bytes);
-    bool throttled = false;
+    /* the server throttled (this operation's earlier request, say its HEAD, or
+     * another's): this request gets the throttling budget too, or it would find the
+     * operation's short deadline spent before its first attempt */
+    bool throttled = http_throttling(hb);
     if (tend < end)
         tend = end;
     for (unsigned attempt = 0;; attempt++) {
