@@ -56,10 +56,13 @@ struct pcr_backend_ops {
      * returns at once; a thread of its own passes it to the kernel as
      * posix_fadvise WILLNEED pieces (one call over the whole range would be cut
      * to the device's readahead size), at most 16 MB ahead of the disk. An
-     * object-storage backend fetches the whole range in one request into its
-     * cache, so that the following reads of every file of the record are local.
-     * Called at most once per (record, larger prefix). @return 0 or a negative
-     * errno (the reads that follow report their own errors). */
+     * object-storage backend fetches the range into its cache as parts over many
+     * connections, so that the following reads of every file of the record are
+     * local. Called when the store sees a reader go through the record in order or
+     * was told the record comes next (pcr_store_prefetch()), again after the bytes
+     * were evicted; never for a reader that is not going record by record (its
+     * reads fetch just their bytes). @return 0 or a negative errno (the reads that
+     * follow report their own errors). */
     int (*advise)(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len);
     /* The object's size in bytes, as found at open. */
     uint64_t (*size)(struct pcr_backend *b, const struct pcr_object *o);
@@ -119,8 +122,9 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * with full jitter seeded per process. So a dead or slow server fails the reads of
  * its files (-EIO, -ETIMEDOUT) in bounded time, never hangs them, and the store
  * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record
- * prefix a level needs in one GET into an on-disk cache (LRU by record prefix), from which the
- * reads of every file of the record are then served; readers of a prefix being fetched wait for
+ * prefix a level needs into an on-disk cache (LRU by record prefix) as parts (part_size) over
+ * many connections (connections), from which the reads of every file of the record are then
+ * served; readers of a prefix being fetched wait for
  * those bytes instead of asking again. A cache that cannot be written falls back to direct GETs
  * (logged once).
  *

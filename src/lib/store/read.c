@@ -622,13 +622,14 @@ out:
  * - a reader is seen going through it in order: SEQ_RUN + 1 files of the record
  *   opened one after another in file-id order (tracked for SEQ_CURSORS readers at
  *   once, e.g. a DataLoader's workers; a shuffle almost never does this), and then
- *   also the next record when this is the mount's first record read so or the one
- *   before was read the same way (a scan of the store in order); or
+ *   also the next SEQ_AHEAD records when this is the mount's first record read so or
+ *   the one before was read the same way (a scan of the store in order); or
  * - the reader said which records come next (pcr_store_prefetch(), the sampler's
  *   hint through /.pcrfs/prefetch).
  * Every other miss reads just the bytes its file needs. */
 #define SEQ_CURSORS 4
 #define SEQ_RUN     2
+#define SEQ_AHEAD   2 /* records fetched ahead of a scan in order */
 
 /* The prefix of record @r at @level (level 0: the top). */
 static uint64_t rec_prefix(const struct pcr_store *s, const struct rec *r, unsigned level)
@@ -697,8 +698,10 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
     if (!go || __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE))
         return; /* (failing: see rec_ready()) */
     advise(s, r, prefix);
-    if (next) {
-        struct rec *n = rec_ready(s, (uint64_t)f->record + 1);
+    /* more than one: a record's parts alone do not fill the connections (a prefix
+     * of 86 MB is 11 parts of 8 MiB; BENCHMARKS.md, "Parts over many connections") */
+    for (unsigned k = 1; next && k <= SEQ_AHEAD; k++) {
+        struct rec *n = rec_ready(s, (uint64_t)f->record + k);
         if (n)
             advise(s, n, rec_prefix(s, n, level));
     }
