@@ -116,6 +116,21 @@ def read_in_order(root, readers, window):
     return got[0], got[1], time.monotonic() - start
 
 
+def ceiling(port, n, objs, size=8 << 20):
+    """MB/s of @n parallel ranged GETs of @size bytes through the proxy with curl: what a
+    plain client gets from @n connections."""
+    args = ["curl", "--parallel", "--parallel-max", str(n), "--parallel-immediate", "-s",
+            "--fail", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "%s:%s" % (KEY, KEY),
+            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
+    for i in range(n):
+        o, off = objs[i % len(objs)], (i // len(objs)) % 8 * size  # inside every record
+        args += ["-r", "%d-%d" % (off, off + size - 1),
+                 "-o", "/dev/null", "http://127.0.0.1:%d/%s/store/%s" % (port, BUCKET, o)]
+    start = time.monotonic()
+    subprocess.run(args, check=True, timeout=600)
+    return n * size / (time.monotonic() - start) / 1e6
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--store", required=True)
@@ -151,6 +166,10 @@ def main():
              str(a.connect_ms), "--control", str(cport)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
         wait(lambda: up_tcp(cport), 30, "capproxy")
+        objs = sorted("records/" + r for r in os.listdir(os.path.join(a.store, "records")))
+        print("curl, N parallel ranged GETs of 8 MiB through the proxy: " + ", ".join(
+            "%s: %.1f MB/s" % (n, ceiling(port, int(n), objs)) for n in a.conns.split(",")),
+            flush=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env.update(AWS_ENDPOINT_URL="http://127.0.0.1:%d" % port, AWS_ACCESS_KEY_ID=KEY,
                    AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
