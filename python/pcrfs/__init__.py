@@ -6,8 +6,8 @@ from torch's Sampler), PIL on the first pil_loader() call.
 
     import pcrfs
     ds = torchvision.datasets.ImageFolder("/mnt/in1k/scan5", loader=pcrfs.pil_loader)
-    sampler = pcrfs.RecordSampler(ds, window=4, seed=0,   # record by record,
-                                  prefetch=True)          # the next ones fetched ahead
+    sampler = pcrfs.RecordSampler(ds, window=4, seed=0)   # record by record, the
+                                                          # next ones fetched ahead
     loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=256, num_workers=8)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
@@ -312,6 +312,20 @@ def _own_record_keys(dataset):
     return None
 
 
+def _stores_of(dataset):
+    """{store path: pcrfs.Store} of the parts of @dataset over a Store
+    (pcrfs.ImageFolder's .store), through Subset and ConcatDataset."""
+    st = getattr(dataset, "store", None)
+    if st is not None and callable(getattr(st, "prefetch", None)) and hasattr(st, "path"):
+        return {st.path: st}
+    if hasattr(dataset, "dataset") and hasattr(dataset, "indices"):
+        return _stores_of(dataset.dataset)
+    out = {}
+    for d in getattr(dataset, "datasets", None) or ():
+        out.update(_stores_of(d))
+    return out
+
+
 def _record_of_paths(paths):
     """{path: record number or None}: record_keys() without the mount (one mount)."""
     return {p: (k[1] if k else None) for p, k in zip(paths, record_keys(paths))}
@@ -439,10 +453,16 @@ class _RecordSampler:
     two ranks. Call set_epoch() each epoch: the order depends on (seed, epoch) only,
     through a hash of both.
 
-    @prefetch (default None: off) tells the mount which records come next, so that
-    it fetches them while the current ones are read (pcrfs(1), .pcrfs/prefetch/):
-    True for the mounts the samples lie on, a mount's path for that one only, or a
-    pcrfs.Store for a dataset over that Store (pcrfs.ImageFolder). At the start of
+    @prefetch tells the mount which records come next, so that it fetches them while
+    the current ones are read (pcrfs(1), .pcrfs/prefetch/). By default (None, or
+    True) it is on for every pcrfs mount the samples lie on (a mount root with
+    .pcrfs/prefetch/ the caller may look up in) and every pcrfs.Store the dataset
+    reads through (pcrfs.ImageFolder), and off when there is none; a mount's path
+    or a pcrfs.Store hints that one only; False turns it off. It is on by default
+    because without hints the mount does not see this shuffled-within-window order
+    as reading a record and fetches each file with GETs of its own (about 5 per
+    image at scan5/ from object storage, against a few per record with them). Only
+    this rank's records are named. At the start of
     each window its records are named, and while it is read the next window's, one
     at a time: the mount's cache (cache_size) should hold about two windows of
     record prefixes. The order of the indices is the same with or without it. The
@@ -467,6 +487,8 @@ class _RecordSampler:
             raise ValueError("rank %d not in [0, %d)" % (rank, world_size))
         self.shuffle, self.window, self.seed = shuffle, window, int(seed)
         self.prefetch = prefetch
+        self._stores = _stores_of(dataset)
+        self._hintable = {}  # mount root: whether its .pcrfs/prefetch/ takes hints
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         self.epoch = 0
         paths, why = _sample_paths(dataset)
@@ -506,6 +528,21 @@ class _RecordSampler:
                             self.drop_last, self.window)[self.rank]
         return [self.keys[g] for g, _ in pieces if self.keys[g] is not None]
 
+    def _target(self, root):
+        """Where hints for records of @root go: a pcrfs.Store, the mount root, or
+        None (not hinted)."""
+        p = self.prefetch
+        if p is None or p is True:
+            if root in self._stores:
+                return self._stores[root]
+            if root not in self._hintable:
+                self._hintable[root] = os.access(os.path.join(root, ".pcrfs", "prefetch"),
+                                                 os.X_OK)
+            return root if self._hintable[root] else None
+        if callable(getattr(p, "prefetch", None)):  # a pcrfs.Store
+            return p if getattr(p, "path", None) == root else None
+        return root if os.path.realpath(os.fspath(p)) == os.path.realpath(root) else None
+
     def _hint(self, keys):
         """Prefetch hints for the records @keys ((root, record) pairs)."""
         by_root = {}
@@ -513,19 +550,24 @@ class _RecordSampler:
             if k is not None:
                 by_root.setdefault(k[0], []).append(k[1])
         for root, recs in by_root.items():
+            t = self._target(root)
             for i in range(0, len(recs), 256):
-                if hasattr(self.prefetch, "prefetch"):  # a pcrfs.Store
-                    if getattr(self.prefetch, "path", None) == root:
-                        self.prefetch.prefetch(recs[i:i + 256])
-                elif self.prefetch is True or os.path.realpath(
-                        os.fspath(self.prefetch)) == os.path.realpath(root):
-                    try:
-                        prefetch(root, recs[i:i + 256])
-                    except OSError:
-                        pass  # a hint is no reason to fail the epoch
+                try:
+                    if isinstance(t, str):
+                        prefetch(t, recs[i:i + 256])
+                    elif t is not None:
+                        t.prefetch(recs[i:i + 256])
+                except OSError:
+                    pass  # a hint is no reason to fail the epoch
+
+    def _hinting(self):
+        """Whether any record of the dataset gets hints."""
+        if self.prefetch is False:
+            return False
+        return any(self._target(r) is not None for r in {k[0] for k in self.keys if k})
 
     def __iter__(self):
-        if not self.prefetch:
+        if not self._hinting():
             return iter(rank_indices(self.records, self.rank, self.world_size, self.seed,
                                      self.epoch, self.shuffle, self.drop_last,
                                      self.window))

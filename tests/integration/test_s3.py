@@ -810,10 +810,11 @@ class Parts(Fixture, unittest.TestCase):
         self.assertGreaterEqual(st["cache_hits"], 20, st)
 
     def test_sampler_prefetch(self):
-        """RecordSampler(prefetch=True) yields the same indices as without it and
-        names each window's records to the mount: in its shuffled order (which the
-        mount cannot tell from a shuffle by itself) each record is fetched whole, at
-        most 0.02 GETs per image, bytes fetched within 1.2x those served."""
+        """RecordSampler, by default (its samples lie on a pcrfs mount), names each
+        window's records to the mount and yields the same indices as with
+        prefetch=False (which names none): in its shuffled order (which the mount
+        cannot tell from a shuffle by itself) each record is fetched whole, at most
+        0.02 GETs per image, bytes fetched within 1.2x those served."""
         try:
             import torch  # noqa: F401 (RecordSampler derives from torch's Sampler)
         except ImportError:
@@ -827,10 +828,10 @@ class Parts(Fixture, unittest.TestCase):
         ds = DS()
         names = sorted(walk(os.path.join(mnt, "full"))[0])
         ds.samples = [(os.path.join(mnt, "full", n), 0) for n in names]
-        plain = list(pcrfs.RecordSampler(ds, window=1, seed=4))
-        self.assertEqual(stats(mnt)["http"]["prefix_fetches"], 0)
+        plain = list(pcrfs.RecordSampler(ds, window=1, seed=4, prefetch=False))
+        self.assertEqual(stats(mnt)["http"]["prefix_fetches"], 0)  # False: no hint
         got = []
-        for i in pcrfs.RecordSampler(ds, window=1, seed=4, prefetch=True):
+        for i in pcrfs.RecordSampler(ds, window=1, seed=4):  # the default: hints
             got.append(i)
             self.assertEqual(read(ds.samples[i][0]),
                              read(os.path.join(self.local, "full", names[i])), names[i])

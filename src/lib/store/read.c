@@ -623,9 +623,12 @@ out:
  *   opened one after another in file-id order (tracked for SEQ_CURSORS readers at
  *   once, e.g. a DataLoader's workers; a shuffle almost never does this), and then
  *   also the next SEQ_AHEAD records when this is the mount's first record read so or
- *   the one before was read the same way (a scan of the store in order); or
+ *   the one before was read the same way (a scan of the store in order), unless a
+ *   reader ever gave hints; or
  * - the reader said which records come next (pcr_store_prefetch(), the sampler's
- *   hint through /.pcrfs/prefetch).
+ *   hint through /.pcrfs/prefetch). A reader that names its records is not second-
+ *   guessed: the records after one it reads may be another node's share of a job
+ *   (RecordSampler with world_size > 1), which this node must not fetch.
  * Every other miss reads just the bytes its file needs. */
 #define SEQ_CURSORS 4
 #define SEQ_RUN     2
@@ -686,7 +689,8 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
             go = true;
             /* the mount's first such record, or the one after the last: the
              * reader scans the store in order */
-            next = !s->seq_last || s->seq_last + 1 == f->record;
+            next = (!s->seq_last || s->seq_last + 1 == f->record) &&
+                   !__atomic_load_n(&s->hinted, __ATOMIC_RELAXED);
             s->seq_last = f->record;
         }
     } else {
@@ -716,6 +720,8 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
             return -EINVAL;
     if (!backend(s)->ops->advise)
         return 0;
+    if (n)
+        __atomic_store_n(&s->hinted, true, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {
         struct rec *r = rec_ready(s, records[i]);
         if (r)

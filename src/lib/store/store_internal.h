@@ -132,6 +132,8 @@ struct pcr_store {
     struct pcr_stats stats;   /* updated with relaxed atomics */
     uint64_t seq_last;        /* the record last seen read record by record (rec_lock) */
     unsigned seq_level;       /* the level of the last open (atomic): hints' prefixes */
+    bool hinted;              /* a reader named records (pcr_store_prefetch()): no guessing
+                                 ahead of a scan any more (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
 };
 
