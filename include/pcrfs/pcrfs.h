@@ -143,9 +143,9 @@ PCRFS_API ssize_t pcrfs_stats_json(pcrfs_store *s, char **out);
 #define PCRFS_NODE_DIRECT      0x080u /* a file whose bytes differ per open (refurb/): no cache */
 #define PCRFS_NODE_FIXED       0x100u /* a control file whose bytes never change (info, ...) */
 #define PCRFS_NODE_CONTROL     0x200u /* a node of /.pcrfs (or the root): not of a view */
-#define PCRFS_NODE_HINTS       0x400u /* a directory whose lookups are hints (/.pcrfs/prefetch):
-                                         a miss must not be cached, the next same name
-                                         comes again; only its owner may look up */
+/* a directory whose lookups are hints (/.pcrfs/prefetch): a miss must not be cached
+ * (the same name comes again), and only the mounting user may look up in it */
+#define PCRFS_NODE_HINTS 0x400u
 
 struct pcrfs_node_attr {
     uint64_t size;     /* a file's bytes (for a SNAPSHOT node: a render's, now) */

@@ -85,7 +85,7 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
 
 struct span {
     uint64_t off, len;
-    uint64_t gaps; /* bytes in it that no range asked for */
+    uint64_t gaps;         /* bytes in it that no range asked for */
     unsigned first, count; /* ranges [first, first + count) of the sorted list */
 };
 

@@ -31,8 +31,9 @@ struct pcr_object {
 /* ---- httpcache.c ---- */
 
 struct http_cache;
-/* A cache of record prefixes of @tp's store in files under @dir (created if needed), at most
- * @limit bytes, fetched as parts of tp->part_size over tp->nconn connections. @return 0; a negative errno (then the backend runs without one). */
+/* A cache of record prefixes of @tp's store in files under @dir (created if needed), at
+ * most @limit bytes, fetched as parts of tp->part_size over tp->nconn connections.
+ * @return 0; a negative errno (then the backend runs without one). */
 int http_cache_new(struct http_transport *tp, const char *dir, uint64_t limit,
                    struct http_cache **out);
 void http_cache_free(struct http_cache *c);
