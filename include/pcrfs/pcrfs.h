@@ -43,7 +43,8 @@ typedef struct pcrfs_file pcrfs_file;
  * of pcrfs(1) that are not about the kernel: level=K, quality=T1:T2:..|none,
  * mix=LO-HI, mix_mean=, mix_seed=, refurb=R and refurb_*=, bwlimit=RATE,
  * readahead=kernel|record, and for object storage cache=DIR, cache_size=SIZE,
- * http_timeout=SECS, http_retries=N. Values are checked as pcrfs(1) checks them.
+ * http_timeout=SECS, http_retries=N, http_part_size=SIZE, http_connections=N.
+ * Values are checked as pcrfs(1) checks them.
  * @return 0 and *out; -EINVAL a bad option or value; the errors of opening a store
  *         (-ENOENT, -ENOTDIR, -ENOTSUP, -EIO, -ENOMEM). */
 PCRFS_API int pcrfs_open(const char *path_or_url, const char *const *options, pcrfs_store **out);
