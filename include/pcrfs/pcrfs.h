@@ -43,7 +43,8 @@ typedef struct pcrfs_file pcrfs_file;
  * of pcrfs(1) that are not about the kernel: level=K, quality=T1:T2:..|none,
  * mix=LO-HI, mix_mean=, mix_seed=, refurb=R and refurb_*=, bwlimit=RATE,
  * readahead=kernel|record, and for object storage cache=DIR, cache_size=SIZE,
- * http_timeout=SECS, http_retries=N. Values are checked as pcrfs(1) checks them.
+ * http_timeout=SECS, http_retries=N, http_part_size=SIZE, http_connections=N.
+ * Values are checked as pcrfs(1) checks them.
  * @return 0 and *out; -EINVAL a bad option or value; the errors of opening a store
  *         (-ENOENT, -ENOTDIR, -ENOTSUP, -EIO, -ENOMEM). */
 PCRFS_API int pcrfs_open(const char *path_or_url, const char *const *options, pcrfs_store **out);
@@ -90,6 +91,15 @@ PCRFS_API void pcrfs_file_close(pcrfs_file *f);
  *         (tokens/). */
 PCRFS_API int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *file_id);
 
+/* The reader is about to read records @records[0..n) (1..number of records, as
+ * pcrfs_record() gives them): they are fetched ahead at the level last read (a
+ * store in object storage: into its cache as parts, within cache_size; a local
+ * store opened with readahead=record: as readahead), while the current record is
+ * read. Whole or nothing: an id out of range fails the call (-EINVAL) before
+ * anything is fetched. A mount's /.pcrfs/prefetch does the same (pcrfs(1)).
+ * @return 0; -EINVAL. */
+PCRFS_API int pcrfs_prefetch(pcrfs_store *s, const uint64_t *records, size_t n);
+
 /* The store's levels L (scan1/ .. scanL/). */
 PCRFS_API unsigned pcrfs_levels(pcrfs_store *s);
 
@@ -134,6 +144,9 @@ PCRFS_API ssize_t pcrfs_stats_json(pcrfs_store *s, char **out);
 #define PCRFS_NODE_DIRECT      0x080u /* a file whose bytes differ per open (refurb/): no cache */
 #define PCRFS_NODE_FIXED       0x100u /* a control file whose bytes never change (info, ...) */
 #define PCRFS_NODE_CONTROL     0x200u /* a node of /.pcrfs (or the root): not of a view */
+/* a directory whose lookups are hints (/.pcrfs/prefetch): a miss must not be cached
+ * (the same name comes again), and only the mounting user may look up in it */
+#define PCRFS_NODE_HINTS 0x400u
 
 struct pcrfs_node_attr {
     uint64_t size;     /* a file's bytes (for a SNAPSHOT node: a render's, now) */

@@ -64,6 +64,8 @@ int pcrfs_node_attr(struct pcrfs *fs, fuse_ino_t ino, struct stat *st, unsigned 
         pcrfs_stat_file(fs, st, ino, a.size);
     if (a.flags & PCRFS_NODE_WRITABLE)
         st->st_mode = S_IFREG | 0644; /* the mounting user may write it */
+    if (a.flags & PCRFS_NODE_HINTS)
+        st->st_mode = S_IFDIR | 0500; /* hints from the mounting user (and root) */
     if (flags)
         *flags = a.flags;
     return 0;

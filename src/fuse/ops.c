@@ -115,8 +115,15 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
     if (rc < 0)
         return rc;
     e->entry_timeout = fs->timeout; /* also for a miss: names do not depend on the level */
-    if (rc == 0)
+    if (rc == 0) {
+        struct pcrfs_node_attr pa;
+        /* a hint taken (/.pcrfs/prefetch): the next one with the same name must come
+         * here too, not meet a cached miss */
+        if (pcrfs_node_stat(fs->store, pcrfs_ino_node(&fs->snaps, parent), &pa) == 0 &&
+            (pa.flags & PCRFS_NODE_HINTS))
+            e->entry_timeout = 0;
         return 0;
+    }
     ino = node;
     if (node == fs->snaps.stats_node) {
         rc = pcrfs_stats_snap(fs, &ino); /* op_lookup forgets it if the reply fails */

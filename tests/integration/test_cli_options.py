@@ -139,7 +139,7 @@ ISSUE = [
     ct.Case("pcrfs %s with a local store" % opt, pcrfs(opt), rc=2,
             msg=r"^pcrfs: %s=.*: only for a STORE in object storage" % opt.split("=")[0])
     for opt in ("cache_size=1G", "cache={tmp}/cache", "http_timeout=5", "http_retries=2",
-                "endpoint=http://127.0.0.1:9", "region=eu-west-1", "profile=default",
+                "http_part_size=8M", "http_connections=32", "endpoint=http://127.0.0.1:9", "region=eu-west-1", "profile=default",
                 "ca_bundle={tmp}/ca.pem")
 ]
 
@@ -191,6 +191,8 @@ FIVE_ROWS = (
     + five("cache_size", "1GiB")
     + five("http_timeout", "5s")
     + five("http_retries", "3x")
+    + five("http_part_size", "8MiB")
+    + five("http_connections", "32x")
     + five("readdirplus", "on")
     + five("max_threads", "4k")
     + five("max_idle_threads", "2k")

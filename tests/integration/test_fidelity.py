@@ -767,7 +767,7 @@ class Dynamic(unittest.TestCase):
         self.assertIn("dynamic", root)
         self.assertEqual(len(root), self.L + 3)  # scan1..L, full, dynamic, .pcrfs
         self.assertEqual(sorted(os.listdir(os.path.join(self.mnt, ".pcrfs"))),
-                         ["info", "level", "records", "stats"])
+                         ["info", "level", "prefetch", "records", "stats"])
         self.assertEqual(os.stat(os.path.join(self.mnt, ".pcrfs", "level")).st_mode & 0o777,
                          0o644)
         with open(os.path.join(self.mnt, ".pcrfs", "info")) as f:

@@ -10,7 +10,8 @@ What each test asserts, and would be false if the feature broke:
   /dev/null, yields every sample with torchvision's classes and targets;
 - one Store read by 4 threads at once gives every file's bytes;
 - a DataLoader with 2 workers (fork and spawn) over it and RecordSampler yields every
-  sample once, grouped by the store's records;
+  sample once, grouped by the store's records, and by default names every record to
+  the Store as a prefetch hint (none with prefetch=False, the same order);
 - a C program compiled with `pkg-config --cflags --libs pcrfs` against an installed
   tree lists and reads the store; the install carries only the umbrella header and a
   library that exports pcrfs_* alone; the installed Python module finds the installed
@@ -254,6 +255,16 @@ class LibraryTest(unittest.TestCase):
             s2 = pcrfs.RecordSampler(sub, window=1, shuffle=False)
         self.assertEqual(sorted(list(s2)), list(range(9)))
         self.assertEqual(len(s2.records), len({recs[i] for i in sub.indices}))
+        # by default the sampler names every record it reads to the Store it reads
+        # through (prefetch hints), and with prefetch=False none, in the same order
+        calls, real = [], st.prefetch
+        st.prefetch = lambda r: (calls.append(list(r)), real(r))
+        hinted = list(pcrfs.RecordSampler(ds, window=1, shuffle=False))
+        self.assertEqual(sorted({r for c in calls for r in c}), sorted(set(recs)), calls)
+        del calls[:]
+        plain = list(pcrfs.RecordSampler(ds, window=1, shuffle=False, prefetch=False))
+        self.assertEqual((calls, hinted), ([], plain))
+        del st.prefetch
         st.close()
 
     def test_c_program_pkgconfig(self):

@@ -196,6 +196,31 @@ static void test_nodes(const char *path)
           "user.pcrfs.level");
     CHECK(pcrfs_node_setxattr(s, n1, "user.pcrfs.level", NULL, 0) == -EROFS,
           "not settable on a file");
+
+    /* /.pcrfs/prefetch/: a directory of the tree whose lookups are hints, taken (a
+     * miss a daemon must not cache) or refused (EINVAL), and which lists nothing */
+    n2 = walk(s, ".pcrfs/prefetch");
+    CHECK(n2 != 0 && pcrfs_node_stat(s, n2, &a) == 0 && (a.flags & PCRFS_NODE_DIR) &&
+              (a.flags & PCRFS_NODE_HINTS) && a.parent == walk(s, ".pcrfs"),
+          "prefetch/ is a hints directory under .pcrfs");
+    CHECK(pcrfs_node_stat(s, walk(s, ".pcrfs"), &a) == 0 && !(a.flags & PCRFS_NODE_HINTS) &&
+              a.nsubdirs == 1,
+          ".pcrfs holds one directory and takes no hints");
+    CHECK(pcrfs_node_lookup(s, n2, "1", &child) == 0 && child == 0, "a hint: taken, a miss");
+    CHECK(pcrfs_node_lookup(s, n2, "1,1", &child) == 0, "a list of records");
+    CHECK(pcrfs_node_lookup(s, n2, "2", &child) == -EINVAL, "no record 2: refused");
+    CHECK(pcrfs_node_lookup(s, n2, "x", &child) == -EINVAL, "not a number: refused");
+    pos = 0;
+    CHECK(pcrfs_node_readdir(s, n2, &pos, name, sizeof(name), &child, &is_dir) == 0,
+          "prefetch/ lists nothing");
+    seen = 0;
+    for (pos = 0;
+         pcrfs_node_readdir(s, walk(s, ".pcrfs"), &pos, name, sizeof(name), &child, &is_dir) == 1;)
+        if (strcmp(name, "prefetch") == 0)
+            seen += child == n2 && is_dir;
+    CHECK(seen == 1, "listed in .pcrfs once, as a directory");
+    CHECK(pcrfs_prefetch(s, (const uint64_t[]){1}, 1) == 0, "pcrfs_prefetch() of record 1");
+    CHECK(pcrfs_prefetch(s, (const uint64_t[]){1, 9}, 2) == -EINVAL, "out of range: EINVAL");
     pcrfs_close(s2);
     pcrfs_close(s);
 }

@@ -12,7 +12,8 @@
  *   +------------+--+-----------------------------------------------------+
  *
  *   view 0        the control namespace: directory 1 is the root (so the root is
- *                 PCRFS_NODE_ROOT, FUSE's root inode), directory 2 is /.pcrfs; its
+ *                 PCRFS_NODE_ROOT, FUSE's root inode), directory 2 is /.pcrfs,
+ *                 directory 3 /.pcrfs/prefetch (hints: prefetch_lookup()); its
  *                 files are the rows of ctl_files[] below, then the views' control
  *                 files (refurb_skipped) from CTL_VIEW_CTL on;
  *   view 1..255   the view numbers of src/lib/view/view.h (scanK/ is K, full/ L+1,
@@ -45,6 +46,7 @@
 #define VIEW_CTL     0
 #define DIR_ROOT     1 /* == PCRFS_NODE_ROOT */
 #define DIR_CTL      2 /* /.pcrfs */
+#define DIR_PREFETCH 3 /* /.pcrfs/prefetch: looking up "N,N,..." prefetches records */
 #define CTL_LEVEL    3 /* /.pcrfs/level's row (user.pcrfs.level shows it too) */
 #define CTL_VIEW_CTL 6 /* the views' control files: CTL_VIEW_CTL + their position */
 #define LEVEL_XATTR  "user.pcrfs.level"
@@ -354,11 +356,22 @@ uint64_t pcrfs_node_count(pcrfs_store *s)
 {
     struct inst *in = s ? api_inst(s) : NULL;
 
-    /* + the root, /.pcrfs and its files */
-    return in ? pcr_views_nodes(in->views) + 5 : 0;
+    /* + the root, /.pcrfs, its files and prefetch/ */
+    return in ? pcr_views_nodes(in->views) + 6 : 0;
 }
 
 /* ---- names --------------------------------------------------------------------------- */
+
+/* A name looked up in /.pcrfs/prefetch is a hint, not a name: the records read next
+ * (pcr_store_prefetch_text(): "12,13"), taken by a lookup because a mount is
+ * read-only (no write reaches a daemon). Answered as a miss (0) when taken, which
+ * a daemon must not cache (PCRFS_NODE_HINTS), or -EINVAL when refused. */
+static int prefetch_lookup(struct inst *in, const char *name)
+{
+    int rc = pcr_store_prefetch_text(in->store, name, strlen(name));
+
+    return rc < 0 ? rc : 0;
+}
 
 int pcrfs_node_lookup(pcrfs_store *s, uint64_t dir, const char *name, uint64_t *node)
 {
@@ -380,8 +393,12 @@ int pcrfs_node_lookup(pcrfs_store *s, uint64_t dir, const char *name, uint64_t *
             *node = node_make(v->number, false, PCR_ROOT_DIR);
         return *node != 0;
     }
+    if (p.view == VIEW_CTL && p.id == DIR_PREFETCH)
+        return prefetch_lookup(in, name);
     if (p.view == VIEW_CTL && p.id == DIR_CTL) {
-        for (i = 0; i < NCTL; i++)
+        if (strcmp(name, "prefetch") == 0)
+            *node = node_make(VIEW_CTL, false, DIR_PREFETCH);
+        for (i = 0; *node == 0 && i < NCTL; i++)
             if (strcmp(name, ctl_files[i].name) == 0 && ctl_files[i].present(in))
                 *node = node_make(VIEW_CTL, true, ctl_files[i].id);
         for (uint64_t id = CTL_VIEW_CTL; *node == 0; id++) {
@@ -430,7 +447,12 @@ int pcrfs_node_stat(pcrfs_store *s, uint64_t node, struct pcrfs_node_attr *a)
         a->parent = PCRFS_NODE_ROOT;
         if (!p.is_file && (p.id == DIR_ROOT || p.id == DIR_CTL)) {
             a->flags |= PCRFS_NODE_DIR;
-            a->nsubdirs = p.id == DIR_ROOT ? in->views->nroot + 1 : 0; /* + .pcrfs */
+            a->nsubdirs = p.id == DIR_ROOT ? in->views->nroot + 1 : 1; /* + .pcrfs, prefetch/ */
+            return 0;
+        }
+        if (!p.is_file && p.id == DIR_PREFETCH) {
+            a->flags |= PCRFS_NODE_DIR | PCRFS_NODE_HINTS | PCRFS_NODE_NO_LISTINGS;
+            a->parent = node_make(VIEW_CTL, false, DIR_CTL);
             return 0;
         }
         if (!p.is_file || ctl_find(in, p.id, &row, &data, &data, &len) != 0)
@@ -505,6 +527,8 @@ int pcrfs_node_readdir(pcrfs_store *s, uint64_t dir, uint64_t *pos, char *name, 
         *pos = at + 1;
         return rc;
     }
+    if (p.view == VIEW_CTL && p.id == DIR_PREFETCH)
+        return 0; /* hints are not kept: it lists nothing */
     if (p.view == VIEW_CTL && p.id == DIR_CTL) {
         const struct ctl_file *row;
         const char *cname, *data;
@@ -519,6 +543,12 @@ int pcrfs_node_readdir(pcrfs_store *s, uint64_t dir, uint64_t *pos, char *name, 
                 *pos = at + 1;
                 return give_name(ctl_files[i].name, name, namelen);
             }
+        }
+        if (k-- == 0) {
+            *node = node_make(VIEW_CTL, false, DIR_PREFETCH);
+            *is_dir = 1;
+            *pos = at + 1;
+            return give_name("prefetch", name, namelen);
         }
         if (k >= PCR_VIEWS_ROOT_MAX ||
             ctl_find(in, CTL_VIEW_CTL + k, &row, &cname, &data, &len) != 0)

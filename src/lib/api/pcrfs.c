@@ -596,6 +596,20 @@ int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *f
     return 0;
 }
 
+int pcrfs_prefetch(pcrfs_store *s, const uint64_t *records, size_t n)
+{
+    struct inst *in;
+    int rc;
+
+    PCRFS_INST(in, s);
+    if (!records && n)
+        return api_fail(-EINVAL, "no records");
+    rc = pcr_store_prefetch(in->store, records, n);
+    return rc ? api_fail(rc, "a record id out of range (1..%llu)",
+                         (unsigned long long)pcr_store_nrecords(in->store))
+              : 0;
+}
+
 unsigned pcrfs_levels(pcrfs_store *s)
 {
     struct inst *in = s ? api_inst(s) : NULL;
@@ -659,6 +673,8 @@ static const struct {
     {"cache_size", PCRFS_OPT_REMOTE},
     {"http_timeout", PCRFS_OPT_REMOTE},
     {"http_retries", PCRFS_OPT_REMOTE},
+    {"http_part_size", PCRFS_OPT_REMOTE},
+    {"http_connections", PCRFS_OPT_REMOTE},
     {"endpoint", PCRFS_OPT_REMOTE},
     {"region", PCRFS_OPT_REMOTE},
     {"profile", PCRFS_OPT_REMOTE},

@@ -10,7 +10,8 @@
 #include "common/internal.h"
 #include "backend/http_internal.h"
 
-#define MERGE_GAP          (64u * 1024)       /* ranges closer than this: one GET */
+#define MERGE_GAP          (64u * 1024)       /* ranges closer than this: one GET, */
+#define MERGE_WASTE        8                  /* ... if the gaps stay under 1/8 of it */
 #define MERGE_MAX          (8u * 1024 * 1024) /* ... of at most this many bytes */
 #define HTTP_FAIL_HOLD_MS  5000  /* a record that failed: its files fail at once this
                                     long, then it is probed again (pcrfs(1)) */
@@ -84,6 +85,7 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
 
 struct span {
     uint64_t off, len;
+    uint64_t gaps;         /* bytes in it that no range asked for */
     unsigned first, count; /* ranges [first, first + count) of the sorted list */
 };
 
@@ -95,8 +97,10 @@ static int cmp_range(const void *a, const void *b)
 }
 
 /* Read ranges with GETs of their own: neighbours closer than MERGE_GAP share one
- * GET (one round trip instead of two costs less than the gap's bytes), the GETs go
- * out in parallel. */
+ * GET (one round trip instead of two costs less than the gap's bytes) while the
+ * gaps stay a small part of what the GET brings (a file's scans lie in every group
+ * of its record: merged freely, one small image would bring most of the record,
+ * 150x its bytes), the GETs go out in parallel. */
 static int read_direct(struct http_backend *hb, struct pcr_object *o, const struct pcr_range **rg,
                        unsigned n)
 {
@@ -110,8 +114,10 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
     for (unsigned i = 0; i < n; i++) {
         struct span *s = ns ? &sp[ns - 1] : NULL;
         uint64_t end = rg[i]->off + rg[i]->len;
-        if (s && rg[i]->off >= s->off + s->len && rg[i]->off - (s->off + s->len) < MERGE_GAP &&
-            end - s->off <= MERGE_MAX) {
+        uint64_t gap = s ? rg[i]->off - (s->off + s->len) : 0;
+        if (s && rg[i]->off >= s->off + s->len && gap < MERGE_GAP && end - s->off <= MERGE_MAX &&
+            (s->gaps + gap) * MERGE_WASTE <= end - s->off) {
+            s->gaps += gap;
             s->len = end - s->off;
             s->count++;
         } else {
@@ -141,6 +147,8 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
         pcr_log(PCR_LOG_DEBUG, "%s: GET failed: %s", o->url, why);
         goto out;
     }
+    for (unsigned i = 0; i < ns; i++)
+        http_count(&hb->x.st.direct_bytes, sp[i].len);
     for (unsigned i = 0; i < ns; i++)
         for (unsigned k = 0; tmp[i] && k < sp[i].count; k++) {
             const struct pcr_range *x = rg[sp[i].first + k];

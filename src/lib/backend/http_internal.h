@@ -3,7 +3,8 @@
  *   httpstore.c  index.db into the local cache (../store/remote.c opens the store)
  *   http.c       the backend's functions (pcr_backend_ops); httpstats.c the
  *                process's list of backends, for pcr_http_stats()   (this header)
- *   httpcache.c  the record-prefix cache (advise) and its fetch threads (httpcache.h)
+ *   httpcache.c  the record-prefix cache (advise): parts fetched over many
+ *                connections (httpcache.h)
  *   httpxfer.c   the transport: libcurl handles and their pool, requests, retries,
  *                deadlines, throttling; httphdr.c its header lines; url.c the
  *                store's URL, endpoint, region and CA bundle           (httpxfer.h)

@@ -14,41 +14,42 @@ struct pcr_object {
     bool whole;             /* fetched whole into the cache on first read */
     /* cache state: under the cache's lock (httpcache.c) */
     int fd;                 /* cache file (unlinked), or -1 */
-    uint64_t cached;        /* [0, cached) of the object is in fd */
-    uint64_t want;          /* a fetch of [cached, want) is queued or running */
+    uint64_t psize;         /* bytes of one part (the last one may be shorter) */
+    struct http_part *parts; /* [nparts], allocated on first use, or NULL */
+    unsigned nparts;
+    unsigned busy;          /* parts queued or being fetched */
     uint64_t held;          /* bytes of the cache's limit reserved for this object */
-    uint64_t advised;       /* the largest prefix advise() asked for */
-    bool queued, fetching;
-    int fetch_err;          /* the last fetch's error, for its waiters */
-    uint64_t fetch_gen;     /* counts finished fetches */
+    uint64_t advised;       /* the largest end advise() asked for */
+    int fetch_err;          /* the last failed part's error, for its waiters */
+    uint64_t fetch_gen;     /* counts finished part fetches */
     uint64_t retry_after;   /* no refetch before this (ms, monotonic) after a failure */
     unsigned users;         /* readers preading fd: not evicted meanwhile */
     uint64_t lru;           /* last use (a counter) */
-    struct pcr_object *qnext; /* fetch queue */
     struct pcr_object *cprev, *cnext; /* the cache's list of objects */
 };
 
 /* ---- httpcache.c ---- */
 
 struct http_cache;
-/* A cache of record prefixes of @tp's store in files under @dir (created if needed), at most
- * @limit bytes. @return 0; a negative errno (then the backend runs without one). */
+/* A cache of record prefixes of @tp's store in files under @dir (created if needed), at
+ * most @limit bytes, fetched as parts of tp->part_size over tp->nconn connections.
+ * @return 0; a negative errno (then the backend runs without one). */
 int http_cache_new(struct http_transport *tp, const char *dir, uint64_t limit,
                    struct http_cache **out);
 void http_cache_free(struct http_cache *c);
 void http_cache_add(struct http_cache *c, struct pcr_object *o);
 void http_cache_remove(struct http_cache *c, struct pcr_object *o);
-/* advise(): queue a fetch of [cached, off + len) of @o. */
+/* advise(): queue the parts of @o that hold [off, off + len) and are not cached. */
 int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len);
 /* Serve [off, off + len) from the cache (waiting for a fetch in flight that will
  * bring it). @return 1 served, 0 not cached (read it directly), a negative errno
  * (the fetch that was to bring it failed). */
 int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
                     void *buf);
-/* A fetch writing into the cache file reports @n more bytes at the cached end
+/* A part fetch wrote @n more bytes at offset @off of the object into the cache file
  * (through its request's on_progress). */
-void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t n);
-/* The server answered with throttling: fewer prefix fetches at once (through the
+void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t n);
+/* The server answered with throttling: fewer part fetches at once (through the
  * on_throttled of the cache's fetches and of the backend's own requests). */
 void http_cache_throttled(struct http_cache *c);
 /* Forget @o's cached bytes (they failed a check): the next read fetches them again. */

@@ -232,6 +232,10 @@ static int req_setup(struct http_transport *tp, struct http_req *r)
         timeout = r->cap_ms; /* what is left of the deadline */
     curl_easy_setopt(h, CURLOPT_URL, r->url);
     curl_easy_setopt(h, CURLOPT_SHARE, tp->share);
+    /* the shared connection cache closes the oldest idle connection once it holds
+     * more than this (libcurl's default: 5): room for every part GET in flight and
+     * the readers' own GETs, or each part would open a new connection */
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)tp->nconn + 16L);
     http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -537,7 +541,10 @@ int http_perform(struct http_transport *tp, struct http_req *r, unsigned n)
      * once the server throttles, the throttling budget */
     uint64_t end = start + 2u * (uint64_t)tp->timeout_ms + allowance(bytes);
     uint64_t tend = start + THROTTLE_BUDGET_MS + allowance(bytes);
-    bool throttled = false;
+    /* the server throttled (this operation's earlier request, say its HEAD, or
+     * another's): this request gets the throttling budget too, or it would find the
+     * operation's short deadline spent before its first attempt */
+    bool throttled = http_throttling(tp);
     if (tend < end)
         tend = end;
     for (unsigned attempt = 0;; attempt++) {
@@ -651,6 +658,10 @@ int http_xfer_init(struct http_transport *tp, const struct pcr_http_opts *o)
     tp->timeout_ms = o && o->timeout_ms ? (long)o->timeout_ms : DEFAULT_TIMEOUT_MS;
     tp->retries = !o || o->retries < 0 ? DEFAULT_RETRIES
                   : o->retries > MAX_RETRIES ? MAX_RETRIES : (unsigned)o->retries;
+    tp->nconn = o && o->connections ? o->connections : HTTP_DEFAULT_CONNECTIONS;
+    if (tp->nconn > HTTP_MAX_CONNECTIONS)
+        tp->nconn = HTTP_MAX_CONNECTIONS;
+    tp->part_size = o && o->part_size ? o->part_size : HTTP_DEFAULT_PART_SIZE;
     pthread_mutex_init(&tp->pool_lock, NULL);
     for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&tp->share_lock[i], NULL);

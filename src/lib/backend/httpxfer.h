@@ -22,6 +22,9 @@
 #define HTTP_MAX_URL   2048
 #define HTTP_MAX_ETAG  130 /* S3's are 34 bytes; anything longer is refused */
 #define HTTP_MAX_RANGE (1ULL << 40)
+#define HTTP_MAX_CONNECTIONS     256 /* -o http_connections: the largest (store/opts.c) */
+#define HTTP_DEFAULT_CONNECTIONS 32
+#define HTTP_DEFAULT_PART_SIZE   (8ULL << 20)
 
 /* ---- url.c ---- */
 
@@ -109,8 +112,11 @@ struct http_transport {
     CURLSH *share;
     pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
     pthread_mutex_t pool_lock;
-    CURL *pool[64]; /* idle easy handles, reused (and their connections) */
+    CURL *pool[HTTP_MAX_CONNECTIONS]; /* idle easy handles, reused (and their connections) */
     unsigned npool;
+    unsigned nconn;     /* part GETs in flight at once (-o http_connections): the pool
+                           and the connection cache hold that many and more */
+    uint64_t part_size; /* bytes of one part GET (-o http_part_size), for the cache */
     long timeout_ms;
     unsigned retries;
     struct pcr_http_stats st; /* relaxed atomics; every layer counts here */
@@ -125,8 +131,8 @@ struct http_transport {
  * @return 0 if all succeeded, else the first request's error (each has its own in
  * ->err). */
 int http_perform(struct http_transport *tp, struct http_req *r, unsigned n);
-/* Set up @tp (its target already set): timeout and retries from @o, the shared
- * connection cache. @return 0; -ENOMEM (undone by http_xfer_fini()). */
+/* Set up @tp (its target already set): timeout, retries, connections and part
+ * size from @o, the shared connection cache. @return 0; -ENOMEM (undone by http_xfer_fini()). */
 int http_xfer_init(struct http_transport *tp, const struct pcr_http_opts *o);
 void http_xfer_fini(struct http_transport *tp);
 /* The deadline (ms, monotonic) of the current operation for a wait that needs
