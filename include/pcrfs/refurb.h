@@ -212,8 +212,9 @@ void pcr_refurb_release(struct pcr_refurb *r, uint64_t sample, uint64_t version)
 /* Queue (@sample, @version) for a worker, unless it is prepared, queued or running.
  * @return 0 (queued, or already there); -ENOBUFS when the jobs outstanding already
  * fill the cache bound (scheduling more would evict the earlier ones); -EPIPE when
- * the context has no worker threads; -EAGAIN when no worker thread could be started
- * (they start with the first jobs, signals blocked). */
+ * the context has no worker threads; -EAGAIN when the work queue has stopped (the
+ * workers are all started by pcr_refurb_open(), which fails with -EAGAIN when
+ * one cannot be). */
 int pcr_refurb_schedule(struct pcr_refurb *r, uint64_t sample, uint64_t version);
 
 /* Wait until (@sample, @version) is prepared, at most @timeout_ms milliseconds.

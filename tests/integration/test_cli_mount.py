@@ -305,9 +305,19 @@ def find_key(doc, key):
 
 def s3_cache_check(ctx, proc):
     """The relative cache= is the caller's directory, also for the detached daemon:
-    record prefixes are cached there (before the fix: a GET per range, no bytes)."""
+    record prefixes are cached there (before the fix: a GET per range, no bytes).
+    The records are hinted first (pcrfs(1), .pcrfs/prefetch/): a mount caches whole
+    prefixes only for a reader it knows goes record by record."""
     mnt = ctx["mnt"]
     try:
+        with open(os.path.join(mnt, ".pcrfs", "records")) as fh:
+            recs = sorted({line.split()[2] for line in fh
+                           if line.strip() and not line.startswith("#")})
+        assert recs, "no records listed"
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", ",".join(recs)))
+        except FileNotFoundError:
+            pass  # the hint was taken
         full = os.path.join(mnt, "full")
         n = 0
         for d in sorted(os.listdir(full)):

@@ -226,6 +226,18 @@ int main(void)
     pcr_workq_free(&q);
     CHECK(norder == 1, "free ran %d jobs, want only the running one", norder);
 
+    /* start(): every thread at once, before any job */
+    CHECK(pcr_workq_init(&q, 3) == 0, "init 3");
+    CHECK(q.nthreads == 0, "threads before the first job: %u", q.nthreads);
+    CHECK(pcr_workq_start(&q) == 0, "start");
+    CHECK(q.nthreads == 3, "threads after start: %u, want 3", q.nthreads);
+    CHECK(pcr_workq_start(&q) == 0 && q.nthreads == 3, "start twice");
+    reset();
+    init_job(&t[0], 0, a, 0);
+    pcr_workq_push(&q, &t[0].job, false);
+    CHECK(drain(&q) && atomic_load(&t[0].runs) == 1, "a job on started threads");
+    pcr_workq_free(&q);
+
     /* a monotonic timed wait times out */
     {
         pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;

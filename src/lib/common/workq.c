@@ -154,22 +154,44 @@ void pcr_workq_free(struct pcr_workq *q)
 
 /* Start one more thread if the queue holds more jobs than idle threads can take
  * (under the lock), with every signal blocked. @return whether any thread runs. */
+/* Start one more thread (under the lock), with every signal blocked. @return 0 or
+ * -errno of pthread_create(). */
+static int add_thread(struct pcr_workq *q)
+{
+    struct pcr_workq_slot *s = &q->slots[q->nthreads];
+    sigset_t all, old;
+    int rc;
+
+    s->q = q;
+    s->cur = NULL;
+    s->active = false;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&s->thread, NULL, worker, s);
+    if (rc == 0)
+        q->nthreads++;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return -rc;
+}
+
+/* Start one more thread if the queue holds more jobs than idle threads can take
+ * (under the lock). @return whether any thread runs. */
 static bool grow(struct pcr_workq *q)
 {
-    sigset_t all, old;
-
-    if (q->nthreads < q->max && q->queued > q->idle) {
-        struct pcr_workq_slot *s = &q->slots[q->nthreads];
-        s->q = q;
-        s->cur = NULL;
-        s->active = false;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        if (pthread_create(&s->thread, NULL, worker, s) == 0)
-            q->nthreads++;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-    }
+    if (q->nthreads < q->max && q->queued > q->idle)
+        add_thread(q);
     return q->nthreads > 0;
+}
+
+int pcr_workq_start(struct pcr_workq *q)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&q->lock);
+    while (rc == 0 && q->nthreads < q->max)
+        rc = add_thread(q);
+    pthread_mutex_unlock(&q->lock);
+    return rc;
 }
 
 bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front)

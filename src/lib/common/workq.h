@@ -80,6 +80,11 @@ bool pcr_workq_busy(struct pcr_workq *q, const struct pcr_job *j);
 void pcr_workq_cancel(struct pcr_workq *q, const void *owner);
 /* At most @n jobs (1..threads) run at once from now on. */
 void pcr_workq_limit(struct pcr_workq *q, unsigned n);
+/* Start every thread now rather than with the first jobs, for a caller that must
+ * know at once that it has them (a mount that would otherwise fail later, under
+ * load). @return 0 or the -errno of the first thread that could not be started
+ * (the others run). Call it where threads may be: not before a fork(). */
+int pcr_workq_start(struct pcr_workq *q);
 /* Jobs queued and running now (for stats). */
 unsigned pcr_workq_pending(struct pcr_workq *q);
 

@@ -754,13 +754,18 @@ int pcr_refurb_open(const struct pcr_refurb_opts *o, pcr_refurb_load_fn load, vo
         pcr_refurb_close(r);
         return rc;
     }
-    /* the workers start with the first jobs (common/workq.h), signals blocked */
+    /* every worker started now (signals blocked): a thread limit fails the open, which
+     * the daemon reports at mount, not a render later (-EAGAIN from pthread_create) */
     if (o->threads) {
         if ((rc = pcr_workq_init(&r->wq, o->threads)) != 0) {
             pcr_refurb_close(r);
             return rc;
         }
         r->nthreads = o->threads;
+        if ((rc = pcr_workq_start(&r->wq)) != 0) {
+            pcr_refurb_close(r);
+            return rc;
+        }
     }
     *out = r;
     return 0;
