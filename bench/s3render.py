@@ -236,13 +236,17 @@ HEADINGS = {
 }
 
 
-def rewrite(path, res):
+def rewrite(path, res, render=None, headings=None):
+    """Replace the generated sections @render (name -> function of @res; default this
+    module's) in the file @path, appending a missing one under its @headings[name]."""
+    render = render or RENDER
+    headings = headings or HEADINGS
     try:
         with open(path) as f:
             text = f.read()
     except FileNotFoundError:
         text = "# pcrfs benchmarks\n"
-    for name, fn in RENDER.items():
+    for name, fn in render.items():
         begin = "<!-- BEGIN GENERATED: %s -->" % name
         end = "<!-- END GENERATED: %s -->" % name
         pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
@@ -252,7 +256,7 @@ def rewrite(path, res):
         if pat.search(text):
             text = pat.sub(lambda _: block, text, count=1)
         else:
-            text = text.rstrip("\n") + "\n\n" + HEADINGS[name] + "\n\n" + block + "\n"
+            text = text.rstrip("\n") + "\n\n" + headings[name] + "\n\n" + block + "\n"
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)
