@@ -152,11 +152,11 @@ class NodeBench(s3.Bench):
                         % (off, off + RANGE - 1, port, BUCKET, rec))
         cmd = ["curl", "--parallel", "--parallel-immediate", "--parallel-max", str(n),
                "-K", cfg]
-        self.record("curl --parallel --parallel-immediate --parallel-max N -K CFG  "
-                    "# CFG: 2N ranged GETs (--aws-sigv4) of %d MiB of the record objects, "
-                    "N = %s" % (RANGE >> 20, ",".join(map(str, self.a.conns))))
+        show = ("curl --parallel --parallel-immediate --parallel-max N -K CFG  "
+                "# CFG: 2N ranged GETs (--aws-sigv4) of %d MiB of the record objects, "
+                "N = %s" % (RANGE >> 20, ",".join(map(str, self.a.conns))))
         t0 = time.monotonic()
-        self.run(cmd, show="curl --parallel --parallel-max N -K CFG", timeout=600)
+        self.run(cmd, show=show, timeout=600)
         secs = time.monotonic() - t0
         return {"n": n, "bytes": len(take) * RANGE, "seconds": secs,
                 "mb_per_s": len(take) * RANGE / secs / 1e6}

@@ -19,7 +19,7 @@ def med(xs):
     return statistics.median(xs) if xs else 0.0
 
 
-def cmds_block(cmds):
+def cmds_block(cmds, work="bench/s3.py's work directory"):
     if not cmds:
         return ""
     # ports are picked at random each run: one line per command
@@ -35,7 +35,7 @@ def cmds_block(cmds):
         if c not in out:
             out.append(c)
     cmds = out
-    return ("\n\n<details><summary>Commands (as run; $WORK = bench/s3.py's work directory, "
+    return ("\n\n<details><summary>Commands (as run; $WORK = %s, " % work +
             "$STORE and $DATASET = the store and the original JPEGs it was built from)"
             "</summary>\n\n```\n" + "\n".join(cmds) + "\n```\n</details>")
 
