@@ -341,7 +341,7 @@ def main():
     ap.add_argument("--rtt-ms", type=float, default=2.0)
     ap.add_argument("--connect-ms", type=float, default=5.0)
     ap.add_argument("--readers", type=int, default=32, help="reader threads")
-    ap.add_argument("--window", type=float, default=30.0,
+    ap.add_argument("--window", type=float, default=20.0,
                     help="seconds each run reads (it stops earlier at the end of the order)")
     ap.add_argument("--walk-timeout", type=float, default=120.0)
     ap.add_argument("--reps", type=int, default=1, help="interleaved rounds")
