@@ -56,10 +56,13 @@ struct pcr_backend_ops {
      * returns at once; a thread of its own passes it to the kernel as
      * posix_fadvise WILLNEED pieces (one call over the whole range would be cut
      * to the device's readahead size), at most 16 MB ahead of the disk. An
-     * object-storage backend fetches the whole range in one request into its
-     * cache, so that the following reads of every file of the record are local.
-     * Called at most once per (record, larger prefix). @return 0 or a negative
-     * errno (the reads that follow report their own errors). */
+     * object-storage backend fetches the range into its cache as parts over many
+     * connections, so that the following reads of every file of the record are
+     * local. Called when the store sees a reader go through the record in order or
+     * was told the record comes next (pcr_store_prefetch()), again after the bytes
+     * were evicted; never for a reader that is not going record by record (its
+     * reads fetch just their bytes). @return 0 or a negative errno (the reads that
+     * follow report their own errors). */
     int (*advise)(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len);
     /* The object's size in bytes, as found at open. */
     uint64_t (*size)(struct pcr_backend *b, const struct pcr_object *o);
@@ -119,8 +122,9 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * with full jitter seeded per process. So a dead or slow server fails the reads of
  * its files (-EIO, -ETIMEDOUT) in bounded time, never hangs them, and the store
  * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record
- * prefix a level needs in one GET into an on-disk cache (LRU by record prefix), from which the
- * reads of every file of the record are then served; readers of a prefix being fetched wait for
+ * prefix a level needs into an on-disk cache (LRU by record prefix) as parts (part_size) over
+ * many connections (connections), from which the reads of every file of the record are then
+ * served; readers of a prefix being fetched wait for
  * those bytes instead of asking again. A cache that cannot be written falls back to direct GETs
  * (logged once).
  *
@@ -151,6 +155,8 @@ struct pcr_http_opts {
     const char *profile;   /* of the shared files (then the environment's keys are
                               not used) */
     const char *ca_bundle; /* PEM CA certificates for https (also http(s):// URLs) */
+    uint64_t part_size;    /* bytes of one GET of a prefix fetch; 0: 8 MiB */
+    unsigned connections;  /* part GETs in flight at once; 0: 32 */
 };
 
 /* Whether @s names a store in object storage (s3://, http://, https://). */
@@ -183,7 +189,7 @@ int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_
 
 /* The options of how a store is read, as pcrfs(1) takes them with -o and pcrfs(3)
  * with pcrfs_open(): bwlimit=, readahead=, and for a store in object storage cache=,
- * cache_size=, http_timeout=, http_retries=. One parser (store/opts.c) for both, so
+ * cache_size=, http_timeout=, http_retries=, http_part_size=, http_connections=. One parser (store/opts.c) for both, so
  * the limits and the messages live in one place. */
 struct pcr_store_opts {
     uint64_t bwlimit;     /* bytes/s (0: none): pcr_store_set_bwlimit() */
@@ -192,6 +198,8 @@ struct pcr_store_opts {
     uint64_t cache_size;  /* 0: the library's default */
     double http_timeout;  /* seconds (0: the library's default) */
     int http_retries;     /* -1: the library's default */
+    uint64_t http_part_size;   /* 0: the library's default */
+    unsigned http_connections; /* 0: the library's default */
 };
 #define PCR_STORE_OPTS_INIT                                                                        \
     {                                                                                              \
@@ -215,8 +223,8 @@ void pcr_store_opts_free(struct pcr_store_opts *o);
 /* Counters of every object-storage backend of the process, summed. */
 struct pcr_http_stats {
     uint64_t requests;          /* HTTP requests sent (HEAD and GET, retries included) */
-    uint64_t gets;              /* GETs of record bytes: prefix fetches and direct reads */
-    uint64_t prefix_fetches;    /* of which prefix fetches (advise) */
+    uint64_t gets;              /* GETs of record bytes: part fetches and direct reads */
+    uint64_t prefix_fetches;    /* of which part GETs of prefix fetches (advise) */
     uint64_t bytes;             /* body bytes received */
     uint64_t retries;           /* requests sent again after a failure */
     uint64_t errors;            /* requests that failed for good */
@@ -228,13 +236,16 @@ struct pcr_http_stats {
     uint64_t evictions;         /* record prefixes dropped to make room */
     uint64_t throttled;         /* throttling answers (503 SlowDown, 429) */
     uint64_t backoff_ms;        /* time spent waiting before retries */
-    uint64_t fetch_concurrency; /* prefix fetches allowed at once now (4; fewer while
-                                   the server throttles) */
+    uint64_t fetch_concurrency; /* part GETs allowed at once now (http_connections;
+                                   fewer while the server throttles) */
     uint64_t concurrency_cuts;  /* times that number was halved for throttling */
     uint64_t refetches;         /* cached prefixes dropped after a checksum mismatch and
                                    fetched again */
     uint64_t index_refetches;   /* cached index.db copies that failed verification and
                                    were fetched again */
+    uint64_t fetch_bytes;       /* of bytes: those of part GETs into the cache */
+    uint64_t direct_bytes;      /* of bytes: those of direct reads (GETs of their own) */
+    uint64_t front_pushes;      /* queued parts moved to the front for a waiting reader */
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);

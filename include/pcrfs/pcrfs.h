@@ -90,6 +90,15 @@ PCRFS_API void pcrfs_file_close(pcrfs_file *f);
  *         (tokens/). */
 PCRFS_API int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *file_id);
 
+/* The reader is about to read records @records[0..n) (1..number of records, as
+ * pcrfs_record() gives them): they are fetched ahead at the level last read (a
+ * store in object storage: into its cache as parts, within cache_size; a local
+ * store opened with readahead=record: as readahead), while the current record is
+ * read. Whole or nothing: an id out of range fails the call (-EINVAL) before
+ * anything is fetched. A mount's /.pcrfs/prefetch does the same (pcrfs(1)).
+ * @return 0; -EINVAL. */
+PCRFS_API int pcrfs_prefetch(pcrfs_store *s, const uint64_t *records, size_t n);
+
 /* The store's levels L (scan1/ .. scanL/). */
 PCRFS_API unsigned pcrfs_levels(pcrfs_store *s);
 

@@ -195,11 +195,25 @@ struct pcr_record_run {
 int pcr_store_record_runs(struct pcr_store *s,
                           int (*cb)(void *ctx, const struct pcr_record_run *run), void *ctx);
 
-/* Record-ordered readahead for local stores: on, the first read of a record at a
- * level asks the kernel to read the record's scan groups up to that level
- * (posix_fadvise WILLNEED), so a reader that goes record by record reads each
- * record as one sequential prefix. Off by default. */
+/* Record-ordered readahead for local stores: on, a record that a reader goes
+ * through in order (a few of its files opened one after another in file-id order),
+ * or that pcr_store_prefetch() named, is read as its scan groups up to the level
+ * read (posix_fadvise WILLNEED): one sequential prefix. Off by default. (Stores in
+ * object storage always fetch such records into their cache, as parts.) */
 void pcr_store_set_readahead(struct pcr_store *s, bool on);
+/* The reader is about to read records @records[0..n) (ids 1..pcr_store_nrecords(),
+ * as pcr_store_record_runs() gives them): their prefixes at the level last read are
+ * fetched ahead (object storage: into the cache, within its size; local stores with
+ * readahead on: WILLNEED), while the current record is read. Whole or nothing: an
+ * id out of range fails the call before anything is fetched.
+ * @return 0; -EINVAL an id out of range. */
+int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n);
+/* pcr_store_prefetch() of a hint as text (a name looked up in a mount's
+ * /.pcrfs/prefetch/, pcrfs(1)): at most PCR_PREFETCH_MAX decimal record ids split
+ * by commas, spaces or newlines. Whole or nothing. @return 0; -EINVAL anything
+ * else. */
+#define PCR_PREFETCH_MAX 256
+int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len);
 
 /* Counters since open, for /.pcrfs/stats. level[K] counts reads at level K
  * (1..L); bytes are bytes read from record files. */

@@ -6,7 +6,8 @@ from torch's Sampler), PIL on the first pil_loader() call.
 
     import pcrfs
     ds = torchvision.datasets.ImageFolder("/mnt/in1k/scan5", loader=pcrfs.pil_loader)
-    sampler = pcrfs.RecordSampler(ds, window=4, seed=0)   # record by record
+    sampler = pcrfs.RecordSampler(ds, window=4, seed=0,   # record by record,
+                                  prefetch=True)          # the next ones fetched ahead
     loader = torch.utils.data.DataLoader(ds, sampler=sampler, batch_size=256, num_workers=8)
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
@@ -46,7 +47,7 @@ from .store import ImageFolder, Store
 
 __all__ = ["RecordSampler", "find_mount", "info", "stats", "levels", "level", "set_level",
            "records", "file_id", "inode_parts", "pil_loader", "record_keys", "plan_epoch",
-           "rank_indices", "Autotuner", "Store", "ImageFolder"]
+           "rank_indices", "prefetch", "Autotuner", "Store", "ImageFolder"]
 
 _CTL = ".pcrfs"
 _INO_VIEW_SHIFT = 56
@@ -379,16 +380,36 @@ def plan_epoch(groups, world_size, seed=0, epoch=0, shuffle=True, drop_last=Fals
     return shares
 
 
-def share_order(pieces, window, shuffle, rng):
-    """A rank's indices from its pieces: with @shuffle the samples of each @window
-    consecutive pieces (records) shuffled together."""
-    out = []
+def share_windows(pieces, window, shuffle, rng):
+    """share_order() window by window: (the window's pieces, its indices)."""
     for w in range(0, len(pieces), window):
         idx = [i for _, ids in pieces[w:w + window] for i in ids]
         if shuffle:
             rng.shuffle(idx)
+        yield pieces[w:w + window], idx
+
+
+def share_order(pieces, window, shuffle, rng):
+    """A rank's indices from its pieces: with @shuffle the samples of each @window
+    consecutive pieces (records) shuffled together."""
+    out = []
+    for _, idx in share_windows(pieces, window, shuffle, rng):
         out.extend(idx)
     return out
+
+
+def prefetch(mnt, records):
+    """Tell the mount at @mnt that records @records (numbers as .pcrfs/records gives
+    them) are read next: a lookup in MNT/.pcrfs/prefetch/ (pcrfs(1)); the mount
+    fetches them ahead. At most 256 at once. Raises OSError (EINVAL) when the mount
+    refuses them (a number out of range: nothing is fetched)."""
+    recs = [int(r) for r in records]
+    if not recs:
+        return
+    try:
+        os.stat(os.path.join(mnt, ".pcrfs", "prefetch", ",".join(map(str, recs))))
+    except FileNotFoundError:
+        return  # taken
 
 
 def rank_indices(groups, rank, world_size, seed=0, epoch=0, shuffle=True, drop_last=False,
@@ -416,10 +437,21 @@ class _RecordSampler:
     yielded at least once per epoch (the only repeats are the padding), drop_last
     leaves out at most world_size - 1, and a record at a share boundary is read by
     two ranks. Call set_epoch() each epoch: the order depends on (seed, epoch) only,
-    through a hash of both."""
+    through a hash of both.
+
+    @prefetch (default None: off) tells the mount which records come next, so that
+    it fetches them while the current ones are read (pcrfs(1), .pcrfs/prefetch/):
+    True for the mounts the samples lie on, a mount's path for that one only, or a
+    pcrfs.Store for a dataset over that Store (pcrfs.ImageFolder). At the start of
+    each window its records are named, and while it is read the next window's, one
+    at a time: the mount's cache (cache_size) should hold about two windows of
+    record prefixes. The order of the indices is the same with or without it. The
+    mount reads a record whole only when told so or when it sees files of the record
+    read in file-id order; in the sampler's shuffled order a record without a hint
+    is read file by file (one request per file from object storage)."""
 
     def __init__(self, dataset, shuffle=True, window=8, seed=0, rank=None, world_size=None,
-                 drop_last=False):
+                 drop_last=False, prefetch=None):
         if window < 1:
             raise ValueError("window must be >= 1")
         if rank is None or world_size is None:
@@ -434,6 +466,7 @@ class _RecordSampler:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError("rank %d not in [0, %d)" % (rank, world_size))
         self.shuffle, self.window, self.seed = shuffle, window, int(seed)
+        self.prefetch = prefetch
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
         self.epoch = 0
         paths, why = _sample_paths(dataset)
@@ -473,9 +506,49 @@ class _RecordSampler:
                             self.drop_last, self.window)[self.rank]
         return [self.keys[g] for g, _ in pieces if self.keys[g] is not None]
 
+    def _hint(self, keys):
+        """Prefetch hints for the records @keys ((root, record) pairs)."""
+        by_root = {}
+        for k in keys:
+            if k is not None:
+                by_root.setdefault(k[0], []).append(k[1])
+        for root, recs in by_root.items():
+            for i in range(0, len(recs), 256):
+                if hasattr(self.prefetch, "prefetch"):  # a pcrfs.Store
+                    if getattr(self.prefetch, "path", None) == root:
+                        self.prefetch.prefetch(recs[i:i + 256])
+                elif self.prefetch is True or os.path.realpath(
+                        os.fspath(self.prefetch)) == os.path.realpath(root):
+                    try:
+                        prefetch(root, recs[i:i + 256])
+                    except OSError:
+                        pass  # a hint is no reason to fail the epoch
+
     def __iter__(self):
-        return iter(rank_indices(self.records, self.rank, self.world_size, self.seed,
-                                 self.epoch, self.shuffle, self.drop_last, self.window))
+        if not self.prefetch:
+            return iter(rank_indices(self.records, self.rank, self.world_size, self.seed,
+                                     self.epoch, self.shuffle, self.drop_last,
+                                     self.window))
+        return self._iter_hinting()
+
+    def _iter_hinting(self):
+        """The same indices as without hints; at the start of each window its
+        records are hinted, and while it is read the next window's, one record per
+        1/window of it, so the mount fetches ahead within about two windows."""
+        pieces = plan_epoch(self.records, self.world_size, self.seed, self.epoch,
+                            self.shuffle, self.drop_last, self.window)[self.rank]
+        wins = list(share_windows(pieces, self.window, self.shuffle,
+                                  _rng(self.seed, self.epoch, 1 + self.rank)))
+        for w, (wp, idx) in enumerate(wins):
+            # (hinted again if it was while the last window was read: a record
+            # fetched already costs the mount nothing)
+            self._hint([self.keys[g] for g, _ in wp])
+            ahead = [self.keys[g] for g, _ in wins[w + 1][0]] if w + 1 < len(wins) else []
+            step = max(1, len(idx) // (len(ahead) + 1))
+            for j, i in enumerate(idx):
+                if ahead and j and j % step == 0 and j // step <= len(ahead):
+                    self._hint([ahead[j // step - 1]])
+                yield i
 
     def __len__(self):
         return self._len

@@ -61,6 +61,7 @@ def _load():
     lib.pcrfs_read.argtypes = [c_p, c_char_p, c_p, ctypes.c_size_t, u64]
     lib.pcrfs_read.restype = ctypes.c_ssize_t
     lib.pcrfs_record.argtypes = [c_p, c_char_p, ctypes.POINTER(u64), ctypes.POINTER(u64)]
+    lib.pcrfs_prefetch.argtypes = [c_p, ctypes.POINTER(u64), ctypes.c_size_t]
     lib.pcrfs_levels.argtypes = [c_p]
     lib.pcrfs_levels.restype = ctypes.c_uint
     lib.pcrfs_set_level.argtypes = [c_p, ctypes.c_uint]
@@ -179,6 +180,17 @@ class Store:
         if rc:
             _raise(rc, path)
         return rec.value
+
+    def prefetch(self, records):
+        """Records (numbers as record() gives them) read next: fetched ahead at the
+        level last read (object storage: into the cache; a local store opened with
+        readahead="record": read ahead). Whole or nothing: a number out of range
+        raises OSError (EINVAL) and nothing is fetched."""
+        recs = [int(r) for r in records]
+        arr = (ctypes.c_uint64 * max(1, len(recs)))(*recs)
+        rc = _load().pcrfs_prefetch(self._handle(), arr, len(recs))
+        if rc:
+            _raise(rc, "prefetch")
 
     def levels(self):
         return _load().pcrfs_levels(self._handle())

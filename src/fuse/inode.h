@@ -92,6 +92,7 @@
 #define VIEW_SELF          0
 #define SELF_DIR_ROOT      1 /* the mount root; ino 1 == FUSE_ROOT_ID */
 #define SELF_DIR_CTL       2 /* /.pcrfs */
+#define SELF_DIR_PREFETCH  3 /* /.pcrfs/prefetch: looking up "N,N,..." prefetches records */
 #define SELF_FILE_INFO     1 /* /.pcrfs/info */
 #define SELF_FILE_STAT     2 /* /.pcrfs/stats: id SELF_FILE_STAT | gen << SELF_GEN_SHIFT */
 #define SELF_FILE_LEVEL    3 /* /.pcrfs/level (with -o level=K) */

@@ -175,6 +175,8 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
         return -ENOENT;
     }
     e->entry_timeout = fs->timeout; /* also for a miss: names do not depend on the level */
+    if (p.view == VIEW_SELF && p.id == SELF_DIR_PREFETCH)
+        e->entry_timeout = 0; /* a hint: the next one with the same name comes here too */
     if (!ino)
         return 0;
     rc = pcrfs_node_stat(fs, ino, &e->attr);
@@ -239,7 +241,9 @@ static int check_dir(struct pcrfs *fs, fuse_ino_t ino)
     if (p.is_file)
         return -ENOTDIR;
     if (p.view == VIEW_SELF)
-        return p.id == SELF_DIR_ROOT || p.id == SELF_DIR_CTL ? 0 : -ENOENT;
+        return p.id == SELF_DIR_ROOT || p.id == SELF_DIR_CTL || p.id == SELF_DIR_PREFETCH
+                   ? 0
+                   : -ENOENT;
     v = view_of(fs, p);
     if (!v)
         return -ENOENT;

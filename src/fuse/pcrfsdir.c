@@ -249,8 +249,15 @@ int pcrfs_self_lookup(struct pcrfs *fs, uint64_t dir, const char *name, uint64_t
             *ino = ino_make(v->number, false, PCR_ROOT_DIR);
         return 0;
     }
+    /* a hint, not a name: the records read next (pcr_store_prefetch_text()), taken
+     * by a lookup because the mount is read-only (no write reaches the daemon);
+     * answered as a miss that the kernel does not keep (ops.c) */
+    if (dir == SELF_DIR_PREFETCH)
+        return pcr_store_prefetch_text(fs->store, name, strlen(name));
     if (dir != SELF_DIR_CTL)
         return -ENOENT;
+    if (strcmp(name, "prefetch") == 0)
+        *ino = ino_make(VIEW_SELF, false, SELF_DIR_PREFETCH);
     for (uint64_t id = SELF_FILE_VIEW_CTL;; id++) {
         const char *cname, *data;
         size_t len;
@@ -289,6 +296,8 @@ int pcrfs_self_dirent(const struct pcrfs *fs, uint64_t dir, uint64_t pos, const 
         *ino = ino_make(VIEW_SELF, false, SELF_DIR_CTL);
         return 0;
     }
+    if (dir != SELF_DIR_CTL)
+        return -ENOENT; /* prefetch/ lists nothing */
     for (i = 0; i < NCTL; i++) {
         if (!ctl_present(fs, ctl_files[i].id))
             continue;
@@ -298,6 +307,11 @@ int pcrfs_self_dirent(const struct pcrfs *fs, uint64_t dir, uint64_t pos, const 
             *ino = ino_make(VIEW_SELF, true, ctl_files[i].id);
             return 0;
         }
+    }
+    if (pos-- == 0) {
+        *name = "prefetch";
+        *ino = ino_make(VIEW_SELF, false, SELF_DIR_PREFETCH);
+        return 0;
     }
     if (pos >= PCR_VIEWS_ROOT_MAX || view_ctl(fs, SELF_FILE_VIEW_CTL + pos, name, &data, &len))
         return -ENOENT;
@@ -316,7 +330,10 @@ int pcrfs_self_stat(struct pcrfs *fs, uint64_t ino, struct stat *st)
     if (!p.is_file && p.id == SELF_DIR_ROOT) {
         pcrfs_stat_dir(fs, st, ino, fs->views->nroot + 1); /* + .pcrfs */
     } else if (!p.is_file && p.id == SELF_DIR_CTL) {
+        pcrfs_stat_dir(fs, st, ino, 1); /* prefetch/ */
+    } else if (!p.is_file && p.id == SELF_DIR_PREFETCH) {
         pcrfs_stat_dir(fs, st, ino, 0);
+        st->st_mode = S_IFDIR | 0500; /* hints from the mounting user (and root) */
     } else if (p.is_file && p.id == SELF_FILE_INFO) {
         pcrfs_stat_file(fs, st, ino, fs->info_len);
     } else if (p.is_file && p.id == SELF_FILE_CODEBOOK && fs->codebook) {

@@ -549,6 +549,20 @@ int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *f
     return 0;
 }
 
+int pcrfs_prefetch(pcrfs_store *s, const uint64_t *records, size_t n)
+{
+    struct inst *in;
+    int rc;
+
+    INST_OR_FAIL(in, s);
+    if (!records && n)
+        return fail(-EINVAL, "no records");
+    rc = pcr_store_prefetch(in->store, records, n);
+    return rc ? fail(rc, "a record id out of range (1..%llu)",
+                     (unsigned long long)pcr_store_nrecords(in->store))
+              : 0;
+}
+
 unsigned pcrfs_levels(pcrfs_store *s)
 {
     struct inst *in = s ? inst_get(s) : NULL;

@@ -43,7 +43,8 @@
 #define DEFAULT_TIMEOUT_MS 10000
 #define DEFAULT_RETRIES    3
 #define MAX_RETRIES        20
-#define MERGE_GAP          (64u * 1024)       /* ranges closer than this: one GET */
+#define MERGE_GAP          (64u * 1024)       /* ranges closer than this: one GET, */
+#define MERGE_WASTE        8                  /* ... if the gaps stay under 1/8 of it */
 #define MERGE_MAX          (8u * 1024 * 1024) /* ... of at most this many bytes */
 #define SLOW_RATE          (256u * 1024)      /* bytes/s a large request may take */
 #define BACKOFF_MS         100
@@ -222,7 +223,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
             done += (size_t)w;
         }
         if (r->o && r->hb->cache)
-            http_cache_progress(r->hb->cache, r->o, n);
+            http_cache_progress(r->hb->cache, r->o, r->fd_off + r->got, n);
     } else {
         memcpy(r->buf + r->got, data, n);
     }
@@ -265,6 +266,10 @@ static int req_setup(struct http_backend *hb, struct http_req *r)
         timeout = r->cap_ms; /* what is left of the deadline */
     curl_easy_setopt(h, CURLOPT_URL, r->url);
     curl_easy_setopt(h, CURLOPT_SHARE, hb->share);
+    /* the shared connection cache closes the oldest idle connection once it holds
+     * more than this (libcurl's default: 5): room for every part GET in flight and
+     * the readers' own GETs, or each part would open a new connection */
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)hb->nconn + 16L);
     http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -570,7 +575,10 @@ int http_perform(struct http_backend *hb, struct http_req *r, unsigned n)
      * once the server throttles, the throttling budget */
     uint64_t end = start + 2u * (uint64_t)hb->timeout_ms + allowance(bytes);
     uint64_t tend = start + THROTTLE_BUDGET_MS + allowance(bytes);
-    bool throttled = false;
+    /* the server throttled (this operation's earlier request, say its HEAD, or
+     * another's): this request gets the throttling budget too, or it would find the
+     * operation's short deadline spent before its first attempt */
+    bool throttled = http_throttling(hb);
     if (tend < end)
         tend = end;
     for (unsigned attempt = 0;; attempt++) {
@@ -720,6 +728,7 @@ static int http_open(struct pcr_backend *b, const char *name, struct pcr_object 
 
 struct span {
     uint64_t off, len;
+    uint64_t gaps; /* bytes in it that no range asked for */
     unsigned first, count; /* ranges [first, first + count) of the sorted list */
 };
 
@@ -731,8 +740,10 @@ static int cmp_range(const void *a, const void *b)
 }
 
 /* Read ranges with GETs of their own: neighbours closer than MERGE_GAP share one
- * GET (one round trip instead of two costs less than the gap's bytes), the GETs go
- * out in parallel. */
+ * GET (one round trip instead of two costs less than the gap's bytes) while the
+ * gaps stay a small part of what the GET brings (a file's scans lie in every group
+ * of its record: merged freely, one small image would bring most of the record,
+ * 150x its bytes), the GETs go out in parallel. */
 static int read_direct(struct http_backend *hb, struct pcr_object *o, const struct pcr_range **rg,
                        unsigned n)
 {
@@ -746,8 +757,10 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
     for (unsigned i = 0; i < n; i++) {
         struct span *s = ns ? &sp[ns - 1] : NULL;
         uint64_t end = rg[i]->off + rg[i]->len;
-        if (s && rg[i]->off >= s->off + s->len && rg[i]->off - (s->off + s->len) < MERGE_GAP &&
-            end - s->off <= MERGE_MAX) {
+        uint64_t gap = s ? rg[i]->off - (s->off + s->len) : 0;
+        if (s && rg[i]->off >= s->off + s->len && gap < MERGE_GAP && end - s->off <= MERGE_MAX &&
+            (s->gaps + gap) * MERGE_WASTE <= end - s->off) {
+            s->gaps += gap;
             s->len = end - s->off;
             s->count++;
         } else {
@@ -776,6 +789,8 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
         pcr_log(PCR_LOG_DEBUG, "%s: GET failed: %s", o->url, why);
         goto out;
     }
+    for (unsigned i = 0; i < ns; i++)
+        http_count(&hb->st.direct_bytes, sp[i].len);
     for (unsigned i = 0; i < ns; i++)
         for (unsigned k = 0; tmp[i] && k < sp[i].count; k++) {
             const struct pcr_range *x = rg[sp[i].first + k];
@@ -919,6 +934,10 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
     hb->timeout_ms = o && o->timeout_ms ? (long)o->timeout_ms : DEFAULT_TIMEOUT_MS;
     hb->retries = !o || o->retries < 0 ? DEFAULT_RETRIES
                   : o->retries > MAX_RETRIES ? MAX_RETRIES : (unsigned)o->retries;
+    hb->nconn = o && o->connections ? o->connections : HTTP_DEFAULT_CONNECTIONS;
+    if (hb->nconn > HTTP_MAX_CONNECTIONS)
+        hb->nconn = HTTP_MAX_CONNECTIONS;
+    hb->part_size = o && o->part_size ? o->part_size : HTTP_DEFAULT_PART_SIZE;
     pthread_mutex_init(&hb->pool_lock, NULL);
     for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&hb->share_lock[i], NULL);

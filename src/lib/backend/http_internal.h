@@ -3,7 +3,7 @@
  *   creds.c      AWS credentials: the default chain and refresh (creds.h)
  *   http.c       libcurl: requests, retries and deadlines, the backend's functions
  *   httphdr.c    response header lines (status, Content-Range, ETag, Retry-After)
- *   httpcache.c  the record-prefix cache (advise) and its fetch threads
+ *   httpcache.c  the record-prefix cache (advise): parts fetched over many connections
  *   httpstore.c  index.db into the local cache, and opening a store from a URL
  *
  * Every byte from the server is untrusted: status lines, header values and body
@@ -22,6 +22,9 @@
 #define HTTP_MAX_URL   2048
 #define HTTP_MAX_ETAG  130 /* S3's are 34 bytes; anything longer is refused */
 #define HTTP_MAX_RANGE (1ULL << 40)
+#define HTTP_MAX_CONNECTIONS 256 /* -o http_connections: the largest (store/opts.c) */
+#define HTTP_DEFAULT_CONNECTIONS 32
+#define HTTP_DEFAULT_PART_SIZE (8ULL << 20)
 
 /* ---- url.c ---- */
 
@@ -100,8 +103,10 @@ struct http_backend {
     CURLSH *share;
     pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
     pthread_mutex_t pool_lock;
-    CURL *pool[64]; /* idle easy handles, reused (and their connections) */
+    CURL *pool[HTTP_MAX_CONNECTIONS]; /* idle easy handles, reused (and their connections) */
     unsigned npool;
+    unsigned nconn;     /* part GETs in flight at once (-o http_connections) */
+    uint64_t part_size; /* bytes of one part GET (-o http_part_size) */
     long timeout_ms;
     unsigned retries;
     struct pcr_http_stats st; /* relaxed atomics */
@@ -155,17 +160,17 @@ struct pcr_object {
     bool whole;             /* fetched whole into the cache on first read */
     /* cache state: under the cache's lock (httpcache.c) */
     int fd;                 /* cache file (unlinked), or -1 */
-    uint64_t cached;        /* [0, cached) of the object is in fd */
-    uint64_t want;          /* a fetch of [cached, want) is queued or running */
+    uint64_t psize;         /* bytes of one part (the last one may be shorter) */
+    struct http_part *parts; /* [nparts], allocated on first use, or NULL */
+    unsigned nparts;
+    unsigned busy;          /* parts queued or being fetched */
     uint64_t held;          /* bytes of the cache's limit reserved for this object */
-    uint64_t advised;       /* the largest prefix advise() asked for */
-    bool queued, fetching;
-    int fetch_err;          /* the last fetch's error, for its waiters */
-    uint64_t fetch_gen;     /* counts finished fetches */
+    uint64_t advised;       /* the largest end advise() asked for */
+    int fetch_err;          /* the last failed part's error, for its waiters */
+    uint64_t fetch_gen;     /* counts finished part fetches */
     uint64_t retry_after;   /* no refetch before this (ms, monotonic) after a failure */
     unsigned users;         /* readers preading fd: not evicted meanwhile */
     uint64_t lru;           /* last use (a counter) */
-    struct pcr_object *qnext; /* fetch queue */
     struct pcr_object *cprev, *cnext; /* the cache's list of objects */
 };
 
@@ -179,16 +184,16 @@ int http_cache_new(struct http_backend *hb, const char *dir, uint64_t limit,
 void http_cache_free(struct http_cache *c);
 void http_cache_add(struct http_cache *c, struct pcr_object *o);
 void http_cache_remove(struct http_cache *c, struct pcr_object *o);
-/* advise(): queue a fetch of [cached, off + len) of @o. */
+/* advise(): queue the parts of @o that hold [off, off + len) and are not cached. */
 int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len);
 /* Serve [off, off + len) from the cache (waiting for a fetch in flight that will
  * bring it). @return 1 served, 0 not cached (read it directly), a negative errno
  * (the fetch that was to bring it failed). */
 int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
                     void *buf);
-/* A fetch writing into the cache file reports @n more bytes at the cached end. */
-void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t n);
-/* The server answered with throttling: fewer prefix fetches at once. */
+/* A part fetch wrote @n more bytes at offset @off of the object into the cache file. */
+void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t n);
+/* The server answered with throttling: fewer part fetches at once. */
 void http_cache_throttled(struct http_cache *c);
 /* Forget @o's cached bytes (they failed a check): the next read fetches them again. */
 void http_cache_drop(struct http_cache *c, struct pcr_object *o);

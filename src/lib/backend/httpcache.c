@@ -1,41 +1,48 @@
 /* pcrfs — the record-prefix cache of the object-storage backend.
  *
  * PCR's property: one sequential read of a record's prefix holds every image of
- * the record at level K. advise() (called by the store once per record and larger
- * level) queues a fetch of [cached, prefix) of the record; a fetch thread brings it
- * in ONE ranged GET, written as it arrives into a cache file of the record, and
- * every read inside the prefix is then a pread() of that file. A reader whose range
- * is still on its way waits for exactly those bytes (streaming: the first image of
- * a record is served after its own bytes, not after the whole prefix), so readers
- * of one record never fetch it twice.
+ * the record at level K. advise() (called by the store when a reader goes record by
+ * record, or was told the next records: store/read.c) queues the prefix as parts of
+ * http_part_size bytes; up to http_connections part GETs run at once (one work
+ * queue, common/workq.h, one job per part), each written as it arrives into the
+ * record's cache file at its own offset, and every read inside the prefix is then a
+ * pread() of that file. One stream to S3 carries tens of MB/s; many parts at once
+ * are what fills a node's link (issue 19). A reader waits only for the parts that
+ * hold its bytes, and within a part only for the bytes it needs (streaming); a
+ * queued part a reader waits for is moved to the front of the queue. Readers of one
+ * record never fetch it twice.
  *
  * Files. One per record object, created unlinked in the cache directory: nothing
  * outlives the mount, two mounts of one store never share or corrupt a file, and a
- * crash leaves no garbage. The cache is bounded (cache_size): whole record prefixes
- * are evicted, least recently used first; a prefix that an earlier advise() asked
- * for and that was evicted is fetched again on the next miss inside it (a second
- * epoch), after a failed fetch only once the backend's timeout has passed.
+ * crash leaves no garbage. The cache is bounded (cache_size): a part's bytes are
+ * reserved when it is queued, and whole objects are evicted, least recently used
+ * first, never one being read or with parts in flight. A prefix larger than the
+ * cache is not fetched at all (its reads are direct GETs). A part that an earlier
+ * advise() asked for and that was evicted is fetched again on the next miss inside
+ * it (a second epoch), after a failed fetch only once the backend's timeout passed.
+ * A miss outside what was advised is not the cache's: the reader GETs just its own
+ * ranges (no read amplification, issue 19).
  *
  * Failure. A cache file that cannot be created or written (directory unwritable,
- * disk full) drops that fetch: its readers read with GETs of their own, correct
- * and slower, and the condition is logged once. A fetch that fails on the network
- * fails the reads waiting for it with its error (they would only wait again).
- * Every wait is bounded: a reader waits for its bytes until the deadline of its
- * operation (http_deadline(): 2 x the timeout, longer while the server throttles),
- * then fails with ETIMEDOUT while the fetch goes on for the next reader.
+ * disk full) drops that part: its readers read with GETs of their own, correct and
+ * slower, and the condition is logged once. A part that fails on the network fails
+ * the reads waiting for it with its error (they would only wait again). Every wait
+ * is bounded: a reader waits for its bytes until the deadline of its operation
+ * (http_deadline(): 2 x the timeout, longer while the server throttles), then fails
+ * with ETIMEDOUT while the fetch goes on for the next reader.
  *
  * Throttling. A throttling answer (503 SlowDown, 429) to any request halves the
- * number of fetches that may run at once (down to 1; http_cache_throttled()); each
- * fetch that met none, once the server stopped throttling, adds one back, up to
- * FETCH_THREADS (additive increase, multiplicative decrease, as TCP does), so a
- * throttling server sees fewer requests, not the same number retried. Counted in
- * the stats (fetch_concurrency, concurrency_cuts).
+ * number of part GETs that may run at once (down to 1; http_cache_throttled(),
+ * pcr_workq_limit()); each part that met none, once the server stopped throttling,
+ * adds one back, up to http_connections (additive increase, multiplicative
+ * decrease, as TCP does), so a throttling server sees fewer requests, not the same
+ * number retried. Counted in the stats (fetch_concurrency, concurrency_cuts).
  *
  * Healing. A prefix whose bytes failed the store's checksum is dropped
  * (http_cache_drop()) and fetched again by the next read inside it.
  *
  * One mutex guards all cache state; it is never held during a transfer or a file
- * read, only to update offsets and lists.
+ * read, only to update parts and lists.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,23 +53,37 @@
 #include <time.h>
 #include <unistd.h>
 #include "common/internal.h"
+#include "common/workq.h"
 #include "backend/http_internal.h"
 
-#define FETCH_THREADS 4
+#define MAX_PARTS 65536 /* per object: a larger object gets larger parts */
+
+enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
+
+/* One part of an object: [off, off + len), a job of the work queue. Only what was
+ * asked of it is fetched (a prefix may end inside a part): [off + got, off + want). */
+struct http_part {
+    struct pcr_job job; /* first: the job is the part */
+    struct http_cache *c;
+    struct pcr_object *o;
+    uint64_t off, len;
+    uint64_t got;  /* [off, off + got) is in the cache file */
+    uint64_t want; /* queued or fetching: up to off + want */
+    uint64_t held; /* bytes of the cache's limit reserved for it */
+    int state;
+};
 
 struct http_cache {
     struct http_backend *hb;
     char dir[4096];
     uint64_t limit, used;
     pthread_mutex_t lock;
-    pthread_cond_t progress; /* bytes arrived or a fetch ended */
-    pthread_cond_t work;     /* the queue has an object */
-    struct pcr_object *qhead, *qtail;
+    pthread_cond_t progress; /* bytes arrived or a part ended (CLOCK_MONOTONIC) */
+    struct pcr_workq q;      /* the part GETs: hb->nconn threads */
     struct pcr_object *objs; /* every open object */
-    pthread_t threads[FETCH_THREADS];
-    unsigned nthreads, waiters;
-    unsigned active, allowed; /* fetches running; how many may (throttling) */
-    uint64_t cut_at;          /* ms: when allowed was last halved */
+    unsigned waiters;
+    unsigned allowed; /* part GETs that may run at once (throttling) */
+    uint64_t cut_at;  /* ms: when allowed was last halved */
     bool stop;
     uint64_t tick;
     int logged_file, logged_write, logged_fetch; /* said once */
@@ -72,20 +93,6 @@ static void publish(struct http_cache *c)
 {
     __atomic_store_n(&c->hb->st.cache_bytes, c->used, __ATOMIC_RELAXED);
     __atomic_store_n(&c->hb->st.fetch_concurrency, c->allowed, __ATOMIC_RELAXED);
-}
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t ms)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(cv, m, &ts);
 }
 
 /* An unlinked file in the cache directory. */
@@ -105,36 +112,39 @@ static int cache_file(struct http_cache *c)
     return fd;
 }
 
-/* Drop @o's prefix (under the lock). */
-static void drop(struct http_cache *c, struct pcr_object *o)
+/* Drop @o's parts (under the lock; none queued or in flight). An evicted object
+ * is also @forget-ten: what was advised is fetched again only when the store
+ * advises it again (a reader going record by record), not on any miss. */
+static void drop(struct http_cache *c, struct pcr_object *o, bool forget)
 {
+    if (forget)
+        o->advised = 0;
     c->used -= o->held;
     o->held = 0;
-    o->cached = 0;
-    o->want = 0;
+    for (unsigned i = 0; i < o->nparts; i++) {
+        o->parts[i].state = PART_IDLE;
+        o->parts[i].got = o->parts[i].want = o->parts[i].held = 0;
+    }
     if (o->fd >= 0)
         close(o->fd);
     o->fd = -1;
     publish(c);
 }
 
-/* Make room for @o to hold @end bytes, evicting least recently used prefixes that
+/* Make room for @need more bytes of @o, evicting least recently used objects that
  * nobody reads or fetches. @return whether there is room (under the lock). */
-static bool reserve(struct http_cache *c, struct pcr_object *o, uint64_t end)
+static bool reserve(struct http_cache *c, struct pcr_object *o, uint64_t need)
 {
-    uint64_t need = end > o->held ? end - o->held : 0;
-
     if (need > c->limit)
         return false;
     while (c->used + need > c->limit) {
         struct pcr_object *victim = NULL;
         for (struct pcr_object *p = c->objs; p; p = p->cnext)
-            if (p != o && p->held && !p->users && !p->fetching && !p->queued &&
-                (!victim || p->lru < victim->lru))
+            if (p != o && p->held && !p->users && !p->busy && (!victim || p->lru < victim->lru))
                 victim = p;
         if (!victim)
             return false;
-        drop(c, victim);
+        drop(c, victim, true);
         http_count(&c->hb->st.evictions, 1);
     }
     c->used += need;
@@ -143,30 +153,99 @@ static bool reserve(struct http_cache *c, struct pcr_object *o, uint64_t end)
     return true;
 }
 
-static void enqueue(struct http_cache *c, struct pcr_object *o)
+/* A part that ended gives back what it reserved beyond the bytes it has (under the
+ * lock). */
+static void part_unreserve(struct http_cache *c, struct http_part *p)
 {
-    o->queued = true;
-    o->qnext = NULL;
-    if (c->qtail)
-        c->qtail->qnext = o;
-    else
-        c->qhead = o;
-    c->qtail = o;
-    pthread_cond_signal(&c->work);
+    uint64_t extra = p->held - p->got;
+
+    p->state = PART_IDLE;
+    p->want = p->got;
+    p->held = p->got;
+    c->used -= extra;
+    p->o->held -= extra;
+    publish(c);
 }
 
-/* The fetch of [o->cached, o->want), with the lock held on entry and exit. */
-static void fetch(struct http_cache *c, struct pcr_object *o)
+static void part_run(struct pcr_job *j);
+
+/* How many bytes of part @p a range ending at @end needs. */
+static uint64_t part_need(const struct http_part *p, uint64_t end)
 {
+    return (end < p->off + p->len ? end : p->off + p->len) - p->off;
+}
+
+/* @o's parts, set up on first use (under the lock). @return 0 or -ENOMEM. */
+static int parts_of(struct http_cache *c, struct pcr_object *o)
+{
+    uint64_t ps = c->hb->part_size;
+
+    if (o->parts)
+        return 0;
+    if (o->size == 0)
+        return -ENOMEM;
+    if (o->size / ps >= MAX_PARTS)
+        ps = o->size / (MAX_PARTS - 1);
+    o->psize = ps;
+    o->nparts = (unsigned)((o->size + ps - 1) / ps);
+    o->parts = calloc(o->nparts, sizeof(*o->parts));
+    if (!o->parts) {
+        o->nparts = 0;
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < o->nparts; i++) {
+        struct http_part *p = &o->parts[i];
+        p->job.run = part_run;
+        p->job.owner = o;
+        p->c = c;
+        p->o = o;
+        p->off = (uint64_t)i * ps;
+        p->len = p->off + ps <= o->size ? ps : o->size - p->off;
+    }
+    return 0;
+}
+
+/* Have part @p's first @need bytes fetched: a queued or running part asks for more,
+ * an idle one is queued (at the @front for a waiting reader) if the cache can hold
+ * it. @return whether they are in the cache or on their way (under the lock). */
+static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, bool front)
+{
+    if (p->got >= need)
+        return true;
+    if (p->held < need) {
+        if (c->stop || !reserve(c, p->o, need - p->held))
+            return false;
+        p->held = need;
+    }
+    if (p->want < need)
+        p->want = need; /* a running GET that ends short of it is queued again */
+    if (p->state == PART_QUEUED) {
+        if (front && pcr_workq_push(&c->q, &p->job, true))
+            http_count(&c->hb->st.front_pushes, 1);
+        return true;
+    }
+    if (p->state == PART_FETCHING)
+        return true;
+    p->state = PART_QUEUED;
+    p->o->busy++;
+    if (!pcr_workq_push(&c->q, &p->job, front)) {
+        p->o->busy--;
+        part_unreserve(c, p);
+        return false;
+    }
+    return true;
+}
+
+/* The job: one ranged GET of the part into the object's cache file. */
+static void part_run(struct pcr_job *j)
+{
+    struct http_part *p = (struct http_part *)j;
+    struct http_cache *c = p->c;
     struct http_backend *hb = c->hb;
-    uint64_t from = o->cached, to = o->want;
+    struct pcr_object *o = p->o;
     int ret;
 
-    if (!reserve(c, o, to)) {
-        o->want = o->cached; /* larger than the cache can hold: read directly */
-        o->retry_after = http_now_ms() + (uint64_t)hb->timeout_ms;
-        return;
-    }
+    pthread_mutex_lock(&c->lock);
     if (o->fd < 0) {
         o->fd = cache_file(c);
         if (o->fd < 0) {
@@ -174,30 +253,27 @@ static void fetch(struct http_cache *c, struct pcr_object *o)
                 pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead",
                         c->dir, strerror(-o->fd));
             o->fd = -1;
-            c->used -= o->held - o->cached;
-            o->held = o->cached;
-            o->want = o->cached;
+            o->fetch_err = -EROFS;
             o->retry_after = http_now_ms() + (uint64_t)hb->timeout_ms;
-            publish(c);
-            return;
+            ret = -EROFS;
+            goto end;
         }
     }
-    o->fetching = true;
-    c->active++;
+    p->state = PART_FETCHING;
+    uint64_t from = p->off + p->got, to = p->off + p->want;
     pthread_mutex_unlock(&c->lock);
 
     struct http_req r = {.url = o->url, .off = from, .len = to - from, .expect = o->size,
                          .if_match = o->etag, .fd = o->fd, .fd_off = from, .o = o};
     http_count(&hb->st.prefix_fetches, 1);
     ret = http_perform(hb, &r, 1);
+    http_count(&hb->st.fetch_bytes, r.got);
 
     pthread_mutex_lock(&c->lock);
-    c->active--;
-    if (!r.nthrottled && c->allowed < FETCH_THREADS && !http_throttling(hb))
+    if (!r.nthrottled && c->allowed < hb->nconn && !http_throttling(hb)) {
         c->allowed++; /* cut by http_cache_throttled() meanwhile: one back */
-    o->fetching = false;
-    o->fetch_gen++;
-    o->fetch_err = ret;
+        pcr_workq_limit(&c->q, c->allowed);
+    }
     if (ret == -ENOSPC || ret == -EROFS) {
         if (!c->logged_write++)
             pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead",
@@ -208,50 +284,34 @@ static void fetch(struct http_cache *c, struct pcr_object *o)
         pcr_log(PCR_LOG_ERR, "%s: fetching bytes %llu-%llu: %s", o->url,
                 (unsigned long long)from, (unsigned long long)to, why);
     }
+    if (!ret && p->got < to - p->off)
+        p->got = to - p->off;
+end:
     if (ret) {
-        o->want = o->cached;
+        o->fetch_err = ret;
         o->retry_after = http_now_ms() + (uint64_t)hb->timeout_ms;
-    }
-    c->used -= o->held - o->cached;
-    o->held = o->cached;
-    publish(c);
-}
-
-static void *fetch_thread(void *arg)
-{
-    struct http_cache *c = arg;
-
-    pthread_mutex_lock(&c->lock);
-    while (!c->stop) {
-        struct pcr_object *o = c->qhead;
-        if (!o || c->active >= c->allowed) {
-            /* nothing to do, or as many fetches running as the server takes now
-             * (a fetch that ends signals work) */
-            if (o)
-                timed_wait(&c->work, &c->lock, 1000);
-            else
-                pthread_cond_wait(&c->work, &c->lock);
-            continue;
+    } else if (p->want > p->got && !c->stop) {
+        /* asked for more while it ran: queued again, still busy */
+        p->state = PART_QUEUED;
+        o->fetch_gen++;
+        if (pcr_workq_push(&c->q, &p->job, false)) {
+            pthread_cond_broadcast(&c->progress);
+            pthread_mutex_unlock(&c->lock);
+            return;
         }
-        c->qhead = o->qnext;
-        if (!c->qhead)
-            c->qtail = NULL;
-        o->queued = false;
-        if (o->want > o->cached)
-            fetch(c, o);
-        if (o->want > o->cached && !o->queued && !c->stop)
-            enqueue(c, o); /* advise() asked for more meanwhile */
-        pthread_cond_broadcast(&c->progress);
-        pthread_cond_broadcast(&c->work); /* a slot is free again */
     }
+    part_unreserve(c, p);
+    o->busy--;
+    o->fetch_gen++;
+    pthread_cond_broadcast(&c->progress);
     pthread_mutex_unlock(&c->lock);
-    return NULL;
 }
 
 int http_cache_new(struct http_backend *hb, const char *dir, uint64_t limit,
                    struct http_cache **out)
 {
     struct http_cache *c = calloc(1, sizeof(*c));
+    int ret;
 
     if (!c)
         return -ENOMEM;
@@ -259,13 +319,17 @@ int http_cache_new(struct http_backend *hb, const char *dir, uint64_t limit,
         free(c);
         return -ENAMETOOLONG;
     }
+    ret = pcr_workq_init(&c->q, hb->nconn);
+    if (ret) {
+        free(c);
+        return ret;
+    }
     c->hb = hb;
     c->limit = limit;
-    c->allowed = FETCH_THREADS;
+    c->allowed = hb->nconn;
     __atomic_store_n(&hb->st.fetch_concurrency, c->allowed, __ATOMIC_RELAXED);
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->progress, NULL);
-    pthread_cond_init(&c->work, NULL);
+    pcr_cond_init_monotonic(&c->progress);
     __atomic_store_n(&hb->st.cache_limit, limit, __ATOMIC_RELAXED);
     *out = c;
     return 0;
@@ -277,16 +341,13 @@ void http_cache_free(struct http_cache *c)
         return;
     pthread_mutex_lock(&c->lock);
     c->stop = true;
-    pthread_cond_broadcast(&c->work);
     pthread_cond_broadcast(&c->progress);
     pthread_mutex_unlock(&c->lock);
-    for (unsigned i = 0; i < c->nthreads; i++)
-        pthread_join(c->threads[i], NULL);
+    pcr_workq_free(&c->q); /* running parts end within their deadline */
     while (c->objs)
         http_cache_remove(c, c->objs);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->progress);
-    pthread_cond_destroy(&c->work);
     free(c);
 }
 
@@ -294,6 +355,8 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
 {
     pthread_mutex_lock(&c->lock);
     o->fd = -1;
+    o->parts = NULL;
+    o->nparts = 0;
     o->cprev = NULL;
     o->cnext = c->objs;
     if (c->objs)
@@ -304,21 +367,16 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
 
 void http_cache_remove(struct http_cache *c, struct pcr_object *o)
 {
+    /* queued parts dropped, running ones waited for (they end within their
+     * deadline); without the cache's lock, which they take */
+    if (!c->stop)
+        pcr_workq_cancel(&c->q, o);
     pthread_mutex_lock(&c->lock);
-    if (o->queued) {
-        struct pcr_object **p = &c->qhead, *prev = NULL;
-        while (*p && *p != o)
-            prev = *p, p = &(*p)->qnext;
-        if (*p)
-            *p = o->qnext;
-        if (c->qtail == o)
-            c->qtail = prev;
-        o->queued = false;
-    }
-    /* a fetch still running ends within its deadline */
-    while (o->fetching)
-        timed_wait(&c->progress, &c->lock, 1000);
-    drop(c, o);
+    o->busy = 0;
+    drop(c, o, true);
+    free(o->parts);
+    o->parts = NULL;
+    o->nparts = 0;
     if (o->cprev)
         o->cprev->cnext = o->cnext;
     else if (c->objs == o)
@@ -329,44 +387,39 @@ void http_cache_remove(struct http_cache *c, struct pcr_object *o)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Start the fetch threads on first use, not at open: a daemon forks after opening
- * its store, and threads do not survive fork(). (under the lock) */
-static void start_threads(struct http_cache *c)
-{
-    while (c->nthreads < FETCH_THREADS &&
-           pthread_create(&c->threads[c->nthreads], NULL, fetch_thread, c) == 0)
-        c->nthreads++;
-}
-
 int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len)
 {
     uint64_t end = off + len;
 
+    if (len == 0)
+        return 0;
     pthread_mutex_lock(&c->lock);
+    /* a prefix the cache cannot hold whole is read directly: fetched part by part
+     * it would evict its own first parts before they are read */
+    if (end - off > c->limit || parts_of(c, o) != 0) {
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
     if (end > o->advised)
         o->advised = end;
+    o->lru = ++c->tick;
     /* after a failed fetch, the misses inside the prefix fetch it again, later */
-    if (!c->stop && end > o->want && end > o->cached && http_now_ms() >= o->retry_after) {
-        if (o->want < o->cached)
-            o->want = o->cached;
-        o->want = end;
-        o->lru = ++c->tick;
-        if (!o->queued && !o->fetching) {
-            start_threads(c);
-            if (c->nthreads)
-                enqueue(c, o);
-            else
-                o->want = o->cached;
-        }
-    }
+    if (http_now_ms() >= o->retry_after)
+        for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++)
+            if (!part_ask(c, &o->parts[i], part_need(&o->parts[i], end), false))
+                break; /* the cache is full of what is being read: the rest direct */
     pthread_mutex_unlock(&c->lock);
     return 0;
 }
 
-void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t n)
+void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t n)
 {
     pthread_mutex_lock(&c->lock);
-    o->cached += n;
+    if (o->parts && o->psize) {
+        struct http_part *p = &o->parts[off / o->psize];
+        if (off + n - p->off > p->got)
+            p->got = off + n - p->off; /* a retried GET writes the same bytes again */
+    }
     if (c->waiters)
         pthread_cond_broadcast(&c->progress);
     pthread_mutex_unlock(&c->lock);
@@ -389,17 +442,49 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+enum { HAVE, WAIT, DIRECT };
+
+
+/* Whether [off, end) of @o is in the cache file (HAVE), on its way (WAIT: parts a
+ * reader waits for moved to the front, evicted advised ones queued again), or to
+ * be read directly (under the lock). */
+static int lookup(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t end)
+{
+    int res = HAVE;
+
+    if (!o->parts)
+        return DIRECT;
+    for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++) {
+        struct http_part *p = &o->parts[i];
+        uint64_t need = part_need(p, end);
+        if (p->got >= need)
+            continue;
+        /* on its way: first; advised and failed (or dropped after a checksum
+         * mismatch): fetched again, first; else not the cache's */
+        if (p->state != PART_IDLE ||
+            (end <= o->advised && http_now_ms() >= o->retry_after)) {
+            if (!part_ask(c, p, p->state != PART_IDLE && p->want > need ? p->want : need, true))
+                return DIRECT;
+            res = WAIT;
+            continue;
+        }
+        return DIRECT;
+    }
+    return res;
+}
+
 int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
                     void *buf)
 {
     struct http_backend *hb = c->hb;
-    uint64_t end = off + len, need = end > o->cached ? end - o->cached : 0;
+    uint64_t end = off + len;
     uint64_t since = http_now_ms();
     int ret;
 
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        if (o->fd >= 0 && end <= o->cached) {
+        int how = c->stop ? DIRECT : lookup(c, o, off, end);
+        if (how == HAVE) {
             int fd = o->fd;
             o->users++;
             o->lru = ++c->tick;
@@ -410,32 +495,33 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
             pthread_mutex_unlock(&c->lock);
             return ret == 0 ? 1 : 0; /* a cache file that fails: ask the server */
         }
-        if (c->stop || !((o->queued || o->fetching) && end <= o->want)) {
-            /* a prefix advised before and evicted (or failed): fetch it again */
-            uint64_t now = http_now_ms();
-            if (!c->stop && end <= o->advised && o->advised > o->cached && !o->queued &&
-                !o->fetching && now >= o->retry_after && c->nthreads) {
-                o->want = o->advised;
-                enqueue(c, o);
-                continue;
-            }
+        if (how == DIRECT) {
             pthread_mutex_unlock(&c->lock);
             return 0;
         }
         uint64_t gen = o->fetch_gen;
         c->waiters++;
-        timed_wait(&c->progress, &c->lock, 100);
+        pcr_cond_wait_ms(&c->progress, &c->lock, 100);
         c->waiters--;
-        if (o->fetch_gen != gen && o->fetch_err && end > o->cached) {
-            ret = o->fetch_err;
-            pthread_mutex_unlock(&c->lock);
-            /* a cache that cannot be written is no reason to fail: read directly */
-            return ret == -ENOSPC || ret == -EROFS || ret == -ENOMEM ? 0 : ret;
+        if (o->fetch_gen != gen && o->fetch_err) {
+            /* a part of ours that failed is idle short of our bytes,, held off until
+             * retry_after: fail with its error rather than wait again */
+            bool failed = false;
+            for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end;
+                 i++)
+                failed |= o->parts[i].state == PART_IDLE &&
+                          o->parts[i].got < part_need(&o->parts[i], end);
+            if (failed && http_now_ms() < o->retry_after) {
+                ret = o->fetch_err;
+                pthread_mutex_unlock(&c->lock);
+                /* a cache that cannot be written is no reason to fail: read directly */
+                return ret == -ENOSPC || ret == -EROFS || ret == -ENOMEM ? 0 : ret;
+            }
         }
         /* one deadline for the reader's operation, however the fetch goes (a
          * trickling server keeps it "progressing" for ever); longer while the
          * server throttles */
-        if (end > o->cached && http_now_ms() >= http_deadline(hb, need, since)) {
+        if (http_now_ms() >= http_deadline(hb, len, since)) {
             pthread_mutex_unlock(&c->lock);
             return -ETIMEDOUT;
         }
@@ -452,6 +538,7 @@ void http_cache_throttled(struct http_cache *c)
     if (c->allowed > 1 && now - c->cut_at >= 500) {
         c->allowed /= 2;
         c->cut_at = now;
+        pcr_workq_limit(&c->q, c->allowed);
         http_count(&c->hb->st.concurrency_cuts, 1);
         publish(c);
     }
@@ -463,8 +550,8 @@ void http_cache_drop(struct http_cache *c, struct pcr_object *o)
     pthread_mutex_lock(&c->lock);
     /* a fetch in flight writes into the file: only an idle prefix is dropped (the
      * one that failed was complete, so it is idle unless refetched already) */
-    if (!o->fetching && !o->queued && !o->users && o->cached) {
-        drop(c, o);
+    if (!o->busy && !o->users && o->held) {
+        drop(c, o, false);
         o->retry_after = 0;
         http_count(&c->hb->st.refetches, 1);
     }

@@ -14,11 +14,15 @@
 #define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
 #define MAX_HTTP_TIMEOUT 86400.0
 #define MAX_HTTP_RETRIES 20 /* the cap of backend/http.c */
+#define MIN_PART_SIZE    UINT64_C(64000) /* "64k" */
+#define MAX_PART_SIZE    (UINT64_C(1) << 30)
+#define MAX_CONNECTIONS  256 /* the handle pool of backend/http.c */
 
 int pcr_store_opt_remote_only(const char *name)
 {
     return !strcmp(name, "cache") || !strcmp(name, "cache_size") || !strcmp(name, "http_timeout") ||
-           !strcmp(name, "http_retries");
+           !strcmp(name, "http_retries") || !strcmp(name, "http_part_size") ||
+           !strcmp(name, "http_connections");
 }
 
 int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, char *msg,
@@ -61,6 +65,14 @@ int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, c
         o->http_retries = rc == 0 ? (int)v : o->http_retries;
         return rc;
     }
+    if (!strcmp(name, "http_part_size"))
+        return pcr_opt_size(name, val, MIN_PART_SIZE, MAX_PART_SIZE, "bytes", &o->http_part_size,
+                            msg, len);
+    if (!strcmp(name, "http_connections")) {
+        rc = pcr_opt_uint(name, val, 1, MAX_CONNECTIONS, NULL, &v, msg, len);
+        o->http_connections = rc == 0 ? (unsigned)v : o->http_connections;
+        return rc;
+    }
     return 1;
 }
 
@@ -70,6 +82,8 @@ void pcr_store_opts_http(const struct pcr_store_opts *o, struct pcr_http_opts *h
     ho->cache_size = o->cache_size;
     ho->timeout_ms = (unsigned)(o->http_timeout * 1000.0);
     ho->retries = o->http_retries;
+    ho->part_size = o->http_part_size;
+    ho->connections = o->http_connections;
 }
 
 void pcr_store_opts_apply(const struct pcr_store_opts *o, struct pcr_store *s)

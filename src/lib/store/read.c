@@ -229,8 +229,6 @@ static const char *check_record_hdr(struct pcr_store *s, struct rec *r, int *err
     return NULL;
 }
 
-static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix);
-
 struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned level)
 {
     struct rec *r = &s->recs[f->record - 1];
@@ -243,12 +241,11 @@ struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned
         return NULL;
     if (!__atomic_load_n(&r->obj, __ATOMIC_ACQUIRE) && store_open_record(s, r) != 0)
         return NULL;
-    /* Advise first: from object storage the header then comes out of the prefix
-     * fetch this starts, one request per record instead of two. The header is read
-     * without the lock (a network read must not hold up other records); two
-     * threads may both check it, and only the one that settles the state logs. */
-    if (r->valid)
-        advise(s, r, prefix_of(f, r, level));
+    /* The header is read without the lock (a network read must not hold up other
+     * records); two threads may both check it, and only the one that settles the
+     * state logs. No advice here: a reader that opens one file of a record is not
+     * yet one that reads the whole record (seq_note()). */
+    (void)level;
     why = check_record_hdr(s, r, &err);
     pthread_mutex_lock(&s->rec_lock);
     if (r->state == REC_UNCHECKED && why && why[0]) {
@@ -612,20 +609,145 @@ out:
     return ret;
 }
 
-/* Tell the backend, once per record and level, which prefix of the record a reader
- * going through the record in order needs (PCR's one sequential read per record). */
+/* ---- reading record by record ----
+ *
+ * A record's prefix at level K holds every image of the record at K (PCR's one
+ * sequential read per record), and advise() makes the backend fetch it whole: from
+ * object storage as parts over many connections into the cache, from local files
+ * as one readahead stream (-o readahead=record). That is right only for a reader
+ * that goes record by record; for one that does not (a shuffle over the whole
+ * store, fadvise DONTNEED churn, a cache smaller than what the shuffle touches) it
+ * fetches a whole prefix to serve one image: 10-30x the bytes read (issue 19). So
+ * the store advises a record only when
+ * - a reader is seen going through it in order: SEQ_RUN + 1 files of the record
+ *   opened one after another in file-id order (tracked for SEQ_CURSORS readers at
+ *   once, e.g. a DataLoader's workers; a shuffle almost never does this), and then
+ *   also the next SEQ_AHEAD records when this is the mount's first record read so or
+ *   the one before was read the same way (a scan of the store in order); or
+ * - the reader said which records come next (pcr_store_prefetch(), the sampler's
+ *   hint through /.pcrfs/prefetch).
+ * Every other miss reads just the bytes its file needs. */
+#define SEQ_CURSORS 4
+#define SEQ_RUN     2
+#define SEQ_AHEAD   2 /* records fetched ahead of a scan in order */
+
+/* The prefix of record @r at @level (level 0: the top). */
+static uint64_t rec_prefix(const struct pcr_store *s, const struct rec *r, unsigned level)
+{
+    if (!level || level >= s->levels || level >= r->ngroups)
+        return r->goff[r->ngroups];
+    return r->goff[level];
+}
+
 static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix)
 {
     struct pcr_backend *b = backend(s);
-    uint64_t was = __atomic_load_n(&r->advised, __ATOMIC_RELAXED);
+    struct pcr_object *o = __atomic_load_n(&r->obj, __ATOMIC_ACQUIRE);
 
-    if (!b->ops->advise || prefix <= was)
+    if (b->ops->advise && o && r->valid && prefix)
+        b->ops->advise(b, o, 0, prefix);
+}
+
+/* Record @id (1..nrecs) opened and its header checked, for advice ahead of its
+ * reader. @return it, or NULL (out of range, or failing: its reads will say). */
+static struct rec *rec_ready(struct pcr_store *s, uint64_t id)
+{
+    struct rec *r;
+
+    if (id < 1 || id > s->nrecs)
+        return NULL;
+    r = &s->recs[id - 1];
+    /* a record held as failing is not asked for ahead: its server does not answer,
+     * and the open would wait out a deadline in the caller's read */
+    if (!r->valid || __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == REC_BAD ||
+        __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE))
+        return NULL;
+    if (!__atomic_load_n(&r->obj, __ATOMIC_ACQUIRE) && store_open_record(s, r) != 0)
+        return NULL;
+    return r;
+}
+
+/* File @f of record @r is opened at @level (@prefix: what its level needs). */
+static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
+                     unsigned level, uint64_t prefix)
+{
+    bool go = false, next = false;
+    unsigned i;
+
+    __atomic_store_n(&s->seq_level, level, __ATOMIC_RELAXED);
+    if (!backend(s)->ops->advise)
         return;
-    while (!__atomic_compare_exchange_n(&r->advised, &was, prefix, false, __ATOMIC_RELAXED,
-                                        __ATOMIC_RELAXED))
-        if (prefix <= was)
-            return;
-    b->ops->advise(b, r->obj, was, prefix - was);
+    pthread_mutex_lock(&s->rec_lock);
+    for (i = 0; i < SEQ_CURSORS && r->seq_next[i] != f->id; i++)
+        ;
+    if (i < SEQ_CURSORS) {
+        r->seq_next[i] = f->id + 1;
+        if (r->seq_run[i] < UINT8_MAX && ++r->seq_run[i] == SEQ_RUN) {
+            go = true;
+            /* the mount's first such record, or the one after the last: the
+             * reader scans the store in order */
+            next = !s->seq_last || s->seq_last + 1 == f->record;
+            s->seq_last = f->record;
+        }
+    } else {
+        i = r->seq_turn++ % SEQ_CURSORS;
+        r->seq_next[i] = f->id + 1;
+        r->seq_run[i] = 0;
+    }
+    pthread_mutex_unlock(&s->rec_lock);
+    if (!go || __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE))
+        return; /* (failing: see rec_ready()) */
+    advise(s, r, prefix);
+    /* more than one: a record's parts alone do not fill the connections (a prefix
+     * of 86 MB is 11 parts of 8 MiB; BENCHMARKS.md, "Parts over many connections") */
+    for (unsigned k = 1; next && k <= SEQ_AHEAD; k++) {
+        struct rec *n = rec_ready(s, (uint64_t)f->record + k);
+        if (n)
+            advise(s, n, rec_prefix(s, n, level));
+    }
+}
+
+int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
+{
+    unsigned level = __atomic_load_n(&s->seq_level, __ATOMIC_RELAXED);
+
+    for (size_t i = 0; i < n; i++)
+        if (records[i] < 1 || records[i] > s->nrecs)
+            return -EINVAL;
+    if (!backend(s)->ops->advise)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        struct rec *r = rec_ready(s, records[i]);
+        if (r)
+            advise(s, r, rec_prefix(s, r, level));
+    }
+    return 0;
+}
+
+int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len)
+{
+    uint64_t ids[PCR_PREFETCH_MAX];
+    size_t n = 0, i = 0;
+
+    /* untrusted bytes: decimal ids split by spaces or newlines, nothing else */
+    while (i < len) {
+        uint64_t v = 0;
+        size_t start;
+        if (buf[i] == ' ' || buf[i] == ',' || buf[i] == '\n') {
+            i++;
+            continue;
+        }
+        for (start = i; i < len && buf[i] >= '0' && buf[i] <= '9'; i++) {
+            if (i - start >= 19)
+                return -EINVAL;
+            v = v * 10 + (uint64_t)(buf[i] - '0');
+        }
+        if (i == start || (i < len && buf[i] != ' ' && buf[i] != ',' && buf[i] != '\n') ||
+            n == PCR_PREFETCH_MAX)
+            return -EINVAL;
+        ids[n++] = v;
+    }
+    return pcr_store_prefetch(s, ids, n);
 }
 
 /* ---- handles ---- */
@@ -670,7 +792,7 @@ static int handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned l
         if (!h)
             return -ENOMEM;
         memcpy(h->seg, p.seg, p.n * sizeof(h->seg[0]));
-        advise(s, r, p.prefix);
+        seq_note(s, f, r, level, p.prefix);
         h->mem = NULL;
         h->nseg = p.n;
         h->size = p.size;
@@ -751,7 +873,7 @@ static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsign
     plan_make(s, f, r, level, &p);
     if (off == 0) {
         pcr_count(&s->stats.level[p.level].opens, 1);
-        advise(s, r, p.prefix);
+        seq_note(s, f, r, level, p.prefix);
     }
     return read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, off);
 }

@@ -54,7 +54,11 @@ struct rec {
     struct pcr_object *obj;            /* open object, or NULL (atomic) */
     int state;                         /* enum rec_state (atomic) */
     int warned;                        /* a read error was logged (atomic) */
-    uint64_t advised;                  /* prefix [0, advised) given to advise() (atomic) */
+    /* reading record by record (read.c, seq_note()): a few readers' next file ids in
+     * this record and how many files in a row each read (under rec_lock) */
+    uint64_t seq_next[4];
+    uint8_t seq_run[4];
+    uint8_t seq_turn;
     uint64_t fail_until;               /* ms (monotonic): failed on the network, its files
                                           fail at once until then (atomic; 0: not) */
 };
@@ -126,6 +130,8 @@ struct pcr_store {
     pthread_mutex_t rec_lock; /* serialises opening and checking records */
     struct arena_block *arena;
     struct pcr_stats stats;   /* updated with relaxed atomics */
+    uint64_t seq_last;        /* the record last seen read record by record (rec_lock) */
+    unsigned seq_level;       /* the level of the last open (atomic): hints' prefixes */
     struct carry_slot carry[PCR_CARRY_SLOTS];
 };
 

@@ -544,7 +544,8 @@ int pcr_views_stats_json(const struct pcr_views *vs, const char *head, char **ou
                         "\"cache_bytes\": %llu, \"cache_limit\": %llu, \"evictions\": %llu, "
                         "\"throttled\": %llu, \"backoff_ms\": %llu, \"fetch_concurrency\": %llu, "
                         "\"concurrency_cuts\": %llu, \"held_fails\": %llu, \"refetches\": %llu, "
-                        "\"heals\": %llu, \"index_refetches\": %llu},\n",
+                        "\"heals\": %llu, \"index_refetches\": %llu, \"fetch_bytes\": %llu, "
+                        "\"direct_bytes\": %llu, \"front_pushes\": %llu},\n",
                         (unsigned long long)hs.requests, (unsigned long long)hs.gets,
                         (unsigned long long)hs.prefix_fetches, (unsigned long long)hs.bytes,
                         (unsigned long long)hs.retries, (unsigned long long)hs.errors,
@@ -555,7 +556,9 @@ int pcr_views_stats_json(const struct pcr_views *vs, const char *head, char **ou
                         (unsigned long long)hs.fetch_concurrency,
                         (unsigned long long)hs.concurrency_cuts,
                         (unsigned long long)st->held_fails, (unsigned long long)hs.refetches,
-                        (unsigned long long)st->heals, (unsigned long long)hs.index_refetches);
+                        (unsigned long long)st->heals, (unsigned long long)hs.index_refetches,
+                        (unsigned long long)hs.fetch_bytes, (unsigned long long)hs.direct_bytes,
+                        (unsigned long long)hs.front_pushes);
     /* an s3:// store's credentials: where from and when they expire, no secret */
     if (pcr_http_creds_json(creds, sizeof(creds)) == 0)
         pcr_json_printf(&b, "  \"credentials\": %s,\n", creds);

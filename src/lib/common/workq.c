@@ -1,0 +1,260 @@
+/* pcrfs — one work queue for the library's background threads (see workq.h). */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include "common/workq.h"
+
+enum { JOB_IDLE, JOB_QUEUED, JOB_RUNNING };
+enum { AGAIN_NO, AGAIN_BACK, AGAIN_FRONT };
+
+int pcr_cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rc;
+
+    if ((rc = pthread_condattr_init(&ca)) != 0)
+        return -rc;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return -rc;
+}
+
+int pcr_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return -pthread_cond_timedwait(cv, m, &ts);
+}
+
+static void unlink_job(struct pcr_workq *q, struct pcr_job *j)
+{
+    j->prev->next = j->next;
+    j->next->prev = j->prev;
+    j->prev = j->next = NULL;
+    q->queued--;
+}
+
+/* Queue @j, idle (under the lock). */
+static void link_job(struct pcr_workq *q, struct pcr_job *j, bool front)
+{
+    struct pcr_job *at = front ? &q->queue : q->queue.prev;
+
+    j->prev = at;
+    j->next = at->next;
+    at->next->prev = j;
+    at->next = j;
+    j->state = JOB_QUEUED;
+    q->queued++;
+}
+
+static void *worker(void *arg)
+{
+    struct pcr_workq_slot *slot = arg;
+    struct pcr_workq *q = slot->q;
+
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        struct pcr_job *j = q->queue.next;
+        if (q->stop)
+            break;
+        if (j == &q->queue || q->running >= q->allowed) {
+            q->idle++;
+            pthread_cond_wait(&q->work, &q->lock);
+            q->idle--;
+            continue;
+        }
+        unlink_job(q, j);
+        j->state = JOB_RUNNING;
+        j->again = AGAIN_NO;
+        slot->cur = j;
+        q->running++;
+        pthread_mutex_unlock(&q->lock);
+        j->run(j);
+        pthread_mutex_lock(&q->lock);
+        slot->cur = NULL;
+        q->running--;
+        j->state = JOB_IDLE;
+        if (j->again != AGAIN_NO && !q->stop)
+            link_job(q, j, j->again == AGAIN_FRONT);
+        pthread_cond_broadcast(&q->done);
+        if (q->queued)
+            pthread_cond_signal(&q->work); /* a slot is free again */
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+int pcr_workq_init(struct pcr_workq *q, unsigned threads)
+{
+    int rc;
+
+    *q = (struct pcr_workq){.max = threads ? threads : 1};
+    q->allowed = q->max;
+    q->queue.prev = q->queue.next = &q->queue;
+    q->slots = calloc(q->max, sizeof(*q->slots));
+    if (!q->slots)
+        return -ENOMEM;
+    if ((rc = pthread_mutex_init(&q->lock, NULL)) != 0) {
+        free(q->slots);
+        q->slots = NULL;
+        return -rc;
+    }
+    pthread_cond_init(&q->work, NULL);
+    if ((rc = pcr_cond_init_monotonic(&q->done)) != 0) {
+        pthread_cond_destroy(&q->work);
+        pthread_mutex_destroy(&q->lock);
+        free(q->slots);
+        q->slots = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+void pcr_workq_free(struct pcr_workq *q)
+{
+    if (!q->slots)
+        return;
+    pthread_mutex_lock(&q->lock);
+    q->stop = true;
+    while (q->queue.next != &q->queue) {
+        struct pcr_job *j = q->queue.next;
+        unlink_job(q, j);
+        j->state = JOB_IDLE;
+    }
+    pthread_cond_broadcast(&q->work);
+    pthread_mutex_unlock(&q->lock);
+    for (unsigned i = 0; i < q->nthreads; i++)
+        pthread_join(q->slots[i].thread, NULL);
+    pthread_cond_destroy(&q->work);
+    pthread_cond_destroy(&q->done);
+    pthread_mutex_destroy(&q->lock);
+    free(q->slots);
+    q->slots = NULL;
+}
+
+/* Start one more thread if the queue holds more jobs than idle threads can take
+ * (under the lock), with every signal blocked. @return whether any thread runs. */
+static bool grow(struct pcr_workq *q)
+{
+    sigset_t all, old;
+
+    if (q->nthreads < q->max && q->queued > q->idle) {
+        struct pcr_workq_slot *s = &q->slots[q->nthreads];
+        s->q = q;
+        s->cur = NULL;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        if (pthread_create(&s->thread, NULL, worker, s) == 0)
+            q->nthreads++;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    return q->nthreads > 0;
+}
+
+bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front)
+{
+    bool ok = true;
+
+    pthread_mutex_lock(&q->lock);
+    if (q->stop) {
+        ok = false;
+    } else if (j->state == JOB_RUNNING) {
+        /* queued again when this run ends: a job never runs twice at once */
+        if (front || j->again == AGAIN_NO)
+            j->again = front ? AGAIN_FRONT : AGAIN_BACK;
+    } else if (j->state == JOB_QUEUED && !front) {
+        /* already waiting its turn */
+    } else {
+        if (j->state == JOB_QUEUED)
+            unlink_job(q, j);
+        link_job(q, j, front);
+        if (!grow(q)) {
+            unlink_job(q, j);
+            j->state = JOB_IDLE;
+            ok = false;
+        } else {
+            pthread_cond_signal(&q->work);
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
+bool pcr_workq_take(struct pcr_workq *q, struct pcr_job *j)
+{
+    bool was;
+
+    pthread_mutex_lock(&q->lock);
+    was = j->state == JOB_QUEUED;
+    if (was) {
+        unlink_job(q, j);
+        j->state = JOB_IDLE;
+    } else if (j->state == JOB_RUNNING) {
+        j->again = AGAIN_NO;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return was;
+}
+
+bool pcr_workq_busy(struct pcr_workq *q, const struct pcr_job *j)
+{
+    bool busy;
+
+    pthread_mutex_lock(&q->lock);
+    busy = j->state != JOB_IDLE;
+    pthread_mutex_unlock(&q->lock);
+    return busy;
+}
+
+static bool owner_runs(struct pcr_workq *q, const void *owner)
+{
+    for (unsigned i = 0; i < q->nthreads; i++)
+        if (q->slots[i].cur && q->slots[i].cur->owner == owner)
+            return true;
+    return false;
+}
+
+void pcr_workq_cancel(struct pcr_workq *q, const void *owner)
+{
+    pthread_mutex_lock(&q->lock);
+    for (struct pcr_job *j = q->queue.next, *n; j != &q->queue; j = n) {
+        n = j->next;
+        if (j->owner == owner) {
+            unlink_job(q, j);
+            j->state = JOB_IDLE;
+        }
+    }
+    for (unsigned i = 0; i < q->nthreads; i++)
+        if (q->slots[i].cur && q->slots[i].cur->owner == owner)
+            q->slots[i].cur->again = AGAIN_NO;
+    while (owner_runs(q, owner))
+        pthread_cond_wait(&q->done, &q->lock);
+    pthread_mutex_unlock(&q->lock);
+}
+
+void pcr_workq_limit(struct pcr_workq *q, unsigned n)
+{
+    pthread_mutex_lock(&q->lock);
+    q->allowed = n < 1 ? 1 : n > q->max ? q->max : n;
+    pthread_cond_broadcast(&q->work);
+    pthread_mutex_unlock(&q->lock);
+}
+
+unsigned pcr_workq_pending(struct pcr_workq *q)
+{
+    unsigned n;
+
+    pthread_mutex_lock(&q->lock);
+    n = q->queued + q->running;
+    pthread_mutex_unlock(&q->lock);
+    return n;
+}

@@ -1,0 +1,82 @@
+/* pcrfs — one work queue for the library's background threads.
+ *
+ * Three modules of the library do work behind their readers' backs: the POSIX
+ * backend's readahead, the object-storage cache's fetches and refurb/'s renders.
+ * Each is a FIFO of jobs drained by a few threads; this is that machinery, once:
+ *
+ * - Threads start lazily, one per push while the queue holds more jobs than there
+ *   are idle threads, up to the queue's thread count, with every signal blocked
+ *   (signals are the readers' and the daemon's business). A store opened before a
+ *   fork() has no threads in the child; the first push there starts them.
+ * - A job may be pushed to the front (a reader waits for it) or back; pushing a
+ *   queued job again to the front moves it there. A job never runs on two threads at
+ *   once: pushed while it runs, it is queued again when that run ends.
+ * - A job can be taken back while queued (its owner runs it itself, or no longer
+ *   needs it), and cancel() drops an owner's queued jobs and waits until none of its
+ *   jobs runs: after it returns, the owner may be freed.
+ * - limit() bounds how many jobs run at once (throttling), without stopping threads.
+ * - Every timed wait is on CLOCK_MONOTONIC: a clock step never shortens or stretches
+ *   a deadline.
+ *
+ * The queue's lock is its own and is never held while a job runs. A caller may hold
+ * its own lock while it calls push(), take(), limit() or cancel() — never while the
+ * job's run() would need it and cancel() waits, i.e. cancel() must be called without
+ * any lock run() takes.
+ */
+#ifndef PCRFS_COMMON_WORKQ_H
+#define PCRFS_COMMON_WORKQ_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct pcr_job {
+    struct pcr_job *prev, *next; /* in the queue, while queued */
+    void (*run)(struct pcr_job *j);
+    const void *owner; /* what pcr_workq_cancel() matches */
+    int state;         /* the queue's: idle, queued, running */
+    int again;         /* pushed while running: 1 back, 2 front, once it ends */
+};
+
+struct pcr_workq_slot {
+    struct pcr_workq *q;
+    pthread_t thread;
+    struct pcr_job *cur; /* the job this thread runs, or NULL */
+};
+
+struct pcr_workq {
+    pthread_mutex_t lock;
+    pthread_cond_t work;  /* a job was queued, a slot freed, or stop */
+    pthread_cond_t done;  /* a job ended (CLOCK_MONOTONIC) */
+    struct pcr_job queue; /* circular list, sentinel */
+    struct pcr_workq_slot *slots;
+    unsigned max, nthreads, idle;
+    unsigned running, allowed;
+    unsigned queued;
+    bool stop;
+};
+
+/* Set up @q for at most @threads threads (≥ 1). @return 0 or -errno. */
+int pcr_workq_init(struct pcr_workq *q, unsigned threads);
+/* Stop: queued jobs are dropped unrun, running ones finish, threads are joined. */
+void pcr_workq_free(struct pcr_workq *q);
+/* Queue @j (its run and owner set) at the front or the back; a queued @j pushed to the
+ * front moves there, a running one is left alone. @return false if no thread runs
+ * and none could be started: @j is not queued, the caller runs it itself. */
+bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front);
+/* Take @j out of the queue. @return whether it was queued (it will not run). */
+bool pcr_workq_take(struct pcr_workq *q, struct pcr_job *j);
+/* Whether @j is queued or running. */
+bool pcr_workq_busy(struct pcr_workq *q, const struct pcr_job *j);
+/* Drop @owner's queued jobs and wait until none of its jobs runs. */
+void pcr_workq_cancel(struct pcr_workq *q, const void *owner);
+/* At most @n jobs (1..threads) run at once from now on. */
+void pcr_workq_limit(struct pcr_workq *q, unsigned n);
+/* Jobs queued and running now (for stats). */
+unsigned pcr_workq_pending(struct pcr_workq *q);
+
+/* A condition variable on CLOCK_MONOTONIC, and a wait on one of at most @ms. */
+int pcr_cond_init_monotonic(pthread_cond_t *cv);
+int pcr_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t ms);
+
+#endif
