@@ -196,9 +196,10 @@ class NodeBench(s3.Bench):
         return {o: o in text for o in ("http_connections", "http_part_size")}
 
     def read(self, root, order):
+        """@order: a file of paths, or None: RecordSampler's, with prefetch hints."""
         a = self.a
-        return self.pyjson("order_read.py", [root, order, "--threads", str(a.readers),
-                                             "--timeout", str(a.window)],
+        return self.pyjson("order_read.py", [root, order or "--sampler", "--threads",
+                                             str(a.readers), "--timeout", str(a.window)],
                            timeout=a.window + 300)
 
     def run_pcrfs(self, ctl, port, view, n, order):
@@ -216,7 +217,7 @@ class NodeBench(s3.Bench):
         try:
             before = self.pcrfs_stats(mnt)
             self.proxy_cmd(ctl, "reset")
-            r = self.read(os.path.join(mnt, view), order)
+            r = self.read(os.path.join(mnt, view), None if a.hints else order)
             r["proxy"] = self.proxy_cmd(ctl, "stats")
             after = self.pcrfs_stats(mnt)
         finally:
@@ -275,6 +276,7 @@ class NodeBench(s3.Bench):
                "load_start": s3.loadavg(), "cores": os.cpu_count(),
                "cap_mbps": a.cap_mbps, "rtt_ms": a.rtt_ms, "connect_ms": a.connect_ms,
                "readers": a.readers, "window": a.window, "part_size": a.part_size,
+               "hints": a.hints,
                "s3fs_opts": S3FS_OPTS,
                "s3fs": subprocess.run(["dpkg-query", "-W", "-f=${Version}", "s3fs"],
                                       capture_output=True, text=True).stdout.strip()}
@@ -341,6 +343,9 @@ def main():
     ap.add_argument("--rtt-ms", type=float, default=2.0)
     ap.add_argument("--connect-ms", type=float, default=5.0)
     ap.add_argument("--readers", type=int, default=32, help="reader threads")
+    ap.add_argument("--no-hints", dest="hints", action="store_false",
+                    help="pcrfs read in RecordSampler's order from a file, without its "
+                    "prefetch hints (default: RecordSampler(prefetch=True) drawn as read)")
     ap.add_argument("--window", type=float, default=20.0,
                     help="seconds each run reads (it stops earlier at the end of the order)")
     ap.add_argument("--walk-timeout", type=float, default=120.0)
