@@ -75,20 +75,26 @@ class RequestParser:
             C.methods[method] = C.methods.get(method, 0) + 1
 
 
-async def pipe(reader, writer, delay, not_before, parser, upward):
+async def pipe(reader, writer, delay, not_before, parser, upward, bucket=None, queue=0,
+               chunk=BUF):
     """Copy @reader to @writer, each chunk @delay s after it arrived (and not before
-    @not_before, monotonic), preserving order."""
-    q = asyncio.Queue()
+    @not_before, monotonic, nor before @bucket, if any, has the tokens for it: see
+    bench/capproxy.py), preserving order. At most @queue chunks wait (0: no bound),
+    so that a slow writer slows the reader down; reads of at most @chunk bytes."""
+    q = asyncio.Queue(queue)
 
     async def pump_out():
         try:
             while True:
-                due, data = await q.get()
+                arrived, data = await q.get()
                 if data is None:
                     break
-                wait = due - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+                now = time.monotonic()
+                due = max(arrived + delay, not_before)
+                if bucket:
+                    due = max(due, bucket.due(len(data), now))
+                if due > now:
+                    await asyncio.sleep(due - now)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -101,8 +107,8 @@ async def pipe(reader, writer, delay, not_before, parser, upward):
 
     out = asyncio.ensure_future(pump_out())
     try:
-        while True:
-            data = await reader.read(BUF)
+        while not out.done():
+            data = await reader.read(chunk)
             if not data:
                 break
             if upward:
@@ -110,11 +116,12 @@ async def pipe(reader, writer, delay, not_before, parser, upward):
                 parser.feed(data)
             else:
                 C.down += len(data)
-            q.put_nowait((max(time.monotonic() + delay, not_before), data))
+            await q.put((time.monotonic(), data))
     except (ConnectionError, OSError):
         pass
-    q.put_nowait((0, None))
-    await out
+    if not out.done():
+        await q.put((0, None))
+        await out
 
 
 async def handle(creader, cwriter, a):
@@ -132,7 +139,9 @@ async def handle(creader, cwriter, a):
         pipe(sreader, cwriter, one_way, 0, None, False))
 
 
-async def control(reader, writer):
+async def control(reader, writer, stats=None, reset=None):
+    """The control connection: "stats" answers stats() (default: the counters) as one
+    JSON line, "reset" calls reset() (default: zero the counters)."""
     try:
         while True:
             line = await reader.readline()
@@ -140,9 +149,9 @@ async def control(reader, writer):
                 break
             cmd = line.strip().decode()
             if cmd == "stats":
-                writer.write((json.dumps(C.as_dict()) + "\n").encode())
+                writer.write((json.dumps(stats() if stats else C.as_dict()) + "\n").encode())
             elif cmd == "reset":
-                C.reset()
+                (reset or C.reset)()
                 writer.write(b"ok\n")
             else:
                 writer.write(b"?\n")

@@ -1,47 +1,100 @@
 #!/usr/bin/python3
-"""Read the files of a tree in a given order, whole, in one thread (for bench/s3.py).
+"""Read the files of a tree in a given order, whole (for bench/s3.py and
+bench/node_throughput.py).
 
-    order_read.py ROOT ORDER [--decode] [--timeout S]
+    order_read.py ROOT ORDER|--sampler [--decode] [--timeout S] [--threads N]
 
 ORDER is a file of relative paths, one a line (the order an ImageFolder with a
 given sampler would open them). Each file is read as ImageFolder's loaders read
 it: open(p, 'rb', buffering=0).read(); with --decode, Pillow then decodes it
-(Image.open on the bytes, convert('RGB')). Prints one JSON object: files, bytes,
-seconds, files_per_s, mb_per_s.
+(Image.open on the bytes, convert('RGB')). With --threads N (default 1), N threads
+take the next path of the order in turn, as DataLoader workers take the next
+batch, so up to N files are being read at once. With --sampler instead of ORDER,
+the order is drawn as it is read from pcrfs.RecordSampler(ImageFolder(ROOT), seed=0,
+prefetch=True) (ROOT on a pcrfs mount), which names the records coming next to the
+mount as a DataLoader's sampler would (the same order as without hints). Prints one
+JSON object: files, bytes, seconds, files_per_s, mb_per_s.
 """
 import io
 import json
 import os
 import sys
+import threading
 import time
 
 
+def opt(name, default):
+    """The value after --@name in argv (removed from it), or @default."""
+    if name not in sys.argv:
+        return default
+    i = sys.argv.index(name)
+    v = sys.argv[i + 1]
+    del sys.argv[i:i + 2]
+    return v
+
+
+class sampled:
+    """The paths of RecordSampler(ImageFolder(@root), prefetch=True)'s order, drawn
+    from the sampler as they are indexed (the hints go out as the readers advance)."""
+
+    def __init__(self, root):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "python"))
+        import pcrfs
+        from torchvision.datasets import ImageFolder
+        self.ds = ImageFolder(root)
+        self.it = iter(pcrfs.RecordSampler(self.ds, seed=0, prefetch=True))
+        self.got = []
+
+    def __len__(self):
+        return len(self.ds)
+
+    def __getitem__(self, i):
+        while len(self.got) <= i:
+            self.got.append(self.ds.samples[next(self.it)][0])
+        return self.got[i]
+
+
 def main():
-    args = [x for x in sys.argv[1:] if not x.startswith("--")]
+    timeout = float(opt("--timeout", 0))
+    threads = max(1, int(opt("--threads", 1)))
     decode = "--decode" in sys.argv
-    timeout = 0.0
-    if "--timeout" in sys.argv:
-        timeout = float(sys.argv[sys.argv.index("--timeout") + 1])
-        args.remove(sys.argv[sys.argv.index("--timeout") + 1])
-    root, order = args
-    with open(order) as f:
-        paths = [os.path.join(root, line.rstrip("\n")) for line in f if line.strip()]
+    if "--sampler" in sys.argv:
+        (root,) = [x for x in sys.argv[1:] if not x.startswith("--")]
+        paths = sampled(root)
+    else:
+        root, order = [x for x in sys.argv[1:] if not x.startswith("--")]
+        with open(order) as f:
+            paths = [os.path.join(root, line.rstrip("\n")) for line in f if line.strip()]
     if decode:
         from PIL import Image
     n = nbytes = 0
+    lock = threading.Lock()
     t0 = time.perf_counter()
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            data = f.read()
-        nbytes += len(data)
-        if decode:
-            Image.open(io.BytesIO(data)).convert("RGB")
-        n += 1
-        if timeout and time.perf_counter() - t0 > timeout:
-            break
+
+    def worker():
+        nonlocal n, nbytes
+        while True:
+            with lock:
+                if n >= len(paths) or (timeout and time.perf_counter() - t0 > timeout):
+                    return
+                p = paths[n]
+                n += 1
+            with open(p, "rb", buffering=0) as f:
+                data = f.read()
+            if decode:
+                Image.open(io.BytesIO(data)).convert("RGB")
+            with lock:
+                nbytes += len(data)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
     secs = time.perf_counter() - t0
-    json.dump({"root": root, "decode": decode, "files": n, "bytes": nbytes, "seconds": secs,
-               "files_per_s": n / secs, "mb_per_s": nbytes / secs / 1e6,
+    json.dump({"root": root, "decode": decode, "threads": threads, "files": n,
+               "bytes": nbytes, "seconds": secs, "files_per_s": n / secs, "mb_per_s": nbytes / secs / 1e6,
                "timed_out": n < len(paths)}, sys.stdout)
     print()
 

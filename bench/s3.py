@@ -228,7 +228,9 @@ class Bench:
             json.dump(sig, f)
         return len(files)
 
-    def proxy(self, rtt):
+    def proxy(self, rtt, script="delayproxy.py", args=()):
+        """Start bench/@script (delayproxy.py, or capproxy.py with its @args) in front of
+        s3rver; returns it, its port and its control port."""
         port, ctl = free_port(), free_port()
 
         def up():
@@ -237,10 +239,10 @@ class Bench:
                 return True
             except OSError:
                 return False
-        p = self.start("proxy-%g" % rtt, ["/usr/bin/python3", os.path.join(HERE, "delayproxy.py"),
-                                           "--listen", str(port), "--upstream",
-                                           str(self.s3port), "--rtt-ms", str(rtt),
-                                           "--control", str(ctl)], up)
+        p = self.start("%s-%g" % (script[:-3], rtt),
+                       ["/usr/bin/python3", os.path.join(HERE, script), "--listen", str(port),
+                        "--upstream", str(self.s3port), "--rtt-ms", str(rtt), "--control",
+                        str(ctl)] + list(args), up)
         return p, port, ctl
 
     @staticmethod
@@ -561,28 +563,37 @@ def main():
         a.s3rver = os.path.join(d, "node_modules", ".bin", "s3rver")
     sys.path.insert(0, HERE)
     import s3render
-    path = os.path.join(a.work, "s3-results.json")
+
+    def check():
+        for what, p in (("dataset", a.dataset), ("store", os.path.join(a.store, "index.db"))):
+            if not os.path.exists(p):
+                sys.exit("s3bench: no %s at %s (run bench/run.sh first, or --%s)" %
+                         (what, p, what))
+    drive(a, Bench, os.path.join(a.work, "s3-results.json"), s3render.rewrite, "s3bench",
+          check)
+
+
+def drive(a, bench, path, rewrite, name, check=None):
+    """With --render-only, render the results file @path into a.out with @rewrite;
+    else (as root) run @bench(a).run_all() first, stopped cleanly by SIGTERM."""
     if a.render_only:
         with open(path) as f:
             res = json.load(f)
     else:
         if os.getuid() != 0:
-            sys.exit("s3bench: run as root (drop_caches, FUSE mounts)")
-        for what, p in (("dataset", a.dataset), ("store", os.path.join(a.store, "index.db"))):
-            if not os.path.exists(p):
-                sys.exit("s3bench: no %s at %s (run bench/run.sh first, or --%s)" %
-                         (what, p, what))
+            sys.exit("%s: run as root (drop_caches, FUSE mounts)" % name)
+        if check:
+            check()
         os.makedirs(a.work, exist_ok=True)
-        b = Bench(a)
+        b = bench(a)
 
         def stop(sig, frame):
             raise KeyboardInterrupt
         signal.signal(signal.SIGTERM, stop)
         res = b.run_all()
     res = json.loads(json.dumps(res))  # the keys as in the results file (str)
-    s3render.rewrite(a.out, res)
-    print("s3bench: wrote %s" % a.out)
-
+    rewrite(a.out, res)
+    print("%s: wrote %s" % (name, a.out))
 
 if __name__ == "__main__":
     main()

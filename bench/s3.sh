@@ -13,14 +13,16 @@
 # (section 13 alone, about 4 minutes) neither s3fs nor s3rver is installed.
 set -euo pipefail
 
-cmdline="bench/s3.sh${*:+ $*}"
+cmdline=${BENCH_CMDLINE:-"bench/s3.sh${*:+ $*}"}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$repo/build
+driver=s3.py # bench/node_throughput.sh runs its own with --driver, after the same set-up
 args=()
 only_local=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
+    --driver) driver=$2; shift 2 ;;
     --only) [ "$2" = local ] && only_local=1; args+=("$1" "$2"); shift 2 ;;
     -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
                exec /usr/bin/python3 "$repo/bench/s3.py" --help ;;
@@ -54,5 +56,5 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 ninja -C "$build" -j2 >/dev/null
 export BENCH_CMDLINE="$cmdline"
-exec /usr/bin/python3 "$repo/bench/s3.py" --build "$build" \
+exec /usr/bin/python3 "$repo/bench/$driver" --build "$build" \
     --s3rver "$s3dir/node_modules/.bin/s3rver" "${args[@]}"

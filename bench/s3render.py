@@ -19,7 +19,7 @@ def med(xs):
     return statistics.median(xs) if xs else 0.0
 
 
-def cmds_block(cmds):
+def cmds_block(cmds, work="bench/s3.py's work directory"):
     if not cmds:
         return ""
     # ports are picked at random each run: one line per command
@@ -35,7 +35,7 @@ def cmds_block(cmds):
         if c not in out:
             out.append(c)
     cmds = out
-    return ("\n\n<details><summary>Commands (as run; $WORK = bench/s3.py's work directory, "
+    return ("\n\n<details><summary>Commands (as run; $WORK = %s, " % work +
             "$STORE and $DATASET = the store and the original JPEGs it was built from)"
             "</summary>\n\n```\n" + "\n".join(cmds) + "\n```\n</details>")
 
@@ -236,13 +236,17 @@ HEADINGS = {
 }
 
 
-def rewrite(path, res):
+def rewrite(path, res, render=None, headings=None):
+    """Replace the generated sections @render (name -> function of @res; default this
+    module's) in the file @path, appending a missing one under its @headings[name]."""
+    render = render or RENDER
+    headings = headings or HEADINGS
     try:
         with open(path) as f:
             text = f.read()
     except FileNotFoundError:
         text = "# pcrfs benchmarks\n"
-    for name, fn in RENDER.items():
+    for name, fn in render.items():
         begin = "<!-- BEGIN GENERATED: %s -->" % name
         end = "<!-- END GENERATED: %s -->" % name
         pat = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
@@ -252,7 +256,7 @@ def rewrite(path, res):
         if pat.search(text):
             text = pat.sub(lambda _: block, text, count=1)
         else:
-            text = text.rstrip("\n") + "\n\n" + HEADINGS[name] + "\n\n" + block + "\n"
+            text = text.rstrip("\n") + "\n\n" + headings[name] + "\n\n" + block + "\n"
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)
