@@ -9,6 +9,7 @@
 #include <string.h>
 #include "common/internal.h"
 #include "backend/http_internal.h"
+#include "common/workq.h"
 
 #define MERGE_GAP          (64u * 1024)       /* ranges closer than this: one GET, */
 #define MERGE_WASTE        8                  /* ... if the gaps stay under 1/8 of it */
@@ -101,6 +102,36 @@ static int cmp_range(const void *a, const void *b)
  * gaps stay a small part of what the GET brings (a file's scans lie in every group
  * of its record: merged freely, one small image would bring most of the record,
  * 150x its bytes), the GETs go out in parallel. */
+/* Wait for @n slots of direct GETs (all of them when @n is more than the limit and
+ * none is taken), within the operation's deadline. @return 0 or -ETIMEDOUT. */
+static int direct_take(struct http_backend *hb, unsigned n)
+{
+    uint64_t deadline = http_deadline(&hb->x, 0, http_now_ms());
+    int ret = 0;
+
+    pthread_mutex_lock(&hb->direct_lock);
+    while (hb->direct_inflight && hb->direct_inflight + n > hb->x.nconn) {
+        uint64_t now = http_now_ms();
+        if (now >= deadline) {
+            ret = -ETIMEDOUT;
+            break;
+        }
+        pcr_cond_wait_ms(&hb->direct_free, &hb->direct_lock, deadline - now);
+    }
+    if (!ret)
+        hb->direct_inflight += n;
+    pthread_mutex_unlock(&hb->direct_lock);
+    return ret;
+}
+
+static void direct_put(struct http_backend *hb, unsigned n)
+{
+    pthread_mutex_lock(&hb->direct_lock);
+    hb->direct_inflight -= n;
+    pthread_cond_broadcast(&hb->direct_free);
+    pthread_mutex_unlock(&hb->direct_lock);
+}
+
 static int read_direct(struct http_backend *hb, struct pcr_object *o, const struct pcr_range **rg,
                        unsigned n)
 {
@@ -135,7 +166,10 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
                                    .fd = -1};
         req_hooks(hb, &req[i]);
     }
+    if ((ret = direct_take(hb, ns)) != 0)
+        goto out;
     ret = http_perform(&hb->x, req, ns);
+    direct_put(hb, ns);
     if (ret) {
         char why[160];
         http_describe(&req[0], why, sizeof(why));
@@ -242,6 +276,8 @@ static void http_destroy(struct pcr_backend *b)
     http_cache_free(hb->cache);
     http_xfer_fini(&hb->x);
     http_target_free(&hb->x.t);
+    pthread_cond_destroy(&hb->direct_free);
+    pthread_mutex_destroy(&hb->direct_lock);
     free(hb);
 }
 
@@ -271,8 +307,16 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
     hb = calloc(1, sizeof(*hb));
     if (!hb)
         return -ENOMEM;
+    pthread_mutex_init(&hb->direct_lock, NULL);
+    if (pcr_cond_init_monotonic(&hb->direct_free) != 0) {
+        pthread_mutex_destroy(&hb->direct_lock);
+        free(hb);
+        return -ENOMEM;
+    }
     ret = http_target_init(&hb->x.t, url, o, err, errlen);
     if (ret) {
+        pthread_cond_destroy(&hb->direct_free);
+        pthread_mutex_destroy(&hb->direct_lock);
         free(hb);
         return ret;
     }

@@ -24,6 +24,11 @@ struct http_backend {
     struct http_transport x;  /* requests, connections, counters */
     struct http_cache *cache; /* NULL: no prefix cache */
     struct http_backend *next; /* the process's list, for pcr_http_stats() */
+    /* direct range GETs in flight (readers' own, outside the cache's parts): at most
+     * x.nconn at once, so -o http_connections bounds them too */
+    pthread_mutex_t direct_lock;
+    pthread_cond_t direct_free; /* CLOCK_MONOTONIC */
+    unsigned direct_inflight;
 };
 
 /* ---- httpstats.c ---- */

@@ -235,7 +235,7 @@ static int req_setup(struct http_transport *tp, struct http_req *r)
     /* the shared connection cache closes the oldest idle connection once it holds
      * more than this (libcurl's default: 5): room for every part GET in flight and
      * the readers' own GETs, or each part would open a new connection */
-    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)tp->nconn + 16L);
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 2L * (long)tp->nconn + 16L);
     http_handle_defaults(h);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
