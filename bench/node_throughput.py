@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Node throughput from object storage against the number of connections: measure and
-rewrite section 20 of BENCHMARKS.md. Started by bench/node_throughput.sh.
+rewrite section 22 of BENCHMARKS.md. Started by bench/node_throughput.sh.
 
 One s3rver on 127.0.0.1 behind bench/capproxy.py, which caps each connection (as one
 stream to S3 is capped) and adds a round-trip time and a cost per new connection.

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Node throughput from object storage against the number of connections: rewrite
-# section 20 of BENCHMARKS.md.
+# section 22 of BENCHMARKS.md.
 #
 #   bench/node_throughput.sh [--build DIR] [bench/node_throughput.py options...]
 #
