@@ -32,7 +32,7 @@ static const struct {
 /* Before the first statement: the schema is untrusted, so none of its SQL (views,
  * triggers, defaults) may call functions with side effects, views and triggers are
  * off altogether, no extension can be loaded, the schema cannot be written, and
- * every statement is bounded (progress()). */
+ * every statement is bounded (index_progress(), index.c). */
 int index_harden(struct pcr_index *idx)
 {
     static const struct {
