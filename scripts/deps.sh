@@ -4,6 +4,7 @@
 #                          dependencies, fuse3, and what the demo runs (Python with
 #                          Pillow and numpy for the sample images, djpeg)
 #   scripts/deps.sh test   (the default) everything: also clang and libFuzzer,
+#                          clang-format and clang-tidy (scripts/lint.sh),
 #                          valgrind, torchvision, the sqlite3 CLI, docutils and attr
 #                          (getfattr/setfattr of the docs' examples), for
 #                          scripts/test.sh and CI
@@ -29,6 +30,8 @@ test_pkgs=(
     python3-torchvision sqlite3
     # fuzz targets (libFuzzer) and memory checking
     clang libclang-rt-14-dev valgrind
+    # the lint stage (scripts/lint.sh): formatting and static checks
+    clang-format clang-tidy
     # man pages from reStructuredText
     python3-docutils
     # getfattr/setfattr, which README and pcrfs(1) use for user.pcrfs.* attributes
@@ -38,7 +41,7 @@ case $what in
     demo) pkgs=("${demo_pkgs[@]}") ;;
     test) pkgs=("${demo_pkgs[@]}" "${test_pkgs[@]}") ;;
     -h | --help)
-        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
