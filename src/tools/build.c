@@ -208,7 +208,7 @@ static int read_file(int fd, uint64_t hint, uint8_t **out, size_t *outlen)
             if (e == EINTR)
                 continue;
             free(buf);
-            return -e;
+            return e ? -e : -EIO; /* never 0: *out is unset */
         }
         if (n == 0)
             break;
@@ -367,9 +367,9 @@ static int process(struct build *b, uint64_t i, struct slot *s)
         }
         rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
         if (rc == 0 && fstat(fd, &after) < 0)
-            rc = -errno;
+            rc = errno ? -errno : -EIO; /* never 0: after is unset */
         close(fd);
-        if (rc < 0) {
+        if (rc != 0) {
             fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
             goto out;
         }

@@ -165,6 +165,8 @@ void pcr_json_fquote(FILE *f, const char *s)
 {
     struct pcr_json j;
 
+    if (!f) /* a writer without a file would build a buffer nobody frees */
+        return;
     pcr_json_init(&j, f);
     pcr_json_quote(&j, s, strlen(s));
 }

@@ -35,7 +35,7 @@ static int read_full(int fd, uint8_t *buf, size_t len, size_t *got)
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            return -errno;
+            return errno ? -errno : -EIO; /* never 0: *got is unset */
         }
         if (r == 0)
             break;
