@@ -18,6 +18,7 @@ in DIR (kept for the next run), plain files of the same bytes as scan5/ and full
            untimed (warm-up), the second is timed.
   cold     whole-file reads, one thread, in pcrfs.RecordSampler's order (seed 0): the
            library (Store.read) against plain files (open(p, 'rb', buffering=0).read()),
+           one after the other (which first alternates by round),
            each file of the store or of the plain copy dropped from the page cache
            (posix_fadvise DONTNEED) right before the run; scan5/ and full/; once with
            the Store's defaults (the kernel's readahead within a file) and once with
@@ -104,8 +105,12 @@ def child_warm(store, plain, view):
                 ds[i][0].width
         return f
 
-    for ds in (lib, ref):  # warm-up pass: every byte in the page cache
-        run(ds)(0, len(ds))
+    # warm-up: every byte in the page cache (read, not decoded)
+    for p, _ in lib.samples:
+        lib.store.read(p)
+    for p, _ in ref.samples:
+        with open(p, "rb") as f:
+            f.read()
     ta, tb = alternate(len(lib), [run(lib), run(ref)])
     return {"images": len(lib), "lib_s": ta, "other_s": tb}
 
@@ -161,7 +166,16 @@ def child_cold(store, plain, order, readahead=None):
             with open(p, "rb", buffering=0) as f:
                 nbytes[1] += len(f.read())
 
-    ta, tb = alternate(len(paths), [lib, ref])
+    # one side after the other, which first alternating by round: interleaved
+    # chunks would let the record readahead of one side run during the other's
+    # chunk (its thread prefetches up to 16 MB ahead), and load the disk then
+    sides = [lib, ref] if int(os.environ.get("BENCH_ROUND", "0")) % 2 == 0 else [ref, lib]
+    t = []
+    for side in sides:
+        t0 = time.perf_counter()
+        side(0, len(paths))
+        t.append(time.perf_counter() - t0)
+    ta, tb = t if sides[0] is lib else t[::-1]
     assert nbytes[0] == nbytes[1], nbytes
     return {"images": len(paths), "bytes": nbytes[0], "lib_s": ta, "other_s": tb,
             "open_s": open_s}
@@ -189,10 +203,11 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
-def measure(mode, a, b, arg, timeout):
+def measure(mode, a, b, arg, timeout, rnd):
     p = subprocess.run([mu.PYTHON, os.path.abspath(__file__), "--child", mode, a, b, arg],
                        capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"),
+                                BENCH_ROUND=str(rnd)))
     if p.returncode != 0:
         raise SystemExit("library.py: %s %s failed:\n%s" % (mode, arg, p.stderr))
     return json.loads(p.stdout)
@@ -268,7 +283,7 @@ def main():
                 if mode.startswith("cold"):
                     drop_file_cache(store)
                     drop_file_cache(other)
-                out = measure(mode, store, other, arg, a.run_timeout)
+                out = measure(mode, store, other, arg, a.run_timeout, r)
                 res.setdefault((mode, view), []).append(out)
                 print("round %d %s %s: library %.1f/s, other %.1f/s" % (
                     r + 1, mode, view, out["lib_rate"], out["other_rate"]), file=sys.stderr,
@@ -302,12 +317,15 @@ def main():
             fmt(statistics.median(lb)), " / ".join("%.2f" % x for x in ratios),
             statistics.median(ratios)))
     lines.append("")
-    lines.append("Each round is one process per row that runs both sides, alternating chunks "
-                 "of %d images (A B B A ...), so that the load of the moment falls on both "
-                 "alike; images/s are medians of the %d rounds, the ratio is taken within "
-                 "each round. Cold: every file of the store and of the plain copy dropped "
-                 "from the page cache (fsync + posix_fadvise DONTNEED) before the round; the "
-                 "store's open (which reads its index) is outside the clock: %s s."
+    lines.append("Each round is one process per row that runs both sides: warm and "
+                 "DataLoader rows alternate chunks of %d images (or whole epochs) between "
+                 "them, so that the load of the moment falls on both alike; cold rows run "
+                 "one side after the other (which first alternates by round), so that the "
+                 "record readahead of one cannot run during the other. images/s are medians "
+                 "of the %d rounds; the ratio is taken within each round. Cold: every file "
+                 "of the store and of the plain copy dropped from the page cache (fsync + "
+                 "posix_fadvise DONTNEED) before the row; the store's open (which reads its "
+                 "index) is outside the clock: %s s."
                  % (CHUNK, a.rounds, " / ".join("%.3f" % x["open_s"]
                                                for x in res[("cold", VIEWS[0])])))
     print("\n".join(lines))
