@@ -198,8 +198,10 @@ static int read_small(const char *path, char **out, size_t *len, struct stamp *s
     int fd;
 
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
-        return errno ? -errno : -EIO; /* never 0: *out is unset */
+    if (fd < 0) {
+        int e = errno; /* read once: each read of errno is a call */
+        return e > 0 ? -e : -EIO; /* never 0: *out is unset */
+    }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)HTTP_CRED_MAX_DOC) {
         close(fd);
         return -EINVAL;
@@ -303,6 +305,8 @@ static int profile_read(const char *path, const char *profile, bool config, stru
         return -EINVAL;
     }
     ret = http_cred_ini_find(buf, len, profile, config, w, n);
+    /* read_small() returned 0, so buf is set; the analyzer loses that -e < 0:
+     * NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker) */
     explicit_bzero(buf, len);
     free(buf);
     if (ret == -EINVAL)
@@ -474,6 +478,8 @@ static int get_webid(struct http_creds *c, struct http_cred_doc *d, char *err, s
     etok = curl_easy_escape(NULL, tok, (int)len);
     erole = curl_easy_escape(NULL, c->role_arn, 0);
     esess = curl_easy_escape(NULL, c->session, 0);
+    /* read_small() returned 0, so tok is set; the analyzer loses that -e < 0:
+     * NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker) */
     explicit_bzero(tok, len);
     free(tok);
     if (!etok || !erole || !esess ||
