@@ -101,13 +101,15 @@ PY
     rc=$?
     # a finding's first line: FILE:LINE:COL: warning|error: TEXT [CHECK,...]
     local findings
-    findings=$(grep -E '^[^ ]+:[0-9]+:[0-9]+: (warning|error): ' "$out" | sort -u)
+    # one form of path (clang-tidy names a file relative to the build or absolutely)
+    findings=$(grep -E '^[^ ]+:[0-9]+:[0-9]+: (warning|error): ' "$out" |
+        sed "s|^$build/\.\./||; s|^$ROOT/||; s|^\.\./||" | sort -u)
     if [ "$rc" -ne 0 ] || [ -n "$findings" ]; then
         cat "$out"
         echo
         echo "lint tidy: $(printf '%s\n' "$findings" | grep -c .) finding(s) in" \
             "$(printf '%s\n' "$files" | wc -l) files ($("$ct" --version | grep -m1 version)):"
-        printf '%s\n' "$findings" | sed "s|$ROOT/||; s|$build/\.\./||; s|^\.\./||"
+        printf '%s\n' "$findings"
         rm -f "$out"
         return 1
     fi

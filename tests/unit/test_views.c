@@ -88,6 +88,8 @@ static void test_layout(const char *path)
     /* dynamic/: directories in one number, files at V + K */
     v = pcr_views_root_lookup(vs, "dynamic");
     CHECK(v && v->number == PCR_VIEW_DYN && v->dirs && !v->files, "dynamic/'s directory");
+    if (!v)
+        return; /* failed above; the rest would dereference it */
     CHECK(pcr_views_get(vs, PCR_VIEW_DYN, true) == NULL, "no file in its directory number");
     CHECK(resolve(s, "a/cmyk.JPEG", &node) == 0 && !node.is_dir, "a/cmyk.JPEG");
     CHECK(pcr_view_child_number(v, true, node.id) == PCR_VIEW_DYN + 3, "level 3 first");
