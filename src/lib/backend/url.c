@@ -126,7 +126,7 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
             goto out;
         }
         /* "https://" alone would make the base "https:/BUCKET" */
-        if ((strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) || !host[3] ||
+        if ((strncmp(ep, "http://", 7) != 0 && strncmp(ep, "https://", 8) != 0) || !host[3] ||
             host[3] == '/') {
             pcr_errf(err, errlen, "endpoint %s: not an http:// or https:// URL", ep);
             goto out;
@@ -160,8 +160,9 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
         memcpy(p, prefix, n + 1);
         while (n > 0 && p[n - 1] == '/')
             p[--n] = '\0';
-        strcat(t->base, "/");
-        ret = append_encoded(t->base, sizeof(t->base), p);
+        ret = append_encoded(t->base, sizeof(t->base), "/"); /* bounded, as the rest */
+        if (!ret)
+            ret = append_encoded(t->base, sizeof(t->base), p);
         if (ret)
             goto out;
     }

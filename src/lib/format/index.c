@@ -139,7 +139,7 @@ static char *uri_for(const char *path, const char *query)
         else
             *p++ = (char)c;
     }
-    strcpy(p, query);
+    memcpy(p, query, strlen(query) + 1); /* u has room for it */
     return u;
 }
 

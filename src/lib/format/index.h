@@ -16,7 +16,7 @@
 #define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums, quality) */
 /* The work bound of every reader statement: SQLite virtual-machine instructions
  * between two rows (or before the first). Legitimate statements use tens per row;
- * see the comment on progress() in index.c and pcrfs(5). */
+ * see the comment on index_progress() in index.c and pcrfs(5). */
 #define PCR_INDEX_STEP_BUDGET 20000000
 
 struct pcr_index;

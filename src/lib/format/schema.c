@@ -32,7 +32,7 @@ static const struct {
 /* Before the first statement: the schema is untrusted, so none of its SQL (views,
  * triggers, defaults) may call functions with side effects, views and triggers are
  * off altogether, no extension can be loaded, the schema cannot be written, and
- * every statement is bounded (progress()). */
+ * every statement is bounded (index_progress(), index.c). */
 int index_harden(struct pcr_index *idx)
 {
     static const struct {
@@ -105,8 +105,8 @@ static void ref_init(void)
                  strlen(type) < sizeof(c->type);
             if (!ok)
                 break;
-            strcpy(c->name, name);
-            strcpy(c->type, type);
+            memcpy(c->name, name, strlen(name) + 1); /* both measured above */
+            memcpy(c->type, type, strlen(type) + 1);
             c->notnull = sqlite3_column_int(st, 3);
             c->pk = sqlite3_column_int(st, 5);
             c->storage = !strcmp(type, "INTEGER") ? SQLITE_INTEGER
@@ -168,7 +168,7 @@ static void check_table(struct pcr_index *idx, int t, char *why, size_t len)
         if (n > r->ncol) {
             snprintf(why, len, "table %s: column %d is %.40s %.40s, want only %d columns", tn, n,
                      name, type[0] ? type : "(no type)", r->ncol);
-        } else if (strcmp(name, c->name) || strcmp(type, c->type)) {
+        } else if (strcmp(name, c->name) != 0 || strcmp(type, c->type) != 0) {
             snprintf(why, len, "table %s: column %d is %.40s %.40s, want %s %s", tn, n, name,
                      type[0] ? type : "(no type)", c->name, c->type);
         } else if (sqlite3_column_int(st, 6) != 0) {
@@ -183,7 +183,7 @@ static void check_table(struct pcr_index *idx, int t, char *why, size_t len)
             snprintf(why, len, "table %s: column %d (%s) has a default value", tn, n, name);
         } else if (sqlite3_table_column_metadata(idx->db, "main", tn, name, NULL, &coll, NULL,
                                                  NULL, &autoinc) != SQLITE_OK ||
-                   !coll || strcmp(coll, "BINARY") || autoinc) {
+                   !coll || strcmp(coll, "BINARY") != 0 || autoinc) {
             snprintf(why, len, "table %s: column %d (%s) has collation %.40s%s, want BINARY", tn,
                      n, name, coll ? coll : "?", autoinc ? " or AUTOINCREMENT" : "");
         }
@@ -207,7 +207,7 @@ static void check_entry(sqlite3_stmt *st, bool present[T_COUNT], char *why, size
     if (!strcmp(type, "table") && t >= 0) {
         /* the text is what SQLite parsed: "CREATE VIRTUAL TABLE" or a view under a
          * type of "table" would be something else; a real table has a root page */
-        if (strncmp(sql, "CREATE TABLE ", 13) || sqlite3_column_int64(st, 3) <= 0)
+        if (strncmp(sql, "CREATE TABLE ", 13) != 0 || sqlite3_column_int64(st, 3) <= 0)
             snprintf(why, len, "%s is not a plain table (%.40s)", name, sql);
         else
             present[t] = true;
@@ -259,7 +259,7 @@ bool index_select_matches(sqlite3_stmt *st, int t)
     if (sqlite3_column_count(st) != ref[t].ncol)
         return false;
     for (int c = 0; c < ref[t].ncol; c++)
-        if (strcmp(sqlite3_column_name(st, c), ref[t].col[c].name))
+        if (strcmp(sqlite3_column_name(st, c), ref[t].col[c].name) != 0)
             return false;
     return true;
 }
