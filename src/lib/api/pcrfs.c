@@ -36,14 +36,13 @@
 
 static _Thread_local char errbuf[512];
 
-int api_fail(int rc, const char *fmt, ...)
+void api_errmsg(const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
     va_end(ap);
-    return rc;
 }
 
 void api_ok(void)
@@ -740,8 +739,11 @@ static void help_make(void)
 
     for (size_t i = 0; i < pcr_view_ndescs; i++) {
         const char *h = pcr_view_descs[i]->help;
-        size_t len = h ? strlen(h) : 0;
+        size_t len;
 
+        if (!h)
+            continue; /* a view without options to tell */
+        len = strlen(h);
         if (len >= sizeof(help_text) - n)
             break; /* a table bug: _Static_assert cannot see string lengths */
         memcpy(help_text + n, h, len);

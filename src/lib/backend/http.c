@@ -110,6 +110,7 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
     unsigned ns = 0;
     int ret;
 
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, one pointer each */
     qsort(rg, n, sizeof(*rg), cmp_range);
     for (unsigned i = 0; i < n; i++) {
         struct span *s = ns ? &sp[ns - 1] : NULL;

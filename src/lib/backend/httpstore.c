@@ -161,6 +161,7 @@ static int file_hash(const char *path, uint64_t *out)
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), ret = 0;
     ssize_t n;
 
+    *out = 0; /* defined on every path, an error's too */
     if (fd < 0 || !buf) {
         ret = fd < 0 ? -errno : -ENOMEM;
         goto out;
@@ -194,7 +195,7 @@ static void sum_path(const char *index, char *out, size_t len)
 /* Whether the copy at @path has the content hash recorded when it was fetched. */
 static bool index_verified(const char *path)
 {
-    char sp[4300], text[40];
+    char sp[4300], text[40], *end;
     uint64_t want, have;
     ssize_t n;
     int fd;
@@ -208,7 +209,9 @@ static bool index_verified(const char *path)
     if (n != 17 || text[16] != '\n')
         return false;
     text[16] = '\0';
-    if (sscanf(text, "%16" SCNx64, &want) != 1 || file_hash(path, &have) != 0)
+    errno = 0;
+    want = strtoull(text, &end, 16); /* 16 hex digits, as index_record_hash() writes */
+    if (end != text + 16 || errno != 0 || file_hash(path, &have) != 0)
         return false;
     return want == have;
 }
@@ -287,7 +290,7 @@ static void remove_stale(const char *dir, const char *keep)
         size_t n = strlen(e->d_name);
         bool db = n > 9 && !strcmp(e->d_name + n - 3, ".db");
         bool sum = n > 10 && !strcmp(e->d_name + n - 4, ".sum");
-        if (!strncmp(e->d_name, "index-", 6) && (db || sum) && strncmp(e->d_name, keep, stem))
+        if (!strncmp(e->d_name, "index-", 6) && (db || sum) && strncmp(e->d_name, keep, stem) != 0)
             unlinkat(dirfd(d), e->d_name, 0);
     }
     closedir(d);
@@ -300,6 +303,7 @@ static int get_index(struct http_backend *hb, const char *url, const char *dir, 
 {
     int fd, ret;
 
+    *r = (struct http_req){.fd = -1}; /* no r->err for a failure before the GET */
     if ((size_t)snprintf(tmp, tmplen, "%s/.index.XXXXXX", dir) >= tmplen)
         return -ENAMETOOLONG;
     fd = mkostemp(tmp, O_CLOEXEC);

@@ -17,6 +17,7 @@
  * here, so the check costs once per page-cache fill.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -541,11 +542,10 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
                 if (pcr_store_path(s, f->id, path, sizeof(path)) < 0)
                     snprintf(path, sizeof(path), "file %llu", (unsigned long long)f->id);
                 pcr_log(PCR_LOG_ERR,
-                        "%s: checksum mismatch in record %s at offset %llu; its reads "
-                        "there fail with EIO",
+                        "%s: checksum mismatch in record %s at offset %" PRIu64 "; its "
+                        "reads there fail with EIO",
                         path, r->name,
-                        (unsigned long long)(p->seg->off + p->a +
-                                             (uint64_t)(-bad - 1) * PCR_SUM_BLOCK));
+                        p->seg->off + p->a + (uint64_t)(-bad - 1) * PCR_SUM_BLOCK);
             }
             pcr_count(&s->stats.errors, 1);
             return -EIO;
