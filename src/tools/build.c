@@ -367,7 +367,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
         }
         rc = read_file(fd, (uint64_t)st.st_size, &src, &len);
         if (rc == 0 && fstat(fd, &after) < 0) {
-            int e = errno; /* read once: each read of errno is a call */
+            int e = errno;          /* read once: each read of errno is a call */
             rc = e > 0 ? -e : -EIO; /* never 0: after is unset */
         }
         close(fd);

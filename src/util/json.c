@@ -155,7 +155,7 @@ void pcr_json_numtext(struct pcr_json *j, const char *s)
     for (i = 0; s[i] >= '0' && s[i] <= '9'; i++)
         ;
     if (i > 0 && i < 19 && s[i] == '\0' && (s[0] != '0' || i == 1)) {
-            pcr_json_raw(j, s, i);
+        pcr_json_raw(j, s, i);
     } else {
         pcr_json_str(j, s);
     }

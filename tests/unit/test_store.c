@@ -52,8 +52,8 @@ static void test_read(const char *path)
             size_t elen;
             uint8_t *e = expected(t, level, &elen);
             struct pcr_handle *h;
-            CHECK(pcr_file_size(f, level) == elen, "%s level %u size %llu want %zu", t->path,
-                  level, (unsigned long long)pcr_file_size(f, level), elen);
+            CHECK(pcr_file_size(f, level) == elen, "%s level %u size %llu want %zu", t->path, level,
+                  (unsigned long long)pcr_file_size(f, level), elen);
             ret = pcr_handle_open(s, f, level, &h);
             CHECK(ret == 0, "handle %s", t->path);
             if (ret) {
@@ -62,8 +62,7 @@ static void test_read(const char *path)
             }
             CHECK(pcr_handle_size(h) == elen, "handle size");
             ssize_t n = pcr_handle_read(h, buf, 1 << 20, 0);
-            CHECK(n == (ssize_t)elen && !memcmp(buf, e, elen), "%s level %u bytes", t->path,
-                  level);
+            CHECK(n == (ssize_t)elen && !memcmp(buf, e, elen), "%s level %u bytes", t->path, level);
             for (int k = 0; k < 200; k++) {
                 size_t off = elen ? rnd() % (elen + 3) : 0, len = rnd() % 5000;
                 size_t want = off >= elen ? 0 : (len < elen - off ? len : elen - off);
@@ -298,8 +297,7 @@ static void test_flipped(const char *path)
         uint8_t *e = expected(&files[0], level, &elen);
         ssize_t got = pcr_store_read(s, f1, level, buf, sizeof(buf), 0);
         if (level <= c)
-            CHECK(got == (ssize_t)elen && !memcmp(buf, e, elen), "level %u before the flip",
-                  level);
+            CHECK(got == (ssize_t)elen && !memcmp(buf, e, elen), "level %u before the flip", level);
         else
             CHECK(got == -EIO, "level %u reads the flipped chunk: %zd", level, got);
         free(e);

@@ -79,10 +79,10 @@ struct inst *api_inst(pcrfs_store *s);
  * return the error (the message cleared first). */
 #define PCRFS_INST(in, s)                                                                          \
     do {                                                                                           \
-        api_ok();                                                                                \
+        api_ok();                                                                                  \
         if (!(s))                                                                                  \
-            return api_fail(-EINVAL, "no store");                                                \
-        if (!((in) = api_inst(s)))                                                               \
+            return api_fail(-EINVAL, "no store");                                                  \
+        if (!((in) = api_inst(s)))                                                                 \
             return -EIO;                                                                           \
     } while (0)
 

@@ -110,9 +110,9 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
         /* strings the backend checks (url.c), as the daemon takes them */
         if (!remote)
             return api_fail(-EINVAL,
-                        "%s=: only for a store in object storage (s3://, http://, "
-                        "https://)",
-                        name);
+                            "%s=: only for a store in object storage (s3://, http://, "
+                            "https://)",
+                            name);
         rc = val[0] ? 0 : -1;
         if (rc) {
             pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
@@ -130,9 +130,9 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
         }
     } else if (pcr_store_opt_remote_only(name) && !remote)
         return api_fail(-EINVAL,
-                    "%s=: only for a store in object storage (s3://, http://, "
-                    "https://)",
-                    name);
+                        "%s=: only for a store in object storage (s3://, http://, "
+                        "https://)",
+                        name);
     else
         rc = pcr_store_opt(&s->sopts, name, val, msg, sizeof(msg)); /* store/opts.c */
     if (rc == 1)
@@ -626,7 +626,7 @@ int pcrfs_set_level(pcrfs_store *s, unsigned level)
     if (rc == -ENOENT)
         return api_fail(rc, "no dynamic/ (open with level=K)");
     return rc ? api_fail(rc, "%u: not a level of this store (1..%u)", level,
-                     pcr_store_levels(in->store))
+                         pcr_store_levels(in->store))
               : 0;
 }
 
@@ -776,5 +776,7 @@ void pcrfs_set_log(pcrfs_log_fn fn, void *ctx, int max_level)
 {
     log_fn = fn;
     pcr_log_set_hook(fn ? log_tramp : NULL, ctx,
-                     (enum pcr_log_level)(max_level < 0 ? 0 : max_level > 3 ? 3 : max_level));
+                     (enum pcr_log_level)(max_level < 0   ? 0
+                                          : max_level > 3 ? 3
+                                                          : max_level));
 }

@@ -200,7 +200,7 @@ static int read_small(const char *path, char **out, size_t *len, struct stamp *s
 
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
-        int e = errno; /* read once: each read of errno is a call */
+        int e = errno;            /* read once: each read of errno is a call */
         return e > 0 ? -e : -EIO; /* never 0: *out is unset */
     }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)HTTP_CRED_MAX_DOC) {

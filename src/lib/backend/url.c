@@ -28,8 +28,8 @@
 
 int pcr_url_is_remote(const char *s)
 {
-    return s && (!strncmp(s, "s3://", 5) || !strncmp(s, "http://", 7) ||
-                 !strncmp(s, "https://", 8));
+    return s &&
+           (!strncmp(s, "s3://", 5) || !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8));
 }
 
 /* Append @s to @out percent-encoding everything but RFC 3986's unreserved
@@ -167,8 +167,8 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
             goto out;
     }
     snprintf(t->sigv4, sizeof(t->sigv4), "aws:amz:%s:s3", t->region);
-    cfg = (struct http_cred_cfg){.profile = profile, .region = t->region,
-                                 .ca_bundle = t->ca_bundle};
+    cfg =
+        (struct http_cred_cfg){.profile = profile, .region = t->region, .ca_bundle = t->ca_bundle};
     ret = http_creds_new(&cfg, &t->creds, err, errlen);
     if (ret == 0)
         t->sign = http_creds_have(t->creds);

@@ -38,9 +38,12 @@ int index_harden(struct pcr_index *idx)
     static const struct {
         int op, on;
     } opts[] = {
-        {SQLITE_DBCONFIG_DEFENSIVE, 1},          {SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0},
-        {SQLITE_DBCONFIG_ENABLE_VIEW, 0},        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 0},
-        {SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0}, {SQLITE_DBCONFIG_ENABLE_FKEY, 0},
+        {SQLITE_DBCONFIG_DEFENSIVE, 1},
+        {SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0},
+        {SQLITE_DBCONFIG_ENABLE_VIEW, 0},
+        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 0},
+        {SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0},
+        {SQLITE_DBCONFIG_ENABLE_FKEY, 0},
     };
     int got;
 
@@ -181,11 +184,11 @@ static void check_table(struct pcr_index *idx, int t, char *why, size_t len)
                      name, pk ? "" : "not ", c->pk ? "it" : "not");
         } else if (sqlite3_column_type(st, 4) != SQLITE_NULL) {
             snprintf(why, len, "table %s: column %d (%s) has a default value", tn, n, name);
-        } else if (sqlite3_table_column_metadata(idx->db, "main", tn, name, NULL, &coll, NULL,
-                                                 NULL, &autoinc) != SQLITE_OK ||
+        } else if (sqlite3_table_column_metadata(idx->db, "main", tn, name, NULL, &coll, NULL, NULL,
+                                                 &autoinc) != SQLITE_OK ||
                    !coll || strcmp(coll, "BINARY") != 0 || autoinc) {
-            snprintf(why, len, "table %s: column %d (%s) has collation %.40s%s, want BINARY", tn,
-                     n, name, coll ? coll : "?", autoinc ? " or AUTOINCREMENT" : "");
+            snprintf(why, len, "table %s: column %d (%s) has collation %.40s%s, want BINARY", tn, n,
+                     name, coll ? coll : "?", autoinc ? " or AUTOINCREMENT" : "");
         }
         rc = SQLITE_OK;
     }
@@ -214,8 +217,7 @@ static void check_entry(sqlite3_stmt *st, bool present[T_COUNT], char *why, size
     } else if (t >= 0) {
         snprintf(why, len, "%s is a %.20s, not a table", name, type);
     } else if (!strcmp(type, "trigger") || !strcmp(type, "index")) {
-        snprintf(why, len, "has a%s %s %.40s on %.40s", type[0] == 'i' ? "n" : "", type, name,
-                 on);
+        snprintf(why, len, "has a%s %s %.40s on %.40s", type[0] == 'i' ? "n" : "", type, name, on);
     } else {
         snprintf(why, len, "has a %.20s %.40s that pcrfs(5) does not define", type, name);
     }
@@ -244,8 +246,10 @@ int index_check_schema(struct pcr_index *idx, char *why, size_t len)
             snprintf(why, len, "has no table %s", table_names[t]);
     ntok = present[T_TOK_DIRS] + present[T_TOK_RECORDS] + present[T_TOK_FILES];
     if (!why[0] && ntok != 0 && ntok != 3)
-        snprintf(why, len, "has only %d of the token tables tok_dirs, tok_records, tok_files "
-                 "(all or none)", ntok);
+        snprintf(why, len,
+                 "has only %d of the token tables tok_dirs, tok_records, tok_files "
+                 "(all or none)",
+                 ntok);
     for (int t = 0; !why[0] && t < T_COUNT; t++)
         if (present[t])
             check_table(idx, t, why, len);
@@ -300,4 +304,3 @@ void index_describe_bad(sqlite3_stmt *st, int t, int c, char *buf, size_t len)
     snprintf(buf, len, "column %s holds %s, want %s", ref[t].col[c].name,
              storage_name(sqlite3_column_type(st, c)), storage_name(ref[t].col[c].storage));
 }
-

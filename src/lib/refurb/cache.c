@@ -679,7 +679,8 @@ static void sweep_stale(const char *parent, const char *me)
             close(fd);
         }
         mark[strcspn(mark, "\n")] = '\0';
-        if ((pid = marker_pid(mark, &rest)) <= 0 || strcmp(rest, me) != 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if ((pid = marker_pid(mark, &rest)) <= 0 || strcmp(rest, me) != 0 ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         {
             int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -698,8 +699,10 @@ static void sweep_stale(const char *parent, const char *me)
             closedir(sub);
         }
         if (rmdir(path) == 0)
-            pcr_log(PCR_LOG_INFO, "refurb cache %s: removed (left by pcrfs process %ld, which "
-                    "is gone)", path, pid);
+            pcr_log(PCR_LOG_INFO,
+                    "refurb cache %s: removed (left by pcrfs process %ld, which "
+                    "is gone)",
+                    path, pid);
     }
     closedir(d);
 }

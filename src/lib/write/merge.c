@@ -88,8 +88,8 @@ static int read_info(struct pcr_index *idx, const char *dir, struct pcr_part_inf
         part_key(idx, "part.files", big, &p->files) ||
         part_key(idx, "part.first_record", big, &p->first_record) ||
         part_key(idx, "part.records", big, &p->records) ||
-        part_key(idx, "levels", PCR_MAX_LEVELS, &levels) || p->index < 1 ||
-        p->index > p->count || levels < 1) {
+        part_key(idx, "levels", PCR_MAX_LEVELS, &levels) || p->index < 1 || p->index > p->count ||
+        levels < 1) {
         pcr_errf(err, errlen, "%s: part keys missing or malformed", dir);
         return -EINVAL;
     }
