@@ -4,6 +4,7 @@
 #                          dependencies, fuse3, and what the demo runs (Python with
 #                          Pillow and numpy for the sample images, djpeg)
 #   scripts/deps.sh test   (the default) everything: also clang and libFuzzer,
+#                          clang-format and clang-tidy (scripts/lint.sh),
 #                          valgrind, torchvision, the sqlite3 CLI, docutils and attr
 #                          (getfattr/setfattr of the docs' examples), the
 #                          packaging tools and debootstrap (suite deb), for
@@ -30,6 +31,8 @@ test_pkgs=(
     python3-torchvision sqlite3
     # fuzz targets (libFuzzer) and memory checking
     clang libclang-rt-14-dev valgrind
+    # the lint stage (scripts/lint.sh): formatting and static checks
+    clang-format clang-tidy
     # man pages from reStructuredText
     python3-docutils
     # getfattr/setfattr, which README and pcrfs(1) use for user.pcrfs.* attributes

@@ -11,8 +11,8 @@
 #      (--leak-check=full --errors-for-leak-kinds=definite --error-exitcode=1);
 #      skip with PCRFS_VALGRIND=0
 #   3. gcc, -Db_sanitize=address,undefined: all suites but deb (it builds its own
-#      packages), valgrind (ASan and
-#      valgrind cannot watch one process) and library (an ASan-built libpcrfs.so
+#      packages), valgrind (ASan and valgrind cannot watch one process), lint (no C
+#      of ours runs in it) and library (an ASan-built libpcrfs.so
 #      cannot be loaded into Python: its Store tests in suite s3 are skipped there
 #      too, saying so) and multinode (three training processes and the deadlines
 #      it measures: the plain build runs it), mount tests included; a sanitizer report
@@ -24,10 +24,14 @@
 #   5. clang, -Dfuzz=true: suite unit, and suite fuzz: every fuzz target replays its
 #      seeds and regression inputs, then fuzzes for PCRFS_FUZZ_SECONDS (default 30)
 #      (skip with PCRFS_CLANG=0)
+#   6. lint (scripts/lint.sh), two tests: clang-format (a C file or header of src/,
+#      include/, tests/ that .clang-format would change fails) and clang-tidy
+#      (.clang-tidy's checks over stage 1's compile_commands.json; any finding
+#      fails) (skip with PCRFS_LINT=0)
 #
 # Environment: PCRFS_BUILD_DIR (default build-ci; the other builds go to
 # ${PCRFS_BUILD_DIR}-asan, -nofuse and -clang), PCRFS_SANITIZE, PCRFS_VALGRIND,
-# PCRFS_NOFUSE, PCRFS_CLANG (default 1 each), PCRFS_FUZZ_SECONDS, PCRFS_LOAD_SECONDS
+# PCRFS_NOFUSE, PCRFS_CLANG, PCRFS_LINT (default 1 each), PCRFS_FUZZ_SECONDS, PCRFS_LOAD_SECONDS
 # (the reliability suite's load run, default 20), PCRFS_SKIP_DEPS=1 to skip
 # scripts/deps.sh.
 set -uo pipefail
@@ -38,6 +42,7 @@ SANITIZE=${PCRFS_SANITIZE:-1}
 VALGRIND=${PCRFS_VALGRIND:-1}
 NOFUSE=${PCRFS_NOFUSE:-1}
 CLANG=${PCRFS_CLANG:-1}
+LINT=${PCRFS_LINT:-1}
 
 passed=0
 failed=0
@@ -161,7 +166,7 @@ if [ "$SANITIZE" != 0 ]; then
     export UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1:log_path=$reports/ubsan
     build_and_test "$BUILD-asan" "asan+ubsan" -Db_sanitize=address,undefined \
         -Db_lundef=false -- --no-suite valgrind --no-suite library --no-suite multinode \
-        --no-suite deb \
+        --no-suite deb --no-suite lint \
         --timeout-multiplier 3 \
         --num-processes 2
     if [ -n "$(ls -A "$reports")" ]; then
@@ -184,6 +189,18 @@ fi
 if [ "$CLANG" != 0 ]; then
     CC=clang build_and_test "$BUILD-clang" "clang+fuzz" -Dfuzz=true -- \
         --suite unit --suite fuzz --num-processes 2
+fi
+
+if [ "$LINT" != 0 ]; then
+    # one test each: passed or failed, what breaks the rule printed above
+    for check in format tidy; do
+        section "lint: scripts/lint.sh $check"
+        if bash scripts/lint.sh "$check" "$BUILD"; then
+            passed=$((passed + 1)); echo "lint $check: passed"
+        else
+            failed=$((failed + 1)); notes+=("lint $check: failed (the list is above)")
+        fi
+    done
 fi
 
 section "summary ($(( $(date +%s) - start )) s)"

@@ -211,15 +211,15 @@ int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_
 
 /* The options of how a store is read, as pcrfs(1) takes them with -o and pcrfs(3)
  * with pcrfs_open(): bwlimit=, readahead=, and for a store in object storage cache=,
- * cache_size=, http_timeout=, http_retries=, http_part_size=, http_connections=. One parser (store/opts.c) for both, so
- * the limits and the messages live in one place. */
+ * cache_size=, http_timeout=, http_retries=, http_part_size=, http_connections=. One parser
+ * (store/opts.c) for both, so the limits and the messages live in one place. */
 struct pcr_store_opts {
-    uint64_t bwlimit;     /* bytes/s (0: none): pcr_store_set_bwlimit() */
-    int readahead_record; /* readahead=record: pcr_store_set_readahead() */
-    char *cache;          /* cache=DIR as given (owned; NULL: the default) */
-    uint64_t cache_size;  /* 0: the library's default */
-    double http_timeout;  /* seconds (0: the library's default) */
-    int http_retries;     /* -1: the library's default */
+    uint64_t bwlimit;          /* bytes/s (0: none): pcr_store_set_bwlimit() */
+    int readahead_record;      /* readahead=record: pcr_store_set_readahead() */
+    char *cache;               /* cache=DIR as given (owned; NULL: the default) */
+    uint64_t cache_size;       /* 0: the library's default */
+    double http_timeout;       /* seconds (0: the library's default) */
+    int http_retries;          /* -1: the library's default */
     uint64_t http_part_size;   /* 0: the library's default */
     unsigned http_connections; /* 0: the library's default */
 };

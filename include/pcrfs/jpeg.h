@@ -31,9 +31,9 @@ extern "C" {
  * appended when a level is served.
  */
 struct pcr_split {
-    unsigned nchunks;            /* number of scans, 1..PCR_MAX_CHUNKS */
-    size_t end[PCR_MAX_CHUNKS];  /* end[i]: offset one past chunk i; chunk i starts
-                                  * at end[i-1] (chunk 0 at 0) */
+    unsigned nchunks;           /* number of scans, 1..PCR_MAX_CHUNKS */
+    size_t end[PCR_MAX_CHUNKS]; /* end[i]: offset one past chunk i; chunk i starts
+                                 * at end[i-1] (chunk 0 at 0) */
 };
 
 /* Split a complete JPEG into its scan chunks.
@@ -148,7 +148,7 @@ size_t pcr_script_format(const struct pcr_script *s, char *buf, size_t len);
 enum pcr_script_class pcr_script_class_of(unsigned ncomps, bool ycc);
 
 struct pcr_transcode_opts {
-    bool drop_markers;   /* false (default): keep APPn (EXIF, ICC, ...) and COM */
+    bool drop_markers;                 /* false (default): keep APPn (EXIF, ICC, ...) and COM */
     const struct pcr_scripts *scripts; /* NULL (default): libjpeg's default script */
 };
 

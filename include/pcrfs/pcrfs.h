@@ -112,7 +112,6 @@ PCRFS_API int pcrfs_set_level(pcrfs_store *s, unsigned level);
 PCRFS_API ssize_t pcrfs_info_json(pcrfs_store *s, char **out);
 PCRFS_API ssize_t pcrfs_stats_json(pcrfs_store *s, char **out);
 
-
 /* ---- Serving the tree: what a filesystem daemon needs (pcrfs(3)) ----------------
  *
  * The calls above take paths; a daemon that serves the tree to a kernel (pcrfs(1))

@@ -166,11 +166,15 @@ class Store:
         """The bytes of file @path (or @length of them at @offset)."""
         if length is None:
             length = max(self.size(path) - offset, 0)
-        buf = ctypes.create_string_buffer(length or 1)
-        n = _load().pcrfs_read(self._handle(), os.fsencode(path), buf, length, offset)
+        # Into a bytearray by its address: create_string_buffer() would make a ctypes
+        # array type per size and copy the bytes twice (.raw, the slice), which cost
+        # more than the read itself (BENCHMARKS.md, "The library without a mount").
+        buf = bytearray(length or 1)
+        n = _load().pcrfs_read(self._handle(), os.fsencode(path),
+                               ctypes.addressof(ctypes.c_char.from_buffer(buf)), length, offset)
         if n < 0:
             _raise(n, path)
-        return buf.raw[:n]
+        return bytes(buf) if n == len(buf) else bytes(memoryview(buf)[:n])
 
     def record(self, path):
         """The record (1..records) that file @path lies in."""

@@ -37,7 +37,6 @@ void pcrfs_stat_file(const struct pcrfs *fs, struct stat *st, uint64_t ino, uint
     st->st_blocks = (blkcnt_t)((size + 511) / 512);
 }
 
-
 int pcrfs_node_attr(struct pcrfs *fs, fuse_ino_t ino, struct stat *st, unsigned *flags)
 {
     struct pcrfs_node_attr a;

@@ -59,7 +59,7 @@ static int mount_dev(const char *mnt, char *dev, size_t devlen)
             continue;
         unescape(point);
         if (strcmp(point, mnt) == 0 && strlen(mm) < devlen) {
-            strcpy(dev, mm);
+            memcpy(dev, mm, strlen(mm) + 1);
             found = 0; /* the last one wins: a mount on top of an older one */
         }
     }

@@ -38,13 +38,13 @@ struct open_file {
 
 struct pcrfs {
     pcrfs_store *store;
-    unsigned features;      /* pcrfs_features() */
-    double timeout;         /* entry, attr and negative-entry timeout, s */
-    bool keep_cache;        /* open files with FOPEN_KEEP_CACHE (default) */
-    bool want_no_open;      /* let the kernel skip OPEN if it can (ops.c, op_init) */
-    atomic_bool no_open;    /* it can: every OPEN is answered ENOSYS, reads have no fh */
-    bool debug;             /* -d: debug messages */
-    uid_t uid;              /* every node is owned by the mounting user */
+    unsigned features;   /* pcrfs_features() */
+    double timeout;      /* entry, attr and negative-entry timeout, s */
+    bool keep_cache;     /* open files with FOPEN_KEEP_CACHE (default) */
+    bool want_no_open;   /* let the kernel skip OPEN if it can (ops.c, op_init) */
+    atomic_bool no_open; /* it can: every OPEN is answered ENOSYS, reads have no fh */
+    bool debug;          /* -d: debug messages */
+    uid_t uid;           /* every node is owned by the mounting user */
     gid_t gid;
     int64_t mtime;                         /* every node's times: the store's build time */
     int64_t started;                       /* CLOCK_MONOTONIC seconds at mount, for stats */
@@ -53,9 +53,9 @@ struct pcrfs {
     /* the kernel's readahead for the mount's files, kB (0: leave it; bdi.c), set by the
      * first LOOKUP or GETATTR (ops.c, first_request) */
     unsigned read_ahead_kb;
-    bool read_ahead_given;  /* -o read_ahead_kb= given: say when it cannot be set */
+    bool read_ahead_given; /* -o read_ahead_kb= given: say when it cannot be set */
     atomic_bool read_ahead_set;
-    const char *mountpoint; /* absolute */
+    const char *mountpoint;      /* absolute */
     pthread_mutex_t open_lock;   /* guards open_files */
     struct open_file open_files; /* list head (ops.c) */
     struct snaps snaps;          /* /.pcrfs/stats snapshots (inode.h) */

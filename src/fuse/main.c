@@ -29,9 +29,9 @@
 #include "mountcheck.h"
 #include "util/optparse.h"
 
-#define EXIT_USAGE      2
-#define CLI_LIB_OPTS_MAX 48 /* the library's options (pcrfs_option()) */
-#define DEFAULT_TIMEOUT 86400.0
+#define EXIT_USAGE            2
+#define CLI_LIB_OPTS_MAX      48 /* the library's options (pcrfs_option()) */
+#define DEFAULT_TIMEOUT       86400.0
 #define DEFAULT_READ_AHEAD_KB 1024 /* = max_pages: one READ up to 1 MiB (bdi.c) */
 
 /* What the command line says beyond libfuse's own options. Every value is checked
@@ -52,8 +52,8 @@ struct cli {
         char *val;
     } lib[CLI_LIB_OPTS_MAX];
     unsigned nlib;
-    char *remote_only;  /* the message refusing the last object-storage option for a local STORE */
-    char *logfile; /* -o logfile=PATH */
+    char *remote_only; /* the message refusing the last object-storage option for a local STORE */
+    char *logfile;     /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
@@ -125,10 +125,8 @@ static const struct {
     const char *name;
     uint64_t min, max;
 } fuse_nums[] = {
-    {"max_threads", 1, 100000},
-    {"max_idle_threads", 1, 100000},
-    {"max_readahead", 0, UINT32_MAX},
-    {"max_background", 1, 65535},
+    {"max_threads", 1, 100000},         {"max_idle_threads", 1, 100000},
+    {"max_readahead", 0, UINT32_MAX},   {"max_background", 1, 65535},
     {"congestion_threshold", 1, 65535},
 };
 
@@ -443,8 +441,7 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {
-        .timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1};
+    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1};
     static struct pcrfs fs; /* lives as long as the process */
     struct fuse_opt cli_spec[96];
     char lib_opt_names[CLI_LIB_OPTS_MAX][32];
@@ -584,8 +581,8 @@ int main(int argc, char *argv[])
         /* not through a symbolic link, and not another user's file: on a shared
          * directory either would let that user choose what root appends to */
         struct stat lsb;
-        log_fd = open(cli.logfile, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
-                                       O_NOFOLLOW, 0640);
+        log_fd = open(cli.logfile,
+                      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0640);
         if (log_fd < 0) {
             fprintf(stderr, "pcrfs: logfile=%s: %s\n", cli.logfile,
                     errno == ELOOP ? "a symbolic link: refused" : strerror(errno));
@@ -643,8 +640,8 @@ int main(int argc, char *argv[])
      * the kernel refuses write-mode and O_TRUNC opens itself: elsewhere only OPEN can
      * refuse them. And never with nokeep_cache: the kernel keeps the cache of files
      * it opens without OPEN. */
-    fs.want_no_open = !cli.open && !cli.nokeep_cache &&
-                      (cli.has_ro || (!want_write && !cli.has_rw));
+    fs.want_no_open =
+        !cli.open && !cli.nokeep_cache && (cli.has_ro || (!want_write && !cli.has_rw));
     /* refurb/: an open picks the version its handle serves, and its files are read
      * with direct I/O, which only an OPEN reply can ask for; mix/: an open counts the
      * file's pass (the views' needs_open) */
@@ -705,8 +702,8 @@ int main(int argc, char *argv[])
      * and 127 us with -s in one run, 57 us and 9.5 us in another, clone_fd and
      * max_threads=1|2 in between: the scheduler's placement of the woken thread (the
      * caller's CPU, 4.3 us, or the other, 125 us, both pinned with taskset) decides,
-     * not the thread model, so nothing here is changed for it. max_idle_threads=1 is the one setting that
-     * loses every time (110 us): libfuse 3.14 then starts and ends a thread per
+     * not the thread model, so nothing here is changed for it. max_idle_threads=1 is the one
+     * setting that loses every time (110 us): libfuse 3.14 then starts and ends a thread per
      * request. */
     if (opts.singlethread) {
         rc = fuse_session_loop(se);

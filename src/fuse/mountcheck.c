@@ -241,6 +241,22 @@ static bool mounted_at(const char *mnt, char *type, size_t len)
 }
 
 /* Entries in @dir besides "." and "..", counted up to @max. */
+/* "/dev/fd/N", N a descriptor number and nothing after it: /dev/fuse opened by a
+ * privileged mounter (libfuse's own reading of such a mount point). */
+static bool fd_mount(const char *mnt)
+{
+    static const char head[] = "/dev/fd/";
+    const char *num = mnt + sizeof(head) - 1;
+    unsigned long v;
+    char *end;
+
+    if (strncmp(mnt, head, sizeof(head) - 1) != 0 || *num < '0' || *num > '9')
+        return false;
+    errno = 0;
+    v = strtoul(num, &end, 10);
+    return errno == 0 && *end == '\0' && v <= UINT_MAX;
+}
+
 static int entries(const char *dir, int max)
 {
     DIR *d = opendir(dir);
@@ -250,7 +266,7 @@ static int entries(const char *dir, int max)
     if (!d)
         return 0;
     while (n < max && (de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
             n++;
     closedir(d);
     return n;
@@ -260,12 +276,10 @@ int pcrfs_mc_mountpoint(const char *mnt, const char *store, bool nonempty)
 {
     char type[64], *st_abs = NULL;
     struct stat st;
-    unsigned fd;
-    char c;
     bool mounted;
     int n;
 
-    if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
+    if (fd_mount(mnt))
         return 0; /* a descriptor of /dev/fuse passed by a privileged mounter */
     mounted = mounted_at(mnt, type, sizeof(type));
     /* An autofs trigger (x-systemd.automount) is there to be mounted over, and
@@ -368,8 +382,6 @@ int pcrfs_mc_resources(const char *mnt)
 {
     struct rlimit rl;
     long used = open_fds();
-    unsigned fd;
-    char c;
 
     if (used >= 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (long long)rl.rlim_cur - used < MIN_FREE_FDS) {
@@ -379,7 +391,7 @@ int pcrfs_mc_resources(const char *mnt)
                 (unsigned long long)rl.rlim_cur, used, MIN_FREE_FDS);
         return -1;
     }
-    if (sscanf(mnt, "/dev/fd/%u%c", &fd, &c) == 1)
+    if (fd_mount(mnt))
         return 0; /* the mounter opened /dev/fuse */
     /* libfuse opens /dev/fuse as the calling user before it tries fusermount3, and
      * stops there with a bare "failed to open /dev/fuse" */

@@ -57,8 +57,8 @@
  * Such a mount is not read-only (the kernel would refuse the control write itself),
  * and not default_permissions (the kernel would answer EACCES, not EROFS, to writes
  * by other users than root): every other write reaches the daemon and fails with
- * EROFS (writes.c), access(2) is answered by pcrfs_op_access (writes.c), and only the mounting user (or
- * root) may change the level.
+ * EROFS (writes.c), access(2) is answered by pcrfs_op_access (writes.c), and only the mounting user
+ * (or root) may change the level.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -428,8 +428,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
      * it does not want. */
     conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
     if (fs->readdirplus_opt && (conn->capable & FUSE_CAP_READDIRPLUS))
-        conn->want |= FUSE_CAP_READDIRPLUS |
-                      (conn->capable & FUSE_CAP_READDIRPLUS_AUTO);
+        conn->want |= FUSE_CAP_READDIRPLUS | (conn->capable & FUSE_CAP_READDIRPLUS_AUTO);
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     /* `echo K > .pcrfs/level`: O_TRUNC comes with the OPEN, no SETATTR after it */

@@ -123,8 +123,8 @@ void pcrfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t 
 {
     struct pcrfs *fs = fs_of(req);
     char val[256];
-    ssize_t n = pcrfs_node_getxattr(fs->store, pcrfs_ino_node(&fs->snaps, ino), name, val,
-                                    sizeof(val));
+    ssize_t n =
+        pcrfs_node_getxattr(fs->store, pcrfs_ino_node(&fs->snaps, ino), name, val, sizeof(val));
 
     reply_xattr(req, n, val, size);
 }
@@ -133,8 +133,8 @@ void pcrfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     struct pcrfs *fs = fs_of(req);
     char list[1024];
-    ssize_t n = pcrfs_node_listxattr(fs->store, pcrfs_ino_node(&fs->snaps, ino), list,
-                                     sizeof(list));
+    ssize_t n =
+        pcrfs_node_listxattr(fs->store, pcrfs_ino_node(&fs->snaps, ino), list, sizeof(list));
 
     reply_xattr(req, n, list, size);
 }

@@ -357,8 +357,14 @@ int do_fidelity(struct pcr_store *s, const struct fid_args *a)
     if (!fx.img || !sum_ssim || !min_ssim || !sum_dec || !sum_bytes)
         tool_oom();
     n = fid_sample(s, a->sample, a->seed, fx.img, &njpeg, &all);
-    if (n < 0)
+    if (n < 0) {
+        free(fx.img);
+        free(sum_ssim);
+        free(min_ssim);
+        free(sum_dec);
+        free(sum_bytes);
         return 1;
+    }
     fx.n = (size_t)n;
     for (i = 0; i < fx.n; i++) {
         fx.img[i].ssim = calloc(L + 1, sizeof(double));

@@ -45,8 +45,8 @@ struct summary {
     uint64_t nfiles, ndirs, nrecords, njpeg, nverbatim;
     uint64_t src_bytes, index_bytes, record_bytes;
     uint64_t level_sum[PCR_MAX_LEVELS + 1]; /* bytes of all JPEGs at level K */
-    char quality[32];                        /* meta "quality": how it was measured */
-    uint64_t nmeasured;                      /* JPEGs with a quality table */
+    char quality[32];                       /* meta "quality": how it was measured */
+    uint64_t nmeasured;                     /* JPEGs with a quality table */
     double q_sum[PCR_MAX_LEVELS + 1], q_min[PCR_MAX_LEVELS + 1]; /* over those */
     struct thr thr[SUMMARY_MAX_THRESHOLDS];
     size_t nthr;
@@ -337,8 +337,10 @@ static void print_quality_text(const struct summary *sm, FILE *f)
             fprintf(f, "\nper-image levels: no JPEG has a per-level MS-SSIM\n");
         return;
     }
-    fprintf(f, "\nper-image levels: luma MS-SSIM against level %u, measured at build time for %"
-               PRIu64 " of %" PRIu64 " JPEGs\n", sm->levels, sm->nmeasured, sm->njpeg);
+    fprintf(f,
+            "\nper-image levels: luma MS-SSIM against level %u, measured at build time for %" PRIu64
+            " of %" PRIu64 " JPEGs\n",
+            sm->levels, sm->nmeasured, sm->njpeg);
     if (sm->nmeasured < sm->njpeg)
         fprintf(f, "                  (the others are counted at level %u)\n", sm->levels);
     fprintf(f, "MS-SSIM   each JPEG at its lowest level >= t      one level for all "
@@ -351,8 +353,8 @@ static void print_quality_text(const struct summary *sm, FILE *f)
 
         fprintf(f, fabs(t->t * 100 - round(t->t * 100)) < 1e-9 ? "%7.2f" : "%7.4g", t->t);
         fprintf(f, "  %10.2f  %10.0f  %5.3f  %7.4f  %5u  %10.0f  %5.3f  %7.4f  %8u\n",
-                (double)t->levels / n, (double)t->bytes / n,
-                ratio_to_full(sm, (double)t->bytes), t->min, g, (double)sm->level_sum[g] / n,
+                (double)t->levels / n, (double)t->bytes / n, ratio_to_full(sm, (double)t->bytes),
+                t->min, g, (double)sm->level_sum[g] / n,
                 ratio_to_full(sm, (double)sm->level_sum[g]), sm->q_min[g],
                 global_level(sm, t->t, true));
     }
@@ -368,11 +370,11 @@ static void print_quality_json(const struct summary *sm, FILE *f)
         fputs("null", f);
         return;
     }
-    fprintf(f, "{\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"measured\":%" PRIu64
-               ",\"table\":[", sm->nmeasured);
+    fprintf(f, "{\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"measured\":%" PRIu64 ",\"table\":[",
+            sm->nmeasured);
     for (k = 1; k <= sm->levels; k++)
-        fprintf(f, "%s{\"level\":%u,\"msssim_mean\":%.6f,\"msssim_min\":%.6f}",
-                k > 1 ? "," : "", k, sm->q_sum[k] / (double)sm->nmeasured, sm->q_min[k]);
+        fprintf(f, "%s{\"level\":%u,\"msssim_mean\":%.6f,\"msssim_min\":%.6f}", k > 1 ? "," : "", k,
+                sm->q_sum[k] / (double)sm->nmeasured, sm->q_min[k]);
     fputs("],\"thresholds\":[", f);
     for (size_t i = 0; i < sm->nthr; i++) {
         const struct thr *t = &sm->thr[i];

@@ -539,8 +539,7 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
         goto out;
     }
     progress_update(t->nfiles, done_bytes, true);
-    if (t->codebook &&
-        (rc = pcr_writer_set_blob(w, "codebook", t->codebook, t->codebook_len)) < 0) {
+    if (t->codebook && pcr_writer_set_blob(w, "codebook", t->codebook, t->codebook_len) < 0) {
         tool_err("writing the codebook: %s", pcr_writer_error(w));
         rc = -1;
         goto out;

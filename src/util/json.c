@@ -131,27 +131,12 @@ void pcr_json_str(struct pcr_json *j, const char *s)
     pcr_json_strn(j, s, strlen(s));
 }
 
-void pcr_json_u64(struct pcr_json *j, uint64_t v)
-{
-    pcr_json_printf(j, "%llu", (unsigned long long)v);
-}
-
-void pcr_json_i64(struct pcr_json *j, int64_t v)
-{
-    pcr_json_printf(j, "%lld", (long long)v);
-}
-
 void pcr_json_double(struct pcr_json *j, double v, int prec)
 {
     if (isnan(v) || isinf(v))
         pcr_json_raw(j, "null", 4);
     else
         pcr_json_printf(j, "%.*f", prec, v);
-}
-
-void pcr_json_bool(struct pcr_json *j, bool v)
-{
-    pcr_json_puts(j, v ? "true" : "false");
 }
 
 void pcr_json_null(struct pcr_json *j)
@@ -170,7 +155,7 @@ void pcr_json_numtext(struct pcr_json *j, const char *s)
     for (i = 0; s[i] >= '0' && s[i] <= '9'; i++)
         ;
     if (i > 0 && i < 19 && s[i] == '\0' && (s[0] != '0' || i == 1)) {
-            pcr_json_raw(j, s, i);
+        pcr_json_raw(j, s, i);
     } else {
         pcr_json_str(j, s);
     }
@@ -180,6 +165,8 @@ void pcr_json_fquote(FILE *f, const char *s)
 {
     struct pcr_json j;
 
+    if (!f) /* a writer without a file would build a buffer nobody frees */
+        return;
     pcr_json_init(&j, f);
     pcr_json_quote(&j, s, strlen(s));
 }

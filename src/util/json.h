@@ -43,11 +43,8 @@ void pcr_json_vprintf(struct pcr_json *j, const char *fmt, va_list ap)
 /* The values, with no separator: the caller writes the commas and colons. */
 void pcr_json_str(struct pcr_json *j, const char *s);            /* NULL: null */
 void pcr_json_strn(struct pcr_json *j, const char *s, size_t n); /* NUL bytes escaped */
-void pcr_json_u64(struct pcr_json *j, uint64_t v);
-void pcr_json_i64(struct pcr_json *j, int64_t v);
 /* @v with @prec digits after the point ("%.*f"); NaN and infinities: null. */
 void pcr_json_double(struct pcr_json *j, double v, int prec);
-void pcr_json_bool(struct pcr_json *j, bool v);
 void pcr_json_null(struct pcr_json *j);
 /* A decimal integer given as text (an index value) as a number when it is one
  * (digits only, no leading zero, at most 18 digits), else as a string; NULL: null. */

@@ -375,23 +375,53 @@ struct tabdef {
 
 static const struct tabdef ref_tables[4] = {
     {"meta", true, false, false, 2, {{"key", "TEXT PRIMARY KEY"}, {"value", "TEXT NOT NULL"}}, ""},
-    {"dirs", false, false, false, 7,
-     {{"id", "INTEGER PRIMARY KEY"}, {"parent", "INTEGER NOT NULL"}, {"name", "BLOB NOT NULL"},
-      {"first_child", "INTEGER NOT NULL"}, {"nsubdirs", "INTEGER NOT NULL"},
-      {"first_file", "INTEGER NOT NULL"}, {"nfiles", "INTEGER NOT NULL"}},
+    {"dirs",
+     false,
+     false,
+     false,
+     7,
+     {{"id", "INTEGER PRIMARY KEY"},
+      {"parent", "INTEGER NOT NULL"},
+      {"name", "BLOB NOT NULL"},
+      {"first_child", "INTEGER NOT NULL"},
+      {"nsubdirs", "INTEGER NOT NULL"},
+      {"first_file", "INTEGER NOT NULL"},
+      {"nfiles", "INTEGER NOT NULL"}},
      ""},
-    {"records", false, false, false, 5,
-     {{"id", "INTEGER PRIMARY KEY"}, {"name", "TEXT NOT NULL"}, {"size", "INTEGER NOT NULL"},
-      {"nimages", "INTEGER NOT NULL"}, {"groups", "BLOB NOT NULL"}},
+    {"records",
+     false,
+     false,
+     false,
+     5,
+     {{"id", "INTEGER PRIMARY KEY"},
+      {"name", "TEXT NOT NULL"},
+      {"size", "INTEGER NOT NULL"},
+      {"nimages", "INTEGER NOT NULL"},
+      {"groups", "BLOB NOT NULL"}},
      ""},
-    {"files", false, false, false, 18,
-     {{"id", "INTEGER PRIMARY KEY"}, {"dir", "INTEGER NOT NULL"}, {"name", "BLOB NOT NULL"},
-      {"kind", "INTEGER NOT NULL"}, {"record", "INTEGER NOT NULL"}, {"slot", "INTEGER NOT NULL"},
-      {"nchunks", "INTEGER NOT NULL"}, {"chunks", "BLOB NOT NULL"}, {"size", "INTEGER NOT NULL"},
-      {"width", "INTEGER NOT NULL"}, {"height", "INTEGER NOT NULL"},
-      {"components", "INTEGER NOT NULL"}, {"src_size", "INTEGER NOT NULL"},
-      {"checksum", "INTEGER NOT NULL"}, {"note", "TEXT"}, {"trailer", "INTEGER NOT NULL"},
-      {"sums", "BLOB NOT NULL"}, {"quality", "BLOB NOT NULL"}},
+    {"files",
+     false,
+     false,
+     false,
+     18,
+     {{"id", "INTEGER PRIMARY KEY"},
+      {"dir", "INTEGER NOT NULL"},
+      {"name", "BLOB NOT NULL"},
+      {"kind", "INTEGER NOT NULL"},
+      {"record", "INTEGER NOT NULL"},
+      {"slot", "INTEGER NOT NULL"},
+      {"nchunks", "INTEGER NOT NULL"},
+      {"chunks", "BLOB NOT NULL"},
+      {"size", "INTEGER NOT NULL"},
+      {"width", "INTEGER NOT NULL"},
+      {"height", "INTEGER NOT NULL"},
+      {"components", "INTEGER NOT NULL"},
+      {"src_size", "INTEGER NOT NULL"},
+      {"checksum", "INTEGER NOT NULL"},
+      {"note", "TEXT"},
+      {"trailer", "INTEGER NOT NULL"},
+      {"sums", "BLOB NOT NULL"},
+      {"quality", "BLOB NOT NULL"}},
      ""},
 };
 
@@ -399,7 +429,8 @@ static struct tabdef tables[4];
 static char schema_extra[1024]; /* statements after all tables */
 static bool schema_changed;     /* the schema is no longer pcrfs(5)'s */
 static char schema_used[8192];
-static bool with_tokens;        /* the token tables are made (complete) */  /* what write_index() ran, for the report of a finding */
+static bool with_tokens; /* the token tables are made (complete) */ /* what write_index() ran, for
+                                                                       the report of a finding */
 
 static const char token_tables[] =
     "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
@@ -415,7 +446,8 @@ static const char token_tables[] =
     " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
     "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
 
-static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t len, const char *fmt, ...)
 {
     size_t n = strlen(buf);
@@ -444,8 +476,8 @@ static bool set_type(struct coldef *c, const char *type)
 /* One mutation of the schema, from the input. */
 static void mutate_schema(struct in *in)
 {
-    static const char *const types[] = {"TEXT", "BLOB", "INT", "REAL", "ANY", "NUMERIC", "",
-                                        "INTEGER", "integer", "VARCHAR(9)"};
+    static const char *const types[] = {"TEXT",    "BLOB", "INT",     "REAL",    "ANY",
+                                        "NUMERIC", "",     "INTEGER", "integer", "VARCHAR(9)"};
     static const char *const gen[] = {"1", "printf('%.99c', 'x')", "id + 1", "X'00'", "NULL"};
     uint8_t op = u8(in) % 15, k8 = u8(in);
     struct tabdef *t = &tables[u8(in) % 4];
@@ -546,12 +578,15 @@ static void mutate_schema(struct in *in)
             append(schema_extra, sizeof(schema_extra), "DROP TABLE %s;",
                    u8(in) & 1 ? "tok_dirs" : "tok_files");
         else
-            append(schema_extra, sizeof(schema_extra), "%s", u8(in) & 1
-                   ? "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL,"
-                     " name BLOB NOT NULL, first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
-                     " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
-                   : "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                     " size INTEGER NOT NULL, nimages INTEGER NOT NULL, groups BLOB NOT NULL);");
+            append(
+                schema_extra, sizeof(schema_extra), "%s",
+                u8(in) & 1
+                    ? "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL,"
+                      " name BLOB NOT NULL, first_child INTEGER NOT NULL, nsubdirs INTEGER NOT "
+                      "NULL,"
+                      " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
+                    : "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                      " size INTEGER NOT NULL, nimages INTEGER NOT NULL, groups BLOB NOT NULL);");
         schema_changed = true;
         break;
     case 14:
@@ -593,12 +628,13 @@ static void table_sql(const struct tabdef *t, char *sql, size_t len)
         append(sql, len, "%s%s %s", c ? ", " : "", t->col[c].name, t->col[c].decl);
     append(sql, len, ")%s;", t->without_rowid ? " WITHOUT ROWID" : "");
     if (t->view && !strcmp(t->name, "files"))
-        append(sql, len, "CREATE VIEW files AS WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL"
-                         " SELECT k + 1 FROM n) SELECT k AS id, f.dir, f.name, f.kind, f.record,"
-                         " f.slot, f.nchunks, f.chunks, f.size, f.width, f.height, f.components,"
-                         " f.src_size, f.checksum, f.note, f.trailer, f.sums, f.quality"
-                         " FROM n, files_data f"
-                         " WHERE f.id = 1;");
+        append(sql, len,
+               "CREATE VIEW files AS WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL"
+               " SELECT k + 1 FROM n) SELECT k AS id, f.dir, f.name, f.kind, f.record,"
+               " f.slot, f.nchunks, f.chunks, f.size, f.width, f.height, f.components,"
+               " f.src_size, f.checksum, f.note, f.trailer, f.sums, f.quality"
+               " FROM n, files_data f"
+               " WHERE f.id = 1;");
     else if (t->view)
         append(sql, len, "CREATE VIEW %s AS SELECT * FROM %s_data;", t->name, t->name);
     append(sql, len, "%s", t->extra);

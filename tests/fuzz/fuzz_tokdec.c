@@ -70,8 +70,8 @@ static void write_seeds(const char *dir, uint16_t (*g)[1024])
         const void *mb = pcr_tok_model_blob(models[c], &len);
         put_seed(dir, k++, 0, 0, mb, len);
         for (unsigned s = 0; s < 5; s++) { /* the 64x64 shape needs 4 grids: skipped */
-            ssize_t n = pcr_tok_encode(models[c], g[s], shapes[s][0], shapes[s][1], blob,
-                                       sizeof(blob));
+            ssize_t n =
+                pcr_tok_encode(models[c], g[s], shapes[s][0], shapes[s][1], blob, sizeof(blob));
             if (n > 0)
                 put_seed(dir, k++, (uint8_t)c, (uint8_t)s, blob, (size_t)n);
         }

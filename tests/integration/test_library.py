@@ -3,9 +3,10 @@
 without a mount.
 
 What each test asserts, and would be false if the feature broke:
-- for every view a mount of the same store serves (scanK/, full/, dynamic/, qNN/,
-  mix/, refurb/), the library lists the same names in the same order, the same
-  sizes and the same bytes (first open of each file);
+- for every view a mount of the same store serves (scanK/, full/, dynamic/, qNN/
+  with and without a quality table, mix/, refurb/, tokens/), the library lists the
+  same names in the same order, the same sizes and the same bytes (first open of
+  each file);
 - pcrfs.ImageFolder(store) as user nobody, in a mount namespace where /dev/fuse is
   /dev/null, yields every sample with torchvision's classes and targets;
 - one Store read by 4 threads at once gives every file's bytes;
@@ -79,6 +80,14 @@ class LibraryTest(unittest.TestCase):
         common.make_dataset(cls.src, classes=3, per_class=5, seed=7)
         cls.store = os.path.join(cls.tmp, "store")
         mu.build_store(cls.src, cls.store, per_record=4)
+        # a store with a quality table and a token tree: q90/ q95/ q99/ of their own
+        # and tokens/
+        tok = os.path.join(cls.tmp, "tok")
+        mu.run([mu.PYTHON, os.path.join(mu.SRCROOT, "tests", "gen", "mktokens.py"), "--seed",
+                "5", "-k", "391", "--grid", "16", "tree", cls.src, tok], check=0)
+        cls.store_qt = os.path.join(cls.tmp, "store-qt")
+        mu.run([mu.program("MKPCRFS"), "-q", "-n", "4", "--quality", "--tokens", tok, cls.src,
+                cls.store_qt], check=0)
         for d, dirs, files in os.walk(cls.tmp):
             for n in dirs:
                 os.chmod(os.path.join(d, n), 0o755)
@@ -89,12 +98,13 @@ class LibraryTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def same_as_mount(self, **options):
+    def same_as_mount(self, store=None, **options):
+        store = store or self.store
         opts = ",".join("%s=%s" % kv for kv in options.items())
         mnt = os.path.join(self.tmp, "mnt")
-        m = mu.Mount(self.store, mnt, *(["-o", opts] if opts else []))
+        m = mu.Mount(store, mnt, *(["-o", opts] if opts else []))
         with m:
-            with pcrfs.Store(self.store, **options) as st:
+            with pcrfs.Store(store, **options) as st:
                 want = [e for e in walk_mount(mnt) if not e[0].startswith(".pcrfs")]
                 got = walk_store(st)
                 self.assertEqual(got, want, options)
@@ -110,6 +120,7 @@ class LibraryTest(unittest.TestCase):
                     views = json.load(f)["views"]
                 self.assertEqual(st.info()["views"], views)
             self.assertEqual(m.unmount(), 0)
+        return views
 
     def test_views_plain(self):
         self.same_as_mount()
@@ -119,6 +130,12 @@ class LibraryTest(unittest.TestCase):
         # refurb/ (first versions) beside the scan views
         self.same_as_mount(level=2, quality="0.9:0.95", mix="1-3", mix_seed=5, refurb=2,
                            refurb_size=32, refurb_threads=0)
+
+    def test_views_quality_tokens(self):
+        # q90/ q95/ q99/ from a quality table, tokens/ from a token tree
+        views = self.same_as_mount(store=self.store_qt)
+        for v in ("q90", "q95", "q99", "tokens"):
+            self.assertIn(v, views)
 
     def test_range_and_errors(self):
         with pcrfs.Store(self.store) as st:

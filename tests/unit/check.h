@@ -7,15 +7,15 @@
 
 static int check_failed, check_run;
 
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        check_run++;                                                                       \
-        if (!(cond)) {                                                                     \
-            check_failed++;                                                                \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-        }                                                                                  \
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        check_run++;                                                                               \
+        if (!(cond)) {                                                                             \
+            check_failed++;                                                                        \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
     } while (0)
 
 static inline int check_done(const char *name)

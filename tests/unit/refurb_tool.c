@@ -234,15 +234,16 @@ int main(int argc, char **argv)
     struct args a = {0};
     int rc;
 
-    if (argc < 2 || parse(argc, argv, &a))
-        rc = usage();
-    else if (!strcmp(argv[1], "params"))
+    /* a bad command line is no command: usage() at the end */
+    const char *cmd = argc >= 2 && !parse(argc, argv, &a) ? argv[1] : "";
+
+    if (!strcmp(cmd, "params"))
         rc = cmd_params(&a);
-    else if (!strcmp(argv[1], "draws"))
+    else if (!strcmp(cmd, "draws"))
         rc = cmd_draws(&a);
-    else if (!strcmp(argv[1], "render"))
+    else if (!strcmp(cmd, "render"))
         rc = cmd_render(&a);
-    else if (!strcmp(argv[1], "bench"))
+    else if (!strcmp(cmd, "bench"))
         rc = cmd_bench(&a);
     else
         rc = usage();

@@ -349,7 +349,7 @@ static void test_parse_bad(void)
     n += (size_t)snprintf(big + n, sizeof(big) - n, "0: 0-0, 0, 0;");
     for (int i = 1; i <= 63; i++)
         n += (size_t)snprintf(big + n, sizeof(big) - n, "0: %d-%d, 0, 0;", i, i);
-    n += (size_t)snprintf(big + n, sizeof(big) - n, "0: 0-0, 0, 0;");
+    snprintf(big + n, sizeof(big) - n, "0: 0-0, 0, 0;");
     expect_bad(big, "more than 64 scans");
     /* Bytes that are not text never crash it. */
     {

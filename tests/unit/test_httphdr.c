@@ -26,8 +26,8 @@ int main(void)
     feed(&r, "ETag: \"abc\"\r\n");
     CHECK(r.status == 206, "status %ld", r.status);
     CHECK(r.has_crange && !r.bad_hdr && r.cr_a == 100 && r.cr_b == 199 && r.cr_total == 1000,
-          "Content-Range %llu-%llu/%llu", (unsigned long long)r.cr_a,
-          (unsigned long long)r.cr_b, (unsigned long long)r.cr_total);
+          "Content-Range %llu-%llu/%llu", (unsigned long long)r.cr_a, (unsigned long long)r.cr_b,
+          (unsigned long long)r.cr_total);
     CHECK(!strcmp(r.etag, "\"abc\""), "ETag %s", r.etag);
 
     feed(&r, "HTTP/1.1 200 OK\r\n"); /* a new response forgets the last one's headers */

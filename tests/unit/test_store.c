@@ -1,7 +1,7 @@
 /* Unit test of the writer and the reader over synthetic data: numbering, record
  * layout, sizes and bytes at every level and offset, lookup/readdir/path,
- * checksums, replacing stores, a damaged record failing alone, and the views laid
- * over a store (src/lib/view/: names, numbers, levels, options, errors). */
+ * checksums, replacing stores, a damaged record failing alone (the views laid over
+ * a store: test_views.c). */
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
@@ -16,146 +16,7 @@
 #include "common/internal.h"
 #include "view/view.h"
 #include "check.h"
-
-#define LEVELS 10
-
-/* The synthetic tree: dirs 1 "" {a, b}, 2 "a", 3 "b" {c}, 4 "c". */
-struct tfile {
-    const char *path;
-    uint64_t dir;
-    const char *name;
-    int kind;
-    unsigned nchunks; /* JPEG */
-    size_t len;
-    uint8_t *data;
-    struct pcr_split split;
-};
-
-static struct tfile files[] = {
-    {"r1.JPEG", 1, "r1.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}},
-    {"r2.bin", 1, "r2.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
-    {"a/ x y.JPEG", 2, " x y.JPEG", PCR_KIND_JPEG, 6, 0, NULL, {0}},
-    {"a/cmyk.JPEG", 2, "cmyk.JPEG", PCR_KIND_JPEG, 18, 0, NULL, {0}},
-    {"a/empty", 2, "empty", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
-    {"a/one.JPEG", 2, "one.JPEG", PCR_KIND_JPEG, 1, 0, NULL, {0}},
-    {"b/c/z.txt", 4, "z.txt", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
-    {"b/c/\xff\xfe.JPEG", 4, "\xff\xfe.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}},
-};
-#define NFILES (sizeof(files) / sizeof(files[0]))
-
-static uint32_t rnd_state = 12345;
-static uint32_t rnd(void)
-{
-    rnd_state = rnd_state * 1103515245u + 12345u;
-    return rnd_state >> 8;
-}
-
-static void make_data(void)
-{
-    for (size_t i = 0; i < NFILES; i++) {
-        struct tfile *t = &files[i];
-        size_t n = 0;
-        if (t->kind == PCR_KIND_VERBATIM) {
-            /* r2.bin spans three checksum blocks (test_flipped) */
-            t->len = !strcmp(t->name, "empty")    ? 0
-                     : !strcmp(t->name, "r2.bin") ? 150000
-                                                  : 100 + rnd() % 3000;
-            t->data = malloc(t->len + 1);
-            for (size_t k = 0; k < t->len; k++)
-                t->data[k] = (uint8_t)(rnd() >> 8); /* high bits: period 2^24 */
-            continue;
-        }
-        t->split.nchunks = t->nchunks;
-        t->data = malloc(64 * 4096 + 2);
-        for (unsigned c = 0; c < t->nchunks; c++) {
-            size_t l = 1 + rnd() % 4000;
-            for (size_t k = 0; k < l; k++)
-                t->data[n + k] = (uint8_t)(i * 32 + c);
-            n += l;
-            t->split.end[c] = n;
-        }
-        t->data[n++] = 0xFF;
-        t->data[n++] = 0xD9;
-        t->len = n;
-    }
-}
-
-/* Bytes at @level per the store's rule, into a new buffer. */
-static uint8_t *expected(const struct tfile *t, unsigned level, size_t *len)
-{
-    uint8_t *b = malloc(t->len + 2);
-    unsigned m;
-
-    if (t->kind == PCR_KIND_VERBATIM) {
-        memcpy(b, t->data, t->len);
-        *len = t->len;
-        return b;
-    }
-    m = level >= LEVELS || level >= t->nchunks ? t->nchunks : level;
-    *len = t->split.end[m - 1];
-    memcpy(b, t->data, *len);
-    b[(*len)++] = 0xFF;
-    b[(*len)++] = 0xD9;
-    return b;
-}
-
-static int build(const char *path, bool force, unsigned per_record, char *err, size_t errlen)
-{
-    struct pcr_writer *w;
-    struct pcr_writer_opts o = {.levels = LEVELS, .script = "test", .force = force};
-    struct pcr_dir_row dirs[] = {
-        {1, 1, "", 2, 2, 1, 2},
-        {2, 1, "a", 0, 0, 3, 4},
-        {3, 1, "b", 4, 1, 0, 0},
-        {4, 3, "c", 0, 0, 7, 2},
-    };
-    int ret = pcr_writer_create(path, &o, &w, err, errlen);
-
-    if (ret)
-        return ret;
-    for (size_t i = 0; i < 4; i++)
-        if ((ret = pcr_writer_add_dir(w, &dirs[i])))
-            goto fail;
-    for (size_t i = 0; i < NFILES; i += per_record) {
-        struct pcr_item items[8];
-        unsigned n = 0;
-        for (size_t k = i; k < NFILES && n < per_record; k++, n++) {
-            struct tfile *t = &files[k];
-            items[n] = (struct pcr_item){
-                .id = k + 1,
-                .dir = t->dir,
-                .name = t->name,
-                .kind = t->kind,
-                .data = t->data,
-                .len = t->len,
-                .split = t->kind == PCR_KIND_JPEG ? &t->split : NULL,
-                .info = {.width = 10, .height = 20, .components = 3},
-                .src_size = t->len,
-                .note = t->kind == PCR_KIND_VERBATIM ? "not a JPEG" : NULL,
-            };
-        }
-        if ((ret = pcr_writer_add_record(w, items, n)))
-            goto fail;
-    }
-    return pcr_writer_finish(w, err, errlen);
-fail:
-    snprintf(err, errlen, "%s", pcr_writer_error(w));
-    pcr_writer_abort(w);
-    return ret;
-}
-
-static int resolve(struct pcr_store *s, const char *path, struct pcr_node *node)
-{
-    char buf[512], *save, *part;
-    int ret = 0;
-
-    snprintf(buf, sizeof(buf), "%s", path);
-    node->is_dir = true;
-    node->id = PCR_ROOT_DIR;
-    for (part = strtok_r(buf, "/", &save); part && !ret; part = strtok_r(NULL, "/", &save))
-        ret = pcr_store_lookup(s, node->id, part, node);
-    return ret;
-}
+#include "synth.h"
 
 static void test_read(const char *path)
 {
@@ -191,8 +52,8 @@ static void test_read(const char *path)
             size_t elen;
             uint8_t *e = expected(t, level, &elen);
             struct pcr_handle *h;
-            CHECK(pcr_file_size(f, level) == elen, "%s level %u size %llu want %zu", t->path,
-                  level, (unsigned long long)pcr_file_size(f, level), elen);
+            CHECK(pcr_file_size(f, level) == elen, "%s level %u size %llu want %zu", t->path, level,
+                  (unsigned long long)pcr_file_size(f, level), elen);
             ret = pcr_handle_open(s, f, level, &h);
             CHECK(ret == 0, "handle %s", t->path);
             if (ret) {
@@ -201,8 +62,7 @@ static void test_read(const char *path)
             }
             CHECK(pcr_handle_size(h) == elen, "handle size");
             ssize_t n = pcr_handle_read(h, buf, 1 << 20, 0);
-            CHECK(n == (ssize_t)elen && !memcmp(buf, e, elen), "%s level %u bytes", t->path,
-                  level);
+            CHECK(n == (ssize_t)elen && !memcmp(buf, e, elen), "%s level %u bytes", t->path, level);
             for (int k = 0; k < 200; k++) {
                 size_t off = elen ? rnd() % (elen + 3) : 0, len = rnd() % 5000;
                 size_t want = off >= elen ? 0 : (len < elen - off ? len : elen - off);
@@ -437,8 +297,7 @@ static void test_flipped(const char *path)
         uint8_t *e = expected(&files[0], level, &elen);
         ssize_t got = pcr_store_read(s, f1, level, buf, sizeof(buf), 0);
         if (level <= c)
-            CHECK(got == (ssize_t)elen && !memcmp(buf, e, elen), "level %u before the flip",
-                  level);
+            CHECK(got == (ssize_t)elen && !memcmp(buf, e, elen), "level %u before the flip", level);
         else
             CHECK(got == -EIO, "level %u reads the flipped chunk: %zd", level, got);
         free(e);
@@ -522,79 +381,6 @@ static void test_varint(void)
     CHECK(pcr_varint_get(b, sizeof(b), &v) == 0, "overlong varint");
 }
 
-/* The views of a 10-level store without a quality table: their order and numbers,
- * the levels their entries serve, dynamic/'s switch, what options refuse. */
-static void test_views(const char *path)
-{
-    static const char *const want[] = {"scan1", "scan2", "scan3", "scan4", "scan5", "scan6",
-                                       "scan7", "scan8", "scan9", "scan10", "full", "dynamic",
-                                       "q90", "mix"};
-    struct pcr_views_args a = {0};
-    struct pcr_views *vs = NULL;
-    const struct pcr_view *v, *fv;
-    const struct pcr_file *f;
-    struct pcr_node node;
-    char err[512], msg[512], *json;
-    size_t len;
-    struct pcr_store *s;
-    unsigned old;
-
-    CHECK(pcr_store_open(path, &s, err, sizeof(err)) == 0, "open: %s", err);
-    /* defaults: scanK/ and full/ only (no quality table, no tokens) */
-    CHECK(pcr_views_open(s, NULL, NULL, &vs, err, sizeof(err)) == 0, "views: %s", err);
-    CHECK(vs && vs->nroot == LEVELS + 1, "%u views", vs ? vs->nroot : 0);
-    CHECK(!pcr_views_dynamic(vs) && !pcr_views_need_open(vs), "no dynamic/, no mix/");
-    pcr_views_close(vs);
-
-    CHECK(pcr_views_opt(&a, "level", "3", msg, sizeof(msg)) == 0, "%s", msg);
-    CHECK(pcr_views_opt(&a, "quality", "0.9", msg, sizeof(msg)) == 0, "%s", msg);
-    CHECK(pcr_views_opt(&a, "mix", "2-4", msg, sizeof(msg)) == 0, "%s", msg);
-    CHECK(pcr_views_opt(&a, "mix", "4", msg, sizeof(msg)) == -1, "mix=4 refused as given");
-    CHECK(pcr_views_opt(&a, "nope", "1", msg, sizeof(msg)) == -ENOENT, "not a view's option");
-    CHECK(pcr_views_args_want_write(&a), "level= wants writes");
-    CHECK(pcr_views_open(s, NULL, &a, &vs, err, sizeof(err)) == 0, "views: %s", err);
-    CHECK(vs->nroot == sizeof(want) / sizeof(want[0]), "%u views", vs->nroot);
-    for (unsigned i = 0; i < vs->nroot && i < sizeof(want) / sizeof(want[0]); i++)
-        CHECK(!strcmp(pcr_views_root(vs, i)->name, want[i]), "view %u: %s", i,
-              pcr_views_root(vs, i)->name);
-    CHECK(pcr_views_root_lookup(vs, "full")->number == LEVELS + 1, "full/ is L+1");
-    CHECK(pcr_views_root_lookup(vs, "q90")->number == PCR_VIEW_Q, "q90/");
-    CHECK(pcr_views_root_lookup(vs, "scan10")->level == 10, "scan10/ serves 10");
-    CHECK(pcr_views_need_open(vs), "mix/ needs an open");
-    /* dynamic/: directories in one number, files at V + K */
-    v = pcr_views_root_lookup(vs, "dynamic");
-    CHECK(v && v->number == PCR_VIEW_DYN && v->dirs && !v->files, "dynamic/'s directory");
-    CHECK(pcr_views_get(vs, PCR_VIEW_DYN, true) == NULL, "no file in its directory number");
-    CHECK(resolve(s, "a/cmyk.JPEG", &node) == 0 && !node.is_dir, "a/cmyk.JPEG");
-    CHECK(pcr_view_child_number(v, true, node.id) == PCR_VIEW_DYN + 3, "level 3 first");
-    CHECK(pcr_views_set_level(vs, 5, &old) == 0 && old == 3, "set 5");
-    CHECK(pcr_views_set_level(vs, LEVELS + 1, NULL) == -EINVAL, "no level 11");
-    fv = pcr_views_get(vs, pcr_view_child_number(v, true, node.id), true);
-    CHECK(fv && fv->level == 5 && fv->ctr == v->ctr, "a file entry of level 5, one counter");
-    CHECK(pcr_store_file(s, node.id, &f) == 0 && pcr_view_size(fv, f) ==
-                                                     (int64_t)pcr_file_size(f, 5), "size");
-    /* mix/: the level of a file's next open is within 2..4 */
-    v = pcr_views_root_lookup(vs, "mix");
-    CHECK(v && pcr_view_child_number(v, true, node.id) >= PCR_VIEW_MIX + 2 &&
-              pcr_view_child_number(v, true, node.id) <= PCR_VIEW_MIX + 4, "mix draw");
-    CHECK(pcr_views_info_json(vs, "S", NULL, &json, &len) == 0 && strstr(json, "\"mix\"") &&
-              strstr(json, "\"q90\"") && strstr(json, "\"dynamic\": true"), "info");
-    free(json);
-    pcr_views_close(vs);
-    pcr_views_args_free(&a);
-
-    /* what needs the store is refused at open, with a message */
-    CHECK(pcr_views_opt(&a, "level", "11", msg, sizeof(msg)) == 0, "level=11 parses");
-    CHECK(pcr_views_open(s, NULL, &a, &vs, err, sizeof(err)) == -EINVAL && strstr(err, "1..10"),
-          "level=11: %s", err);
-    pcr_views_args_free(&a);
-    CHECK(pcr_views_opt(&a, "refurb_size", "32", msg, sizeof(msg)) == 0, "%s", msg);
-    CHECK(pcr_views_open(s, NULL, &a, &vs, err, sizeof(err)) == -EINVAL &&
-              strstr(err, "refurb=R"), "refurb_size alone: %s", err);
-    pcr_views_args_free(&a);
-    pcr_store_close(s);
-}
-
 int main(void)
 {
     char tmpl[] = "/tmp/pcrfs-test-store-XXXXXX", path[600], err[512], cmd[700];
@@ -611,7 +397,6 @@ int main(void)
     test_read(path);
     test_record_runs(path, 3);
     test_sequential_steps(path);
-    test_views(path);
     CHECK(build(path, false, 3, err, sizeof(err)) == -EEXIST, "exists without force");
     CHECK(build(path, true, 8, err, sizeof(err)) == 0, "force replaces a store: %s", err);
     test_read(path); /* one record this time */

@@ -34,7 +34,10 @@ static void make_grids(void)
         for (unsigned k = 0; k < gh[i] * gw[i]; k++) {
             /* Zipf-ish with a tail past 255 and the extremes 0 and 65535 */
             unsigned r = rnd() % 1000;
-            grids[i][k] = (uint16_t)(r < 500 ? r % 7 : r < 950 ? r % 300 : r < 999 ? 300 + r : 65535);
+            grids[i][k] = (uint16_t)(r < 500   ? r % 7
+                                     : r < 950 ? r % 300
+                                     : r < 999 ? 300 + r
+                                               : 65535);
         }
         snprintf(names[i], sizeof(names[i]), "%02d.tok", i);
     }
@@ -49,8 +52,8 @@ static int build(const char *path, enum pcr_tok_coder coder, char *err, size_t e
     struct pcr_tok_model *m;
     struct pcr_writer *w;
     struct pcr_dir_row root = {1, 1, "", 0, 0, 0, 0};
-    struct pcr_dir_row tdirs[] = {{1, 1, "", 2, 2, 0, 0}, {2, 1, "c0", 0, 0, 1, 20},
-                                  {3, 1, "c1", 0, 0, 21, 20}};
+    struct pcr_dir_row tdirs[] = {
+        {1, 1, "", 2, 2, 0, 0}, {2, 1, "c0", 0, 0, 1, 20}, {3, 1, "c1", 0, 0, 21, 20}};
     struct pcr_tok_item items[NGRID];
     static const char codebook[] = "\x93NUMPY fake codebook bytes";
     int ret;
@@ -73,8 +76,11 @@ static int build(const char *path, enum pcr_tok_coder coder, char *err, size_t e
         if ((ret = pcr_writer_add_tok_dir(w, &tdirs[i])))
             goto fail;
     for (int i = 0; i < NGRID; i++)
-        items[i] = (struct pcr_tok_item){.id = (uint64_t)i + 1, .dir = i < 20 ? 2 : 3,
-                                         .name = names[i], .grid = grids[i], .h = gh[i],
+        items[i] = (struct pcr_tok_item){.id = (uint64_t)i + 1,
+                                         .dir = i < 20 ? 2 : 3,
+                                         .name = names[i],
+                                         .grid = grids[i],
+                                         .h = gh[i],
                                          .w = gw[i]};
     /* three shards of uneven size */
     if ((ret = pcr_writer_add_tok_shard(w, items, 7)) ||
@@ -135,7 +141,8 @@ static void check_store(const char *path)
               "%s: values equal the imported grid", names[i]);
         /* a read at an offset is a slice of the same bytes */
         uint8_t part[64];
-        CHECK(pcr_store_read(t, f, 1, part, sizeof(part), 100) == 64 && !memcmp(part, buf + 100, 64),
+        CHECK(pcr_store_read(t, f, 1, part, sizeof(part), 100) == 64 &&
+                  !memcmp(part, buf + 100, 64),
               "offset read");
     }
     pcr_store_close(t);

@@ -59,8 +59,17 @@ struct pcrfs_file {
     size_t wlen;
 };
 
-/* Set this thread's message; @return @rc. */
-int api_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Set this thread's message. */
+void api_errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Set this thread's message; the value is @rc (taken before the message is made: it
+ * may be -errno). A macro, so that a checker sees the error returned: the analyzer
+ * does not follow a variadic call, and took a failed lookup for a success. */
+#define api_fail(rc, ...)                                                                          \
+    ({                                                                                             \
+        int api_rc_ = (rc);                                                                        \
+        api_errmsg(__VA_ARGS__);                                                                   \
+        api_rc_;                                                                                   \
+    })
 /* Clear this thread's message. */
 void api_ok(void);
 /* This process's instance, reopened on the first call after a fork. NULL: message. */
@@ -70,10 +79,10 @@ struct inst *api_inst(pcrfs_store *s);
  * return the error (the message cleared first). */
 #define PCRFS_INST(in, s)                                                                          \
     do {                                                                                           \
-        api_ok();                                                                                \
+        api_ok();                                                                                  \
         if (!(s))                                                                                  \
-            return api_fail(-EINVAL, "no store");                                                \
-        if (!((in) = api_inst(s)))                                                               \
+            return api_fail(-EINVAL, "no store");                                                  \
+        if (!((in) = api_inst(s)))                                                                 \
             return -EIO;                                                                           \
     } while (0)
 

@@ -36,14 +36,13 @@
 
 static _Thread_local char errbuf[512];
 
-int api_fail(int rc, const char *fmt, ...)
+void api_errmsg(const char *fmt, ...)
 {
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(errbuf, sizeof(errbuf), fmt, ap);
     va_end(ap);
-    return rc;
 }
 
 void api_ok(void)
@@ -111,9 +110,9 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
         /* strings the backend checks (url.c), as the daemon takes them */
         if (!remote)
             return api_fail(-EINVAL,
-                        "%s=: only for a store in object storage (s3://, http://, "
-                        "https://)",
-                        name);
+                            "%s=: only for a store in object storage (s3://, http://, "
+                            "https://)",
+                            name);
         rc = val[0] ? 0 : -1;
         if (rc) {
             pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
@@ -131,9 +130,9 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
         }
     } else if (pcr_store_opt_remote_only(name) && !remote)
         return api_fail(-EINVAL,
-                    "%s=: only for a store in object storage (s3://, http://, "
-                    "https://)",
-                    name);
+                        "%s=: only for a store in object storage (s3://, http://, "
+                        "https://)",
+                        name);
     else
         rc = pcr_store_opt(&s->sopts, name, val, msg, sizeof(msg)); /* store/opts.c */
     if (rc == 1)
@@ -627,7 +626,7 @@ int pcrfs_set_level(pcrfs_store *s, unsigned level)
     if (rc == -ENOENT)
         return api_fail(rc, "no dynamic/ (open with level=K)");
     return rc ? api_fail(rc, "%u: not a level of this store (1..%u)", level,
-                     pcr_store_levels(in->store))
+                         pcr_store_levels(in->store))
               : 0;
 }
 
@@ -740,8 +739,11 @@ static void help_make(void)
 
     for (size_t i = 0; i < pcr_view_ndescs; i++) {
         const char *h = pcr_view_descs[i]->help;
-        size_t len = h ? strlen(h) : 0;
+        size_t len;
 
+        if (!h)
+            continue; /* a view without options to tell */
+        len = strlen(h);
         if (len >= sizeof(help_text) - n)
             break; /* a table bug: _Static_assert cannot see string lengths */
         memcpy(help_text + n, h, len);
@@ -774,5 +776,7 @@ void pcrfs_set_log(pcrfs_log_fn fn, void *ctx, int max_level)
 {
     log_fn = fn;
     pcr_log_set_hook(fn ? log_tramp : NULL, ctx,
-                     (enum pcr_log_level)(max_level < 0 ? 0 : max_level > 3 ? 3 : max_level));
+                     (enum pcr_log_level)(max_level < 0   ? 0
+                                          : max_level > 3 ? 3
+                                                          : max_level));
 }

@@ -10,8 +10,8 @@
 struct bw_backend {
     struct pcr_backend base;
     struct pcr_backend *inner;
-    uint64_t rate;      /* bytes/s, 0 = unlimited (relaxed atomic) */
-    uint64_t next;      /* when the debt is paid, CLOCK_MONOTONIC ns (under lock) */
+    uint64_t rate; /* bytes/s, 0 = unlimited (relaxed atomic) */
+    uint64_t next; /* when the debt is paid, CLOCK_MONOTONIC ns (under lock) */
     pthread_mutex_t lock;
 };
 
@@ -100,8 +100,7 @@ static const struct pcr_backend_ops bw_ops = {
     .destroy = bw_destroy,
 };
 
-int pcr_backend_bwlimit(struct pcr_backend *inner, uint64_t bytes_per_sec,
-                        struct pcr_backend **out)
+int pcr_backend_bwlimit(struct pcr_backend *inner, uint64_t bytes_per_sec, struct pcr_backend **out)
 {
     struct bw_backend *bw = calloc(1, sizeof(*bw));
 

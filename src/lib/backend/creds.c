@@ -199,8 +199,10 @@ static int read_small(const char *path, char **out, size_t *len, struct stamp *s
     int fd;
 
     fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
-        return -errno;
+    if (fd < 0) {
+        int e = errno;            /* read once: each read of errno is a call */
+        return e > 0 ? -e : -EIO; /* never 0: *out is unset */
+    }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)HTTP_CRED_MAX_DOC) {
         close(fd);
         return -EINVAL;
@@ -304,6 +306,8 @@ static int profile_read(const char *path, const char *profile, bool config, stru
         return -EINVAL;
     }
     ret = http_cred_ini_find(buf, len, profile, config, w, n);
+    /* read_small() returned 0, so buf is set; the analyzer loses that -e < 0:
+     * NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker) */
     explicit_bzero(buf, len);
     free(buf);
     if (ret == -EINVAL)
@@ -475,6 +479,8 @@ static int get_webid(struct http_creds *c, struct http_cred_doc *d, char *err, s
     etok = curl_easy_escape(NULL, tok, (int)len);
     erole = curl_easy_escape(NULL, c->role_arn, 0);
     esess = curl_easy_escape(NULL, c->session, 0);
+    /* read_small() returned 0, so tok is set; the analyzer loses that -e < 0:
+     * NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker) */
     explicit_bzero(tok, len);
     free(tok);
     if (!etok || !erole || !esess ||
@@ -1036,16 +1042,21 @@ static bool container_host_ok(const char *url)
     for (size_t i = 0; i < PCR_ARRAY_SIZE(ok); i++)
         if (strlen(ok[i]) == n && !strncasecmp(h, ok[i], n))
             return true;
-    /* 127.0.0.0/8 */
-    unsigned a, b, cc, d;
-    char tail;
-    char host[64];
-    if (n >= sizeof(host))
-        return false;
-    memcpy(host, h, n);
-    host[n] = '\0';
-    return sscanf(host, "%u.%u.%u.%u%c", &a, &b, &cc, &d, &tail) == 4 && a == 127 && b < 256 &&
-           cc < 256 && d < 256;
+    /* 127.0.0.0/8: four dotted numbers of 1-3 digits each, the first 127 (digit by
+     * digit: sscanf("%u") would not say that a number overflowed) */
+    unsigned part[4], k = 0;
+    const char *p = h;
+    for (; k < 4; k++) {
+        unsigned v = 0, nd = 0;
+        for (; p < e && isdigit((unsigned char)*p) && nd < 4; p++, nd++)
+            v = v * 10 + (unsigned)(*p - '0');
+        if (nd == 0 || nd > 3 || v > 255)
+            return false;
+        part[k] = v;
+        if (k < 3 && (p >= e || *p++ != '.'))
+            return false;
+    }
+    return p == e && part[0] == 127;
 }
 
 static bool truthy(const char *v)
@@ -1180,7 +1191,7 @@ static int chain(struct http_creds *c, bool explicit_profile, struct http_cred_d
         c->url = NULL;
         return -ENOMEM;
     }
-    if (strncmp(c->url, "http://", 7) && strncmp(c->url, "https://", 8)) {
+    if (strncmp(c->url, "http://", 7) != 0 && strncmp(c->url, "https://", 8) != 0) {
         pcr_errf(err, errlen, "AWS_EC2_METADATA_SERVICE_ENDPOINT=%s: not an http:// URL", c->url);
         return -EINVAL;
     }

@@ -11,12 +11,13 @@
 #include "backend/http_internal.h"
 #include "common/workq.h"
 
-#define MERGE_GAP          (64u * 1024)       /* ranges closer than this: one GET, */
-#define MERGE_WASTE        8                  /* ... if the gaps stay under 1/8 of it */
-#define MERGE_MAX          (8u * 1024 * 1024) /* ... of at most this many bytes */
-#define HTTP_FAIL_HOLD_MS  5000  /* a record that failed: its files fail at once this
-                                    long, then it is probed again (pcrfs(1)) */
-#define WHOLE_MAX          (64u * 1024 * 1024)
+#define MERGE_GAP   (64u * 1024)       /* ranges closer than this: one GET, */
+#define MERGE_WASTE 8                  /* ... if the gaps stay under 1/8 of it */
+#define MERGE_MAX   (8u * 1024 * 1024) /* ... of at most this many bytes */
+#define HTTP_FAIL_HOLD_MS                                                                          \
+    5000 /* a record that failed: its files fail at once this                                      \
+            long, then it is probed again (pcrfs(1)) */
+#define WHOLE_MAX (64u * 1024 * 1024)
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
@@ -141,6 +142,7 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
     unsigned ns = 0;
     int ret;
 
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, one pointer each */
     qsort(rg, n, sizeof(*rg), cmp_range);
     for (unsigned i = 0; i < n; i++) {
         struct span *s = ns ? &sp[ns - 1] : NULL;
@@ -161,8 +163,12 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
             ret = -ENOMEM;
             goto out;
         }
-        req[i] = (struct http_req){.url = o->url, .off = sp[i].off, .len = sp[i].len,
-                                   .expect = o->size, .if_match = o->etag, .buf = buf,
+        req[i] = (struct http_req){.url = o->url,
+                                   .off = sp[i].off,
+                                   .len = sp[i].len,
+                                   .expect = o->size,
+                                   .if_match = o->etag,
+                                   .buf = buf,
                                    .fd = -1};
         req_hooks(hb, &req[i]);
     }

@@ -21,8 +21,8 @@
 /* The backend: the pcr_backend_ops of http.c over a transport and a cache. */
 struct http_backend {
     struct pcr_backend base;
-    struct http_transport x;  /* requests, connections, counters */
-    struct http_cache *cache; /* NULL: no prefix cache */
+    struct http_transport x;   /* requests, connections, counters */
+    struct http_cache *cache;  /* NULL: no prefix cache */
     struct http_backend *next; /* the process's list, for pcr_http_stats() */
     /* direct range GETs in flight (readers' own, outside the cache's parts): at most
      * x.nconn at once, so -o http_connections bounds them too */

@@ -268,8 +268,8 @@ static void part_run(struct pcr_job *j)
         o->fd = cache_file(c);
         if (o->fd < 0) {
             if (!c->logged_file++)
-                pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead",
-                        c->dir, strerror(-o->fd));
+                pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead", c->dir,
+                        strerror(-o->fd));
             o->fd = -1;
             o->fetch_err = -EROFS;
             o->retry_after = http_now_ms() + (uint64_t)hb->timeout_ms;
@@ -282,9 +282,15 @@ static void part_run(struct pcr_job *j)
     pthread_mutex_unlock(&c->lock);
 
     struct part_fetch f = {.p = p};
-    f.r = (struct http_req){.url = o->url, .off = from, .len = to - from, .expect = o->size,
-                            .if_match = o->etag, .fd = o->fd, .fd_off = from,
-                            .on_progress = fetch_progress, .on_throttled = fetch_throttled,
+    f.r = (struct http_req){.url = o->url,
+                            .off = from,
+                            .len = to - from,
+                            .expect = o->size,
+                            .if_match = o->etag,
+                            .fd = o->fd,
+                            .fd_off = from,
+                            .on_progress = fetch_progress,
+                            .on_throttled = fetch_throttled,
                             .arg = &f};
     struct http_req *rq = &f.r;
     http_count(&hb->st.prefix_fetches, 1);
@@ -298,13 +304,13 @@ static void part_run(struct pcr_job *j)
     }
     if (ret == -ENOSPC || ret == -EROFS) {
         if (!c->logged_write++)
-            pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead",
-                    c->dir, ret == -ENOSPC ? "file system full" : "cannot write");
+            pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead", c->dir,
+                    ret == -ENOSPC ? "file system full" : "cannot write");
     } else if (ret && !c->logged_fetch++) {
         char why[160];
         http_describe(rq, why, sizeof(why));
-        pcr_log(PCR_LOG_ERR, "%s: fetching bytes %llu-%llu: %s", o->url,
-                (unsigned long long)from, (unsigned long long)to, why);
+        pcr_log(PCR_LOG_ERR, "%s: fetching bytes %llu-%llu: %s", o->url, (unsigned long long)from,
+                (unsigned long long)to, why);
     }
     if (!ret && p->got < to - p->off)
         p->got = to - p->off;
@@ -466,7 +472,6 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 
 enum { HAVE, WAIT, DIRECT };
 
-
 /* Whether [off, end) of @o is in the cache file (HAVE), on its way (WAIT: parts a
  * reader waits for moved to the front, evicted advised ones queued again), or to
  * be read directly (under the lock). */
@@ -483,8 +488,7 @@ static int lookup(struct http_cache *c, struct pcr_object *o, uint64_t off, uint
             continue;
         /* on its way: first; advised and failed (or dropped after a checksum
          * mismatch): fetched again, first; else not the cache's */
-        if (p->state != PART_IDLE ||
-            (end <= o->advised && http_now_ms() >= o->retry_after)) {
+        if (p->state != PART_IDLE || (end <= o->advised && http_now_ms() >= o->retry_after)) {
             if (!part_ask(c, p, p->state != PART_IDLE && p->want > need ? p->want : need, true))
                 return DIRECT;
             res = WAIT;
@@ -495,8 +499,7 @@ static int lookup(struct http_cache *c, struct pcr_object *o, uint64_t off, uint
     return res;
 }
 
-int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
-                    void *buf)
+int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len, void *buf)
 {
     struct http_transport *hb = c->hb;
     uint64_t end = off + len;

@@ -11,20 +11,20 @@ struct pcr_object {
     char url[HTTP_MAX_URL];
     char etag[HTTP_MAX_ETAG + 1]; /* "" when the server gave none (or a weak one) */
     uint64_t size;
-    bool whole;             /* fetched whole into the cache on first read */
+    bool whole; /* fetched whole into the cache on first read */
     /* cache state: under the cache's lock (httpcache.c) */
-    int fd;                 /* cache file (unlinked), or -1 */
-    uint64_t psize;         /* bytes of one part (the last one may be shorter) */
+    int fd;                  /* cache file (unlinked), or -1 */
+    uint64_t psize;          /* bytes of one part (the last one may be shorter) */
     struct http_part *parts; /* [nparts], allocated on first use, or NULL */
     unsigned nparts;
-    unsigned busy;          /* parts queued or being fetched */
-    uint64_t held;          /* bytes of the cache's limit reserved for this object */
-    uint64_t advised;       /* the largest end advise() asked for */
-    int fetch_err;          /* the last failed part's error, for its waiters */
-    uint64_t fetch_gen;     /* counts finished part fetches */
-    uint64_t retry_after;   /* no refetch before this (ms, monotonic) after a failure */
-    unsigned users;         /* readers preading fd: not evicted meanwhile */
-    uint64_t lru;           /* last use (a counter) */
+    unsigned busy;                    /* parts queued or being fetched */
+    uint64_t held;                    /* bytes of the cache's limit reserved for this object */
+    uint64_t advised;                 /* the largest end advise() asked for */
+    int fetch_err;                    /* the last failed part's error, for its waiters */
+    uint64_t fetch_gen;               /* counts finished part fetches */
+    uint64_t retry_after;             /* no refetch before this (ms, monotonic) after a failure */
+    unsigned users;                   /* readers preading fd: not evicted meanwhile */
+    uint64_t lru;                     /* last use (a counter) */
     struct pcr_object *cprev, *cnext; /* the cache's list of objects */
 };
 

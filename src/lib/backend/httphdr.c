@@ -95,12 +95,11 @@ void http_header_line(struct http_req *r, const char *data, size_t n)
             return;
         }
         p += 6;
-        if (!parse_u64(&p, &r->cr_a) || *p++ != '-' || !parse_u64(&p, &r->cr_b) || *p++ != '/')
+        if (!parse_u64(&p, &r->cr_a) || *p++ != '-' || !parse_u64(&p, &r->cr_b) || *p++ != '/' ||
+            (*p != '*' && !parse_u64(&p, &r->cr_total)))
             r->bad_hdr = true;
         else if (*p == '*')
             r->cr_total = UINT64_MAX;
-        else if (!parse_u64(&p, &r->cr_total))
-            r->bad_hdr = true;
     } else if (!strncasecmp(line, "etag:", 5)) {
         const char *p = line + 5;
         size_t len;

@@ -40,8 +40,8 @@
 #include "backend/creds.h"
 #include "backend/http_internal.h"
 
-#define MAX_INDEX      (64ULL << 30)
-#define CACHE_DEFAULT  (1ULL << 30)
+#define MAX_INDEX     (64ULL << 30)
+#define CACHE_DEFAULT (1ULL << 30)
 
 int http_default_cache_dir(char *out, size_t len)
 {
@@ -60,16 +60,16 @@ int http_default_cache_dir(char *out, size_t len)
         struct passwd pw, *res = NULL;
         char buf[4096];
 
-        if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &res) != 0 || !res ||
-            !pw.pw_dir || pw.pw_dir[0] != '/')
+        if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &res) != 0 || !res || !pw.pw_dir ||
+            pw.pw_dir[0] != '/')
             return -ENOENT;
         n = snprintf(out, len, "%s/.cache/pcrfs", pw.pw_dir);
     }
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* Remove the directories make_dirs() made (@made > 0: the first one's length), deepest first; rmdir(2) leaves a
- * directory something else has put a file in since. */
+/* Remove the directories make_dirs() made (@made > 0: the first one's length), deepest first;
+ * rmdir(2) leaves a directory something else has put a file in since. */
 static void unmake_dirs(const char *path, size_t made)
 {
     char p[4096];
@@ -133,8 +133,10 @@ static int dir_trusted(const char *path, char *err, size_t errlen)
     if (fd < 0) {
         int e = errno;
         if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
-            pcr_errf(err, errlen, "cache %s: a symbolic link: refused (the cache directory "
-                     "and its folders must be real directories of this user)", path);
+            pcr_errf(err, errlen,
+                     "cache %s: a symbolic link: refused (the cache directory "
+                     "and its folders must be real directories of this user)",
+                     path);
             return -EPERM;
         }
         return -e;
@@ -142,13 +144,18 @@ static int dir_trusted(const char *path, char *err, size_t errlen)
     if (fstat(fd, &sb) != 0)
         ret = -errno;
     else if (sb.st_uid != geteuid())
-        pcr_errf(err, errlen, "cache %s: owned by uid %u, not by this user (uid %u): refused "
-                 "(another user could change what is served)", path, (unsigned)sb.st_uid,
-                 (unsigned)geteuid()), ret = -EPERM;
+        pcr_errf(err, errlen,
+                 "cache %s: owned by uid %u, not by this user (uid %u): refused "
+                 "(another user could change what is served)",
+                 path, (unsigned)sb.st_uid, (unsigned)geteuid()),
+            ret = -EPERM;
     else if (sb.st_mode & (S_IWGRP | S_IWOTH))
-        pcr_errf(err, errlen, "cache %s: writable by group or others (mode %03o): refused "
+        pcr_errf(err, errlen,
+                 "cache %s: writable by group or others (mode %03o): refused "
                  "(another user could change what is served; chmod go-w or use another "
-                 "directory)", path, (unsigned)(sb.st_mode & 07777)), ret = -EPERM;
+                 "directory)",
+                 path, (unsigned)(sb.st_mode & 07777)),
+            ret = -EPERM;
     close(fd);
     return ret;
 }
@@ -161,6 +168,7 @@ static int file_hash(const char *path, uint64_t *out)
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), ret = 0;
     ssize_t n;
 
+    *out = 0; /* defined on every path, an error's too */
     if (fd < 0 || !buf) {
         ret = fd < 0 ? -errno : -ENOMEM;
         goto out;
@@ -194,7 +202,7 @@ static void sum_path(const char *index, char *out, size_t len)
 /* Whether the copy at @path has the content hash recorded when it was fetched. */
 static bool index_verified(const char *path)
 {
-    char sp[4300], text[40];
+    char sp[4300], text[40], *end;
     uint64_t want, have;
     ssize_t n;
     int fd;
@@ -208,7 +216,9 @@ static bool index_verified(const char *path)
     if (n != 17 || text[16] != '\n')
         return false;
     text[16] = '\0';
-    if (sscanf(text, "%16" SCNx64, &want) != 1 || file_hash(path, &have) != 0)
+    errno = 0;
+    want = strtoull(text, &end, 16); /* 16 hex digits, as index_record_hash() writes */
+    if (end != text + 16 || errno != 0 || file_hash(path, &have) != 0)
         return false;
     return want == have;
 }
@@ -256,8 +266,10 @@ static void store_failure(struct http_backend *hb, struct http_req *r, char *err
     http_describe(r, why, sizeof(why));
     if (r->err == -EACCES && t->sign)
         pcr_errf(err, errlen, "%s: %s: check %s (credentials from %s)", t->display, why,
-                 strcmp(http_creds_source(t->creds), "environment") ? "the credentials"
-                 : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", http_creds_source(t->creds));
+                 strcmp(http_creds_source(t->creds), "environment")
+                     ? "the credentials"
+                     : "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                 http_creds_source(t->creds));
     else if (r->err == -EACCES && t->s3)
         pcr_errf(err, errlen, "%s: %s: no credentials found (tried: %s)", t->display, why,
                  http_creds_tried(t->creds));
@@ -287,7 +299,7 @@ static void remove_stale(const char *dir, const char *keep)
         size_t n = strlen(e->d_name);
         bool db = n > 9 && !strcmp(e->d_name + n - 3, ".db");
         bool sum = n > 10 && !strcmp(e->d_name + n - 4, ".sum");
-        if (!strncmp(e->d_name, "index-", 6) && (db || sum) && strncmp(e->d_name, keep, stem))
+        if (!strncmp(e->d_name, "index-", 6) && (db || sum) && strncmp(e->d_name, keep, stem) != 0)
             unlinkat(dirfd(d), e->d_name, 0);
     }
     closedir(d);
@@ -300,6 +312,7 @@ static int get_index(struct http_backend *hb, const char *url, const char *dir, 
 {
     int fd, ret;
 
+    *r = (struct http_req){.fd = -1}; /* no r->err for a failure before the GET */
     if ((size_t)snprintf(tmp, tmplen, "%s/.index.XXXXXX", dir) >= tmplen)
         return -ENAMETOOLONG;
     fd = mkostemp(tmp, O_CLOEXEC);
@@ -319,8 +332,8 @@ static int get_index(struct http_backend *hb, const char *url, const char *dir, 
 
 /* index.db into @dir (or a temporary file when @dir is NULL or unusable).
  * @return 0 and its path in @path, *temp when it must be unlinked after opening. */
-static int fetch_index(struct http_backend *hb, const char *dir, char *path, size_t len,
-                       bool *temp, bool *cached, char *err, size_t errlen)
+static int fetch_index(struct http_backend *hb, const char *dir, char *path, size_t len, bool *temp,
+                       bool *cached, char *err, size_t errlen)
 {
     struct http_req head = {.head = true, .fd = -1}, r;
     char url[HTTP_MAX_URL], tmp[4200], name[64], etag[HTTP_MAX_ETAG + 1];
@@ -356,13 +369,20 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         /* the last byte by range: a server that sends the whole object instead is no
          * use (every read would download whole records) */
         uint8_t b;
-        struct http_req g = {.url = url, .off = head.size - 1, .len = 1, .expect = head.size,
-                             .if_match = etag, .buf = &b, .fd = -1};
+        struct http_req g = {.url = url,
+                             .off = head.size - 1,
+                             .len = 1,
+                             .expect = head.size,
+                             .if_match = etag,
+                             .buf = &b,
+                             .fd = -1};
         ret = http_perform(&hb->x, &g, 1);
         if (ret && g.status == 200) {
-            pcr_errf(err, errlen, "%s: the server does not honour Range requests (HTTP 200 "
+            pcr_errf(err, errlen,
+                     "%s: the server does not honour Range requests (HTTP 200 "
                      "with the whole object for a ranged GET of index.db): pcrfs reads "
-                     "records by range and cannot use it", hb->x.t.display);
+                     "records by range and cannot use it",
+                     hb->x.t.display);
             return -ENOTSUP;
         }
         if (ret) {
@@ -375,8 +395,7 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
         pcr_xxh64_init(&st);
         pcr_xxh64_update(&st, head.etag, strlen(head.etag));
         pcr_xxh64_update(&st, &head.size, sizeof(head.size));
-        snprintf(name, sizeof(name), "index-%016llx.db",
-                 (unsigned long long)pcr_xxh64_final(&st));
+        snprintf(name, sizeof(name), "index-%016llx.db", (unsigned long long)pcr_xxh64_final(&st));
     }
     *temp = false;
     *cached = false;
@@ -388,8 +407,10 @@ static int fetch_index(struct http_backend *hb, const char *dir, char *path, siz
                 *cached = true;
                 return 0; /* the copy of this version is here, as it was fetched */
             }
-            pcr_log(PCR_LOG_WARN, "cache %s: the copy of index.db fails verification "
-                    "(its size or content hash); fetched again", dir);
+            pcr_log(PCR_LOG_WARN,
+                    "cache %s: the copy of index.db fails verification "
+                    "(its size or content hash); fetched again",
+                    dir);
             http_count(&hb->x.st.index_refetches, 1);
             index_forget(path);
         }
@@ -451,8 +472,8 @@ int pcr_backend_http_fetch_index(struct pcr_backend *b, const struct pcr_http_op
     if (again)
         http_count(&hb->x.st.index_refetches, 1);
     if (o && o->cache_dir && *o->cache_dir)
-        ret = snprintf(base, sizeof(base), "%s", o->cache_dir) >= (int)sizeof(base)
-                  ? -ENAMETOOLONG : 0;
+        ret = snprintf(base, sizeof(base), "%s", o->cache_dir) >= (int)sizeof(base) ? -ENAMETOOLONG
+                                                                                    : 0;
     else
         ret = http_default_cache_dir(base, sizeof(base));
     if (ret == 0) {
@@ -469,10 +490,10 @@ int pcr_backend_http_fetch_index(struct pcr_backend *b, const struct pcr_http_op
         }
     }
     if (ret)
-        pcr_log(PCR_LOG_WARN, "cache %s: %s; index.db goes to a temporary file and records "
-                "are read without a cache", ret == -ENOENT && !(o && o->cache_dir) ? "(no HOME)"
-                                                                                  : base,
-                strerror(-ret));
+        pcr_log(PCR_LOG_WARN,
+                "cache %s: %s; index.db goes to a temporary file and records "
+                "are read without a cache",
+                ret == -ENOENT && !(o && o->cache_dir) ? "(no HOME)" : base, strerror(-ret));
     have_dir = ret == 0;
     if (!have_dir)
         ix->dir[0] = '\0';

@@ -42,15 +42,15 @@
 #include "backend/creds.h"
 #include "backend/httpxfer.h"
 
-#define DEFAULT_TIMEOUT_MS 10000
-#define DEFAULT_RETRIES    3
-#define MAX_RETRIES        20
-#define SLOW_RATE          (256u * 1024)      /* bytes/s a large request may take */
-#define BACKOFF_MS         100
-#define BACKOFF_MAX_MS     2000
+#define DEFAULT_TIMEOUT_MS      10000
+#define DEFAULT_RETRIES         3
+#define MAX_RETRIES             20
+#define SLOW_RATE               (256u * 1024) /* bytes/s a large request may take */
+#define BACKOFF_MS              100
+#define BACKOFF_MAX_MS          2000
 #define THROTTLE_BACKOFF_MAX_MS 5000
-#define THROTTLE_BUDGET_MS 30000 /* throttling answers: retried this long (pcrfs(1)) */
-#define MIN_ATTEMPT_MS     50    /* less left of the deadline: no new attempt */
+#define THROTTLE_BUDGET_MS      30000 /* throttling answers: retried this long (pcrfs(1)) */
+#define MIN_ATTEMPT_MS          50    /* less left of the deadline: no new attempt */
 
 /* ---- jitter: a generator seeded per process ---- */
 
@@ -190,8 +190,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
     if (r->fd >= 0) {
         size_t done = 0;
         while (done < n) {
-            ssize_t w = pwrite(r->fd, data + done, n - done,
-                               (off_t)(r->fd_off + r->got + done));
+            ssize_t w = pwrite(r->fd, data + done, n - done, (off_t)(r->fd_off + r->got + done));
             if (w < 0 && errno == EINTR)
                 continue;
             if (w <= 0) {
@@ -241,7 +240,8 @@ static int req_setup(struct http_transport *tp, struct http_req *r)
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
                      timeout < tp->timeout_ms ? timeout : tp->timeout_ms);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, tp->timeout_ms >= 2000 ? tp->timeout_ms / 1000 : 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                     tp->timeout_ms >= 2000 ? tp->timeout_ms / 1000 : 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
@@ -357,8 +357,7 @@ static int req_result(struct http_transport *tp, struct http_req *r, CURLcode cc
     if (r->head) {
         curl_off_t cl = -1;
         if (r->status != 200 ||
-            curl_easy_getinfo(r->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK ||
-            cl < 0)
+            curl_easy_getinfo(r->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK || cl < 0)
             return r->err = -EIO;
         r->size = (uint64_t)cl;
         return r->err = 0;
@@ -397,14 +396,16 @@ void http_describe(const struct http_req *r, char *out, size_t len)
              * matches target host name 'HOST'") */
             const char *host = r->url ? strstr(r->url, "://") : NULL;
             host = host ? host + 3 : "";
-            snprintf(out, len, "TLS certificate verification failed for %.*s: %s (give the CA "
-                     "with -o ca_bundle=FILE or AWS_CA_BUNDLE)", (int)strcspn(host, "/"), host,
+            snprintf(out, len,
+                     "TLS certificate verification failed for %.*s: %s (give the CA "
+                     "with -o ca_bundle=FILE or AWS_CA_BUNDLE)",
+                     (int)strcspn(host, "/"), host,
                      r->errbuf[0] ? r->errbuf : "untrusted certificate");
             return;
         }
         what = r->status >= 300 ? "request failed"
-               : r->status ? "unexpected answer (wrong length or range)"
-                           : "cannot connect or connection lost";
+               : r->status      ? "unexpected answer (wrong length or range)"
+                                : "cannot connect or connection lost";
     }
     if (r->status >= 300 && r->code[0])
         snprintf(out, len, "%s (HTTP %ld %s)", what, r->status, r->code);
@@ -656,8 +657,9 @@ int http_perform(struct http_transport *tp, struct http_req *r, unsigned n)
 int http_xfer_init(struct http_transport *tp, const struct pcr_http_opts *o)
 {
     tp->timeout_ms = o && o->timeout_ms ? (long)o->timeout_ms : DEFAULT_TIMEOUT_MS;
-    tp->retries = !o || o->retries < 0 ? DEFAULT_RETRIES
-                  : o->retries > MAX_RETRIES ? MAX_RETRIES : (unsigned)o->retries;
+    tp->retries = !o || o->retries < 0       ? DEFAULT_RETRIES
+                  : o->retries > MAX_RETRIES ? MAX_RETRIES
+                                             : (unsigned)o->retries;
     tp->nconn = o && o->connections ? o->connections : HTTP_DEFAULT_CONNECTIONS;
     if (tp->nconn > HTTP_MAX_CONNECTIONS)
         tp->nconn = HTTP_MAX_CONNECTIONS;

@@ -19,9 +19,9 @@
 #include "pcrfs/backend.h"
 #include "backend/httpbase.h"
 
-#define HTTP_MAX_URL   2048
-#define HTTP_MAX_ETAG  130 /* S3's are 34 bytes; anything longer is refused */
-#define HTTP_MAX_RANGE (1ULL << 40)
+#define HTTP_MAX_URL             2048
+#define HTTP_MAX_ETAG            130 /* S3's are 34 bytes; anything longer is refused */
+#define HTTP_MAX_RANGE           (1ULL << 40)
 #define HTTP_MAX_CONNECTIONS     256 /* -o http_connections: the largest (store/opts.c) */
 #define HTTP_DEFAULT_CONNECTIONS 32
 #define HTTP_DEFAULT_PART_SIZE   (8ULL << 20)
@@ -30,14 +30,14 @@
 
 /* Where a store lives and how requests to it are signed. */
 struct http_target {
-    char base[HTTP_MAX_URL]; /* URL of the store directory, no trailing '/' */
+    char base[HTTP_MAX_URL];    /* URL of the store directory, no trailing '/' */
     char display[HTTP_MAX_URL]; /* the URL as the user wrote it, for messages */
-    bool s3;                 /* s3:// (an error body is S3's XML) */
-    bool sign;               /* SigV4 with the credentials below */
+    bool s3;                    /* s3:// (an error body is S3's XML) */
+    bool sign;                  /* SigV4 with the credentials below */
     char region[64];
-    char sigv4[96];          /* "aws:amz:REGION:s3" */
+    char sigv4[96];           /* "aws:amz:REGION:s3" */
     struct http_creds *creds; /* s3://: the provider chain's state (creds.h) */
-    char *ca_bundle;         /* CA certificates for https, or NULL: the system's */
+    char *ca_bundle;          /* CA certificates for https, or NULL: the system's */
 };
 
 /* Parse @url ("s3://BUCKET[/PREFIX]", "http[s]://HOST[:PORT]/PATH") with the
@@ -67,8 +67,8 @@ struct http_transport;
 struct http_req {
     const char *url;
     bool head;
-    uint64_t off, len;   /* GET: the range; len 0 = the whole object (@expect bytes) */
-    uint64_t expect;     /* whole-object GET: its size from HEAD */
+    uint64_t off, len;    /* GET: the range; len 0 = the whole object (@expect bytes) */
+    uint64_t expect;      /* whole-object GET: its size from HEAD */
     const char *if_match; /* an ETag the object must still have, or NULL */
     uint8_t *buf;
     int fd;
@@ -78,30 +78,30 @@ struct http_req {
     /* an answer was 503 or 429 (after the attempt, before the backoff), or NULL */
     void (*on_throttled)(void *arg);
     void *arg;
-    long timeout_ms;     /* 0: the backend's */
+    long timeout_ms; /* 0: the backend's */
     /* results */
     long status;
-    uint64_t got, size;  /* body bytes received; HEAD: Content-Length */
+    uint64_t got, size; /* body bytes received; HEAD: Content-Length */
     char etag[HTTP_MAX_ETAG + 1];
-    char code[64];       /* an S3 error code from the XML body ("NoSuchBucket") */
-    int err;             /* negative errno of the last attempt */
+    char code[64]; /* an S3 error code from the XML body ("NoSuchBucket") */
+    int err;       /* negative errno of the last attempt */
     bool retryable;
-    bool tls_failed;     /* the server's certificate was refused */
-    bool cred_retried;   /* sent again after ExpiredToken & co. (once) */
-    uint64_t cred_gen;   /* which set of credentials signed it (creds.h) */
+    bool tls_failed;              /* the server's certificate was refused */
+    bool cred_retried;            /* sent again after ExpiredToken & co. (once) */
+    uint64_t cred_gen;            /* which set of credentials signed it (creds.h) */
     char errbuf[CURL_ERROR_SIZE]; /* libcurl's reason */
-    bool throttled;      /* the last answer was 503 or 429 (SlowDown, TooManyRequests) */
-    unsigned nthrottled; /* throttling answers over all attempts */
-    uint64_t retry_after_ms; /* the last answer's Retry-After (0: none) */
+    bool throttled;               /* the last answer was 503 or 429 (SlowDown, TooManyRequests) */
+    unsigned nthrottled;          /* throttling answers over all attempts */
+    uint64_t retry_after_ms;      /* the last answer's Retry-After (0: none) */
     /* private */
     CURL *h;
     struct curl_slist *hdrs;
     bool has_crange, bad_hdr, crange_ok;
     uint64_t cr_a, cr_b, cr_total;
-    char body[512];      /* the start of an error body */
+    char body[512]; /* the start of an error body */
     size_t nbody;
-    int werr;            /* why the body was refused (negative errno) */
-    long cap_ms;         /* this attempt's share of the deadline (0: none) */
+    int werr;    /* why the body was refused (negative errno) */
+    long cap_ms; /* this attempt's share of the deadline (0: none) */
     struct http_transport *tp;
 };
 

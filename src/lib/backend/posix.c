@@ -159,7 +159,7 @@ static int read_full(int fd, uint8_t *buf, size_t len, uint64_t off)
  * (WILLNEED), then read it. The disk then gets the missing ranges together instead
  * of one after the other, each behind the previous one's latency. Warm, this costs
  * nothing: every range is served by its NOWAIT read. @return 0 or -errno. */
-#define NOWAIT_RANGES 80 /* more than a plan has (read.c, MAX_SEGS) */
+#define NOWAIT_RANGES 80  /* more than a plan has (read.c, MAX_SEGS) */
 static int nowait_broken; /* RWF_NOWAIT refused (EOPNOTSUPP): plain reads (atomic) */
 
 static int read_scattered(int fd, const struct pcr_range *r, unsigned n)

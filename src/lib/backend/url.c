@@ -28,8 +28,8 @@
 
 int pcr_url_is_remote(const char *s)
 {
-    return s && (!strncmp(s, "s3://", 5) || !strncmp(s, "http://", 7) ||
-                 !strncmp(s, "https://", 8));
+    return s &&
+           (!strncmp(s, "s3://", 5) || !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8));
 }
 
 /* Append @s to @out percent-encoding everything but RFC 3986's unreserved
@@ -126,7 +126,7 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
             goto out;
         }
         /* "https://" alone would make the base "https:/BUCKET" */
-        if ((strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) || !host[3] ||
+        if ((strncmp(ep, "http://", 7) != 0 && strncmp(ep, "https://", 8) != 0) || !host[3] ||
             host[3] == '/') {
             pcr_errf(err, errlen, "endpoint %s: not an http:// or https:// URL", ep);
             goto out;
@@ -160,14 +160,15 @@ static int s3_base(struct http_target *t, const char *rest, const struct pcr_htt
         memcpy(p, prefix, n + 1);
         while (n > 0 && p[n - 1] == '/')
             p[--n] = '\0';
-        strcat(t->base, "/");
-        ret = append_encoded(t->base, sizeof(t->base), p);
+        ret = append_encoded(t->base, sizeof(t->base), "/"); /* bounded, as the rest */
+        if (!ret)
+            ret = append_encoded(t->base, sizeof(t->base), p);
         if (ret)
             goto out;
     }
     snprintf(t->sigv4, sizeof(t->sigv4), "aws:amz:%s:s3", t->region);
-    cfg = (struct http_cred_cfg){.profile = profile, .region = t->region,
-                                 .ca_bundle = t->ca_bundle};
+    cfg =
+        (struct http_cred_cfg){.profile = profile, .region = t->region, .ca_bundle = t->ca_bundle};
     ret = http_creds_new(&cfg, &t->creds, err, errlen);
     if (ret == 0)
         t->sign = http_creds_have(t->creds);

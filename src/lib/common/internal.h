@@ -15,7 +15,6 @@ void pcr_log(enum pcr_log_level level, const char *fmt, ...) __attribute__((form
 /* Write a formatted message into @buf (if non-NULL); always NUL-terminates. */
 void pcr_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-
 /* Chunk checksums (pcrfs(5)): each chunk is cut into blocks of PCR_SUM_BLOCK bytes
  * (the last one shorter), and each block has the low 32 bits of its XXH64 as a
  * little-endian u32. A reader verifies a block whenever it reads it from a record. */

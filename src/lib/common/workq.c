@@ -136,11 +136,15 @@ void pcr_workq_free(struct pcr_workq *q)
         return;
     pthread_mutex_lock(&q->lock);
     q->stop = true;
-    while (q->queue.next != &q->queue) {
-        struct pcr_job *j = q->queue.next;
-        unlink_job(q, j);
+    /* every queued job dropped in one walk, the queue emptied after it (not one
+     * unlink_job() each: the analyzer lost the ring's links and saw a NULL deref) */
+    for (struct pcr_job *j = q->queue.next, *nx; j != &q->queue; j = nx) {
+        nx = j->next;
+        j->prev = j->next = NULL;
         j->state = JOB_IDLE;
     }
+    q->queue.next = q->queue.prev = &q->queue;
+    q->queued = 0;
     pthread_cond_broadcast(&q->work);
     pthread_mutex_unlock(&q->lock);
     for (unsigned i = 0; i < q->nthreads; i++)

@@ -44,19 +44,19 @@ const char pcr_index_schema[] =
     " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
     "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
 
-#define DIRS_SQL(t)                                                                        \
-    "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles FROM " t "dirs"     \
+#define DIRS_SQL(t)                                                                                \
+    "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles FROM " t "dirs"            \
     " ORDER BY id"
 #define RECORDS_SQL(t) "SELECT id, name, size, nimages, groups FROM " t "records ORDER BY id"
-#define FILES_SQL(t)                                                                       \
-    "SELECT id, dir, name, kind, record, slot, nchunks, chunks, size, width, height,"       \
-    " components, src_size, checksum, note, trailer, sums, quality FROM " t "files"                 \
-    " WHERE id >= ?1 AND id < ?2"      \
+#define FILES_SQL(t)                                                                               \
+    "SELECT id, dir, name, kind, record, slot, nchunks, chunks, size, width, height,"              \
+    " components, src_size, checksum, note, trailer, sums, quality FROM " t "files"                \
+    " WHERE id >= ?1 AND id < ?2"                                                                  \
     " ORDER BY id"
-#define PUT_DIR_SQL(t) "INSERT INTO " t "dirs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+#define PUT_DIR_SQL(t)    "INSERT INTO " t "dirs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
 #define PUT_RECORD_SQL(t) "INSERT INTO " t "records VALUES (?1, ?2, ?3, ?4, ?5)"
-#define PUT_FILE_SQL(t)                                                                    \
-    "INSERT INTO " t "files VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"\
+#define PUT_FILE_SQL(t)                                                                            \
+    "INSERT INTO " t "files VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,"       \
     " ?14, ?15, ?16, ?17, ?18)"
 
 static const char *const reader_sql[] = {
@@ -87,7 +87,6 @@ static bool optional_stmt(int i)
 {
     return i == ST_BLOB || i == ST_DIRS + 1 || i == ST_RECORDS + 1 || i == ST_FILES + 1;
 }
-
 
 const char *pcr_index_errmsg(struct pcr_index *idx)
 {
@@ -139,7 +138,7 @@ static char *uri_for(const char *path, const char *query)
         else
             *p++ = (char)c;
     }
-    strcpy(p, query);
+    memcpy(p, query, strlen(query) + 1); /* u has room for it */
     return u;
 }
 
@@ -212,7 +211,7 @@ int64_t index_pragma_int(struct pcr_index *idx, const char *sql, int *rc)
  * be checked against the reference by position (index_bad_column()). */
 static int stmt_table(int i)
 {
-    return i >= ST_FILES ? T_TREE(T_FILES, i - ST_FILES)
+    return i >= ST_FILES     ? T_TREE(T_FILES, i - ST_FILES)
            : i >= ST_RECORDS ? T_TREE(T_RECORDS, i - ST_RECORDS)
                              : T_TREE(T_DIRS, i - ST_DIRS);
 }
@@ -269,8 +268,8 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         pcr_index_close(idx);
         return -ENOMEM;
     }
-    rc = sqlite3_open_v2(uri, &idx->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
-                                            SQLITE_OPEN_NOMUTEX, NULL);
+    rc = sqlite3_open_v2(uri, &idx->db,
+                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
     free(uri);
     if (rc != SQLITE_OK) {
         pcr_errf(err, errlen, "%s: cannot open: %s", path,
@@ -290,15 +289,14 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         goto fail;
     }
     if (app != PCR_INDEX_APP_ID) {
-        pcr_errf(err, errlen, "%s: not a pcrfs index (an SQLite database of another kind)",
-                 path);
+        pcr_errf(err, errlen, "%s: not a pcrfs index (an SQLite database of another kind)", path);
         ret = -EINVAL;
         goto fail;
     }
     ver = index_pragma_int(idx, "PRAGMA user_version", &rc);
     if (rc != SQLITE_OK || ver != PCR_INDEX_VERSION) {
-        pcr_errf(err, errlen, "%s: store format version %lld; this pcrfs reads version %d",
-                 path, (long long)ver, PCR_INDEX_VERSION);
+        pcr_errf(err, errlen, "%s: store format version %lld; this pcrfs reads version %d", path,
+                 (long long)ver, PCR_INDEX_VERSION);
         ret = -ENOTSUP;
         goto fail;
     }
@@ -308,8 +306,8 @@ int pcr_index_open(const char *path, struct pcr_index **out, char *err, size_t e
         goto fail;
     }
     for (int i = 0; i < (int)PCR_ARRAY_SIZE(reader_sql); i++) {
-        if ((i == ST_BLOB && !idx->has_blobs) || (optional_stmt(i) && i != ST_BLOB &&
-                                                  !idx->has_tokens))
+        if ((i == ST_BLOB && !idx->has_blobs) ||
+            (optional_stmt(i) && i != ST_BLOB && !idx->has_tokens))
             continue;
         rc = index_prepare(idx, reader_sql[i], SQLITE_PREPARE_PERSISTENT, &idx->st[i]);
         if (rc == SQLITE_OK && i >= ST_DIRS && !index_select_matches(idx->st[i], stmt_table(i)))
@@ -356,8 +354,7 @@ int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t
     if (!idx)
         return -ENOMEM;
     rc = sqlite3_open_v2(path, &idx->db,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                         NULL);
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK)
         goto fail;
     snprintf(sql, sizeof(sql),
@@ -370,8 +367,8 @@ int pcr_index_create(const char *path, struct pcr_index **out, char *err, size_t
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(idx->db, "BEGIN", NULL, NULL, NULL);
     for (int i = ST_PUT_META; rc == SQLITE_OK && i < ST_COUNT; i++)
-        rc = sqlite3_prepare_v3(idx->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                                &idx->st[i], NULL);
+        rc = sqlite3_prepare_v3(idx->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &idx->st[i],
+                                NULL);
     if (rc != SQLITE_OK)
         goto fail;
     *out = idx;
@@ -420,8 +417,7 @@ int64_t pcr_index_max_id(struct pcr_index *idx, enum pcr_index_tree tree, const 
     int rc;
     int64_t v;
 
-    if (strcmp(table, "files") != 0 && strcmp(table, "dirs") != 0 &&
-        strcmp(table, "records") != 0)
+    if (strcmp(table, "files") != 0 && strcmp(table, "dirs") != 0 && strcmp(table, "records") != 0)
         return -EINVAL;
     if (tree == PCR_TREE_TOKENS && !idx->has_tokens)
         return 0;
@@ -547,13 +543,12 @@ static int record_row(sqlite3_stmt *st, void *arg)
     return a->cb(a->ctx, &r);
 }
 
-int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
-                           pcr_index_record_cb cb, void *ctx)
+int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_record_cb cb,
+                           void *ctx)
 {
     struct record_arg a = {cb, ctx};
 
-    return each_row(idx, idx->st[ST_RECORDS + tree], T_TREE(T_RECORDS, tree), NULL, record_row,
-                    &a);
+    return each_row(idx, idx->st[ST_RECORDS + tree], T_TREE(T_RECORDS, tree), NULL, record_row, &a);
 }
 
 struct file_arg {
@@ -682,8 +677,7 @@ int pcr_index_put_blob(struct pcr_index *idx, const char *key, const void *data,
     return put_step(st);
 }
 
-int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void **data,
-                       size_t *len)
+int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void **data, size_t *len)
 {
     sqlite3_stmt *st = idx->st[ST_BLOB];
     int rc, ret = -ENOENT;

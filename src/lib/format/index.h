@@ -16,7 +16,7 @@
 #define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums, quality) */
 /* The work bound of every reader statement: SQLite virtual-machine instructions
  * between two rows (or before the first). Legitimate statements use tens per row;
- * see the comment on progress() in index.c and pcrfs(5). */
+ * see the comment on index_progress() in index.c and pcrfs(5). */
 #define PCR_INDEX_STEP_BUDGET 20000000
 
 struct pcr_index;
@@ -49,8 +49,8 @@ struct pcr_index_file {
     size_t chunks_len;
     int64_t width, height, components, src_size;
     uint64_t checksum;
-    const char *note; /* NULL when none */
-    int64_t trailer;  /* 1: the last chunk is the bytes after the image's EOI */
+    const char *note;    /* NULL when none */
+    int64_t trailer;     /* 1: the last chunk is the bytes after the image's EOI */
     const uint8_t *sums; /* u32 LE per PCR_SUM_BLOCK block of each chunk (pcrfs(5)) */
     size_t sums_len;
     const uint8_t *quality; /* u16 LE per level 1..L-1: floor(MS-SSIM * 60000), or empty */
@@ -90,8 +90,8 @@ int pcr_index_get_blob(struct pcr_index *idx, const char *key, size_t max, void 
  * TEXT, want INTEGER") and the callback never sees it. */
 int pcr_index_load_dirs(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_dir_cb cb,
                         void *ctx);
-int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree,
-                           pcr_index_record_cb cb, void *ctx);
+int pcr_index_load_records(struct pcr_index *idx, enum pcr_index_tree tree, pcr_index_record_cb cb,
+                           void *ctx);
 /* Files with first <= id < first + count, in id order. */
 int pcr_index_load_files(struct pcr_index *idx, enum pcr_index_tree tree, int64_t first,
                          int64_t count, pcr_index_file_cb cb, void *ctx);

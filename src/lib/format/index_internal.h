@@ -16,12 +16,12 @@ extern const char pcr_index_schema[];
 enum {
     ST_META,
     ST_BLOB,
-    ST_DIRS,          /* + tree */
+    ST_DIRS, /* + tree */
     ST_RECORDS = ST_DIRS + 2,
     ST_FILES = ST_RECORDS + 2,
     ST_PUT_META = ST_FILES + 2,
     ST_PUT_BLOB,
-    ST_PUT_DIR,       /* + tree */
+    ST_PUT_DIR, /* + tree */
     ST_PUT_RECORD = ST_PUT_DIR + 2,
     ST_PUT_FILE = ST_PUT_RECORD + 2,
     ST_COUNT = ST_PUT_FILE + 2
@@ -29,16 +29,26 @@ enum {
 
 struct pcr_index {
     sqlite3 *db;
-    bool has_tokens;              /* the token tables exist */
-    bool has_blobs;               /* the blobs table exists */
-    pthread_mutex_t lock;         /* one statement runs at a time on @db */
-    sqlite3_stmt *st[ST_COUNT];   /* prepared once; NULL when not used in this mode */
-    uint64_t ticks;               /* progress callbacks since the last row (see step()) */
-    char why[200];                /* what the last reader call refused, when not SQLite */
+    bool has_tokens;            /* the token tables exist */
+    bool has_blobs;             /* the blobs table exists */
+    pthread_mutex_t lock;       /* one statement runs at a time on @db */
+    sqlite3_stmt *st[ST_COUNT]; /* prepared once; NULL when not used in this mode */
+    uint64_t ticks;             /* progress callbacks since the last row (see step()) */
+    char why[200];              /* what the last reader call refused, when not SQLite */
 };
 
 /* The tables of the schema; the token tree's are the image tree's + 3. */
-enum { T_META, T_DIRS, T_RECORDS, T_FILES, T_TOK_DIRS, T_TOK_RECORDS, T_TOK_FILES, T_BLOBS, T_COUNT };
+enum {
+    T_META,
+    T_DIRS,
+    T_RECORDS,
+    T_FILES,
+    T_TOK_DIRS,
+    T_TOK_RECORDS,
+    T_TOK_FILES,
+    T_BLOBS,
+    T_COUNT
+};
 static const char *const table_names[T_COUNT] = {
     "meta", "dirs", "records", "files", "tok_dirs", "tok_records", "tok_files", "blobs",
 };

@@ -32,15 +32,18 @@ static const struct {
 /* Before the first statement: the schema is untrusted, so none of its SQL (views,
  * triggers, defaults) may call functions with side effects, views and triggers are
  * off altogether, no extension can be loaded, the schema cannot be written, and
- * every statement is bounded (progress()). */
+ * every statement is bounded (index_progress(), index.c). */
 int index_harden(struct pcr_index *idx)
 {
     static const struct {
         int op, on;
     } opts[] = {
-        {SQLITE_DBCONFIG_DEFENSIVE, 1},          {SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0},
-        {SQLITE_DBCONFIG_ENABLE_VIEW, 0},        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 0},
-        {SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0}, {SQLITE_DBCONFIG_ENABLE_FKEY, 0},
+        {SQLITE_DBCONFIG_DEFENSIVE, 1},
+        {SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0},
+        {SQLITE_DBCONFIG_ENABLE_VIEW, 0},
+        {SQLITE_DBCONFIG_ENABLE_TRIGGER, 0},
+        {SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0},
+        {SQLITE_DBCONFIG_ENABLE_FKEY, 0},
     };
     int got;
 
@@ -105,8 +108,8 @@ static void ref_init(void)
                  strlen(type) < sizeof(c->type);
             if (!ok)
                 break;
-            strcpy(c->name, name);
-            strcpy(c->type, type);
+            memcpy(c->name, name, strlen(name) + 1); /* both measured above */
+            memcpy(c->type, type, strlen(type) + 1);
             c->notnull = sqlite3_column_int(st, 3);
             c->pk = sqlite3_column_int(st, 5);
             c->storage = !strcmp(type, "INTEGER") ? SQLITE_INTEGER
@@ -168,7 +171,7 @@ static void check_table(struct pcr_index *idx, int t, char *why, size_t len)
         if (n > r->ncol) {
             snprintf(why, len, "table %s: column %d is %.40s %.40s, want only %d columns", tn, n,
                      name, type[0] ? type : "(no type)", r->ncol);
-        } else if (strcmp(name, c->name) || strcmp(type, c->type)) {
+        } else if (strcmp(name, c->name) != 0 || strcmp(type, c->type) != 0) {
             snprintf(why, len, "table %s: column %d is %.40s %.40s, want %s %s", tn, n, name,
                      type[0] ? type : "(no type)", c->name, c->type);
         } else if (sqlite3_column_int(st, 6) != 0) {
@@ -181,11 +184,11 @@ static void check_table(struct pcr_index *idx, int t, char *why, size_t len)
                      name, pk ? "" : "not ", c->pk ? "it" : "not");
         } else if (sqlite3_column_type(st, 4) != SQLITE_NULL) {
             snprintf(why, len, "table %s: column %d (%s) has a default value", tn, n, name);
-        } else if (sqlite3_table_column_metadata(idx->db, "main", tn, name, NULL, &coll, NULL,
-                                                 NULL, &autoinc) != SQLITE_OK ||
-                   !coll || strcmp(coll, "BINARY") || autoinc) {
-            snprintf(why, len, "table %s: column %d (%s) has collation %.40s%s, want BINARY", tn,
-                     n, name, coll ? coll : "?", autoinc ? " or AUTOINCREMENT" : "");
+        } else if (sqlite3_table_column_metadata(idx->db, "main", tn, name, NULL, &coll, NULL, NULL,
+                                                 &autoinc) != SQLITE_OK ||
+                   !coll || strcmp(coll, "BINARY") != 0 || autoinc) {
+            snprintf(why, len, "table %s: column %d (%s) has collation %.40s%s, want BINARY", tn, n,
+                     name, coll ? coll : "?", autoinc ? " or AUTOINCREMENT" : "");
         }
         rc = SQLITE_OK;
     }
@@ -207,15 +210,14 @@ static void check_entry(sqlite3_stmt *st, bool present[T_COUNT], char *why, size
     if (!strcmp(type, "table") && t >= 0) {
         /* the text is what SQLite parsed: "CREATE VIRTUAL TABLE" or a view under a
          * type of "table" would be something else; a real table has a root page */
-        if (strncmp(sql, "CREATE TABLE ", 13) || sqlite3_column_int64(st, 3) <= 0)
+        if (strncmp(sql, "CREATE TABLE ", 13) != 0 || sqlite3_column_int64(st, 3) <= 0)
             snprintf(why, len, "%s is not a plain table (%.40s)", name, sql);
         else
             present[t] = true;
     } else if (t >= 0) {
         snprintf(why, len, "%s is a %.20s, not a table", name, type);
     } else if (!strcmp(type, "trigger") || !strcmp(type, "index")) {
-        snprintf(why, len, "has a%s %s %.40s on %.40s", type[0] == 'i' ? "n" : "", type, name,
-                 on);
+        snprintf(why, len, "has a%s %s %.40s on %.40s", type[0] == 'i' ? "n" : "", type, name, on);
     } else {
         snprintf(why, len, "has a %.20s %.40s that pcrfs(5) does not define", type, name);
     }
@@ -244,8 +246,10 @@ int index_check_schema(struct pcr_index *idx, char *why, size_t len)
             snprintf(why, len, "has no table %s", table_names[t]);
     ntok = present[T_TOK_DIRS] + present[T_TOK_RECORDS] + present[T_TOK_FILES];
     if (!why[0] && ntok != 0 && ntok != 3)
-        snprintf(why, len, "has only %d of the token tables tok_dirs, tok_records, tok_files "
-                 "(all or none)", ntok);
+        snprintf(why, len,
+                 "has only %d of the token tables tok_dirs, tok_records, tok_files "
+                 "(all or none)",
+                 ntok);
     for (int t = 0; !why[0] && t < T_COUNT; t++)
         if (present[t])
             check_table(idx, t, why, len);
@@ -259,7 +263,7 @@ bool index_select_matches(sqlite3_stmt *st, int t)
     if (sqlite3_column_count(st) != ref[t].ncol)
         return false;
     for (int c = 0; c < ref[t].ncol; c++)
-        if (strcmp(sqlite3_column_name(st, c), ref[t].col[c].name))
+        if (strcmp(sqlite3_column_name(st, c), ref[t].col[c].name) != 0)
             return false;
     return true;
 }
@@ -300,4 +304,3 @@ void index_describe_bad(sqlite3_stmt *st, int t, int c, char *buf, size_t len)
     snprintf(buf, len, "column %s holds %s, want %s", ref[t].col[c].name,
              storage_name(sqlite3_column_type(st, c)), storage_name(ref[t].col[c].storage));
 }
-

@@ -73,7 +73,7 @@
     }
 #define AC(c, s, e)                                                                                \
     {                                                                                              \
-        .ncomps = 1, .comp = {c}, .ss = s, .se = e                                                 \
+        .ncomps = 1, .comp = {(c)}, .ss = (s), .se = (e)                                           \
     }
 
 /* The fast preset. Scan order and bands are the design described above. */
@@ -378,7 +378,7 @@ static unsigned class_ncomps(enum pcr_script_class c)
 int pcr_scripts_parse(const char *text, size_t len, const char *label, struct pcr_scripts *out,
                       char *why, size_t whylen)
 {
-    struct reader r = {.p = text, .end = text + len, .line = 1};
+    struct reader r;
     struct pcr_script *s;
     unsigned ncomps = 0, c, line;
     long val;
@@ -389,6 +389,8 @@ int pcr_scripts_parse(const char *text, size_t len, const char *label, struct pc
         pcr_errf(why, whylen, "no text");
         return -EINVAL;
     }
+    r = (struct reader){.p = text ? text : "", .line = 1}; /* no NULL + 0 */
+    r.end = r.p + len;
     /* Parse into the YCC slot; the classes are filled from it at the end. */
     s = &out->by_class[PCR_CLASS_YCC];
     while ((line = r.line, rd_scan_integer(&r, &val, &term))) {

@@ -117,14 +117,13 @@ static void file_name(char *buf, size_t len, uint64_t sample, uint64_t version)
     snprintf(buf, len, "%" PRIu64 "v%" PRIu64 ".ppm", sample, version);
 }
 
-/* Unlink @e from the table and its list and free it; its file too. A QUEUED @e
- * has been taken out of the work queue (or the queue is gone). */
-static void remove_entry(struct pcr_refurb *r, struct entry *e)
+/* Unlink the entry *@pp points to (@pp: its link in the table) from the table and
+ * its list and free it; its file too. A QUEUED entry has been taken out of the work
+ * queue (or the queue is gone). */
+static void remove_at(struct pcr_refurb *r, struct entry **pp)
 {
-    struct entry **pp = &r->tab[bucket(r, e->sample)];
+    struct entry *e = *pp;
 
-    while (*pp != e)
-        pp = &(*pp)->hnext;
     *pp = e->hnext;
     if (e->st == E_QUEUED) {
         r->st.queued--;
@@ -139,6 +138,16 @@ static void remove_entry(struct pcr_refurb *r, struct entry *e)
     }
     free(e->data);
     free(e);
+}
+
+/* remove_at() of @e, wherever it is in its bucket's chain */
+static void remove_entry(struct pcr_refurb *r, struct entry *e)
+{
+    struct entry **pp = &r->tab[bucket(r, e->sample)];
+
+    while (*pp != e)
+        pp = &(*pp)->hnext;
+    remove_at(r, pp);
 }
 
 static struct entry *add_entry(struct pcr_refurb *r, uint64_t sample, uint64_t version, enum est st)
@@ -280,20 +289,26 @@ static int produce(struct pcr_refurb *r, uint64_t sample, uint64_t version, uint
     return 0;
 }
 
-/* Under the lock: @e (RUNNING) is done. Takes @data in RAM mode when @keep. */
+/* Under the lock: @e (RUNNING) is done. Takes @data: keeps it in RAM mode when @keep,
+ * else frees it. */
 static void publish(struct pcr_refurb *r, struct entry *e, int rc, uint8_t *data, bool keep)
 {
     r->nrunning--;
     if (rc == 0) {
         e->st = E_READY;
         r->st.prepared++;
-        if (!r->dir && keep)
+        if (!r->dir && keep) {
             e->data = data;
+            data = NULL;
+        }
     } else {
         e->st = E_FAILED;
         e->rc = rc;
         r->st.failed++;
     }
+    /* @data is ours in every case: what the entry does not keep (a cache on disk
+     * holds the file) goes here, one place for every caller */
+    free(data);
     list_add_tail(&r->lru, e);
     r->st.cached++;
     pthread_cond_broadcast(&r->cv_done);
@@ -326,9 +341,7 @@ static void job_done(struct pcr_job *j)
 
     pthread_mutex_lock(&r->mu);
     e->data = NULL;
-    publish(r, e, rc, data, true); /* may free e */
-    if (rc == 0 && r->dir)
-        free(data);
+    publish(r, e, rc, data, true); /* may free e; takes data */
     evict(r);
     pthread_mutex_unlock(&r->mu);
 }
@@ -571,7 +584,7 @@ static void remove_dir(struct pcr_refurb *r)
 
     if (d) {
         while ((de = readdir(d)) != NULL)
-            if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
                 unlinkat(r->dirfd, de->d_name, 0);
         closedir(d);
     } else if (fd >= 0) {
@@ -619,6 +632,25 @@ static void identity(char *out, size_t len)
     snprintf(out, len, "%s %s %s", boot[0] ? boot : "-", ns, host);
 }
 
+/* A marker's "pcrfs-refurb PID REST": the PID (> 0) and in @rest what follows it and
+ * its blanks; -1 when the line is not so (strtol: an overflow is no PID). */
+static long marker_pid(const char *mark, const char **rest)
+{
+    static const char head[] = "pcrfs-refurb ";
+    const char *num = mark + sizeof(head) - 1;
+    char *end;
+    long pid;
+
+    if (strncmp(mark, head, sizeof(head) - 1) != 0)
+        return -1;
+    errno = 0;
+    pid = strtol(num, &end, 10);
+    if (errno != 0 || end == num || pid <= 0)
+        return -1;
+    *rest = end + strspn(end, " \t");
+    return pid;
+}
+
 static void sweep_stale(const char *parent, const char *me)
 {
     DIR *d = opendir(parent);
@@ -629,8 +661,9 @@ static void sweep_stale(const char *parent, const char *me)
     while ((de = readdir(d)) != NULL) {
         char path[4096], mpath[4200], mark[512];
         struct stat st;
+        const char *rest;
         long pid;
-        int fd, off = 0;
+        int fd;
 
         if (strncmp(de->d_name, "pcrfs-refurb.", 13) != 0 ||
             snprintf(path, sizeof(path), "%s/%s", parent, de->d_name) >= (int)sizeof(path) ||
@@ -646,8 +679,8 @@ static void sweep_stale(const char *parent, const char *me)
             close(fd);
         }
         mark[strcspn(mark, "\n")] = '\0';
-        if (sscanf(mark, "pcrfs-refurb %ld %n", &pid, &off) != 1 || pid <= 0 || !off ||
-            strcmp(mark + off, me) != 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if ((pid = marker_pid(mark, &rest)) <= 0 || strcmp(rest, me) != 0 ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
         {
             int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -661,13 +694,15 @@ static void sweep_stale(const char *parent, const char *me)
             }
             /* files only, as remove_dir(): a context makes nothing else */
             while ((e = readdir(sub)) != NULL)
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
                     unlinkat(dfd, e->d_name, 0);
             closedir(sub);
         }
         if (rmdir(path) == 0)
-            pcr_log(PCR_LOG_INFO, "refurb cache %s: removed (left by pcrfs process %ld, which "
-                    "is gone)", path, pid);
+            pcr_log(PCR_LOG_INFO,
+                    "refurb cache %s: removed (left by pcrfs process %ld, which "
+                    "is gone)",
+                    path, pid);
     }
     closedir(d);
 }
@@ -734,6 +769,7 @@ int pcr_refurb_open(const struct pcr_refurb_opts *o, pcr_refurb_load_fn load, vo
     r->capacity = bytes / r->ppm ? bytes / r->ppm : 1;
     while (nb < r->capacity * 2 && nb < (1u << 22))
         nb *= 2;
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): a table of pointers, one pointer each */
     r->tab = calloc(nb, sizeof(*r->tab));
     r->mask = nb - 1;
     r->dirfd = -1;
@@ -779,8 +815,8 @@ void pcr_refurb_close(struct pcr_refurb *r)
      * published, threads joined; without the lock: a job's done() takes it */
     pcr_workq_free(&r->wq);
     for (size_t b = 0; r->tab && b <= r->mask; b++)
-        while (r->tab[b])
-            remove_entry(r, r->tab[b]);
+        while (r->tab[b]) /* by its link: no rehash to find the chain again */
+            remove_at(r, &r->tab[b]);
     if (r->dir)
         remove_dir(r);
     pthread_cond_destroy(&r->cv_done);

@@ -13,7 +13,7 @@
 #define MAX_BWLIMIT      UINT64_C(1000000000000)    /* 10^12 bytes/s, as pcrfs(1) */
 #define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
 #define MAX_HTTP_TIMEOUT 86400.0
-#define MAX_HTTP_RETRIES 20 /* the cap of backend/httpxfer.c */
+#define MAX_HTTP_RETRIES 20              /* the cap of backend/httpxfer.c */
 #define MIN_PART_SIZE    UINT64_C(64000) /* "64k" */
 #define MAX_PART_SIZE    (UINT64_C(1) << 30)
 #define MAX_CONNECTIONS  256 /* the handle pool of backend/httpxfer.c */

@@ -17,6 +17,7 @@
  * here, so the check costs once per page-cache fill.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,10 +35,10 @@ enum seg_type {
 };
 
 struct seg {
-    uint64_t off;    /* SEG_CHUNK: absolute offset in the record */
+    uint64_t off; /* SEG_CHUNK: absolute offset in the record */
     uint64_t len;
-    uint32_t sum;    /* SEG_CHUNK: index in f->sums of the chunk's first block */
-    uint32_t type;   /* enum seg_type */
+    uint32_t sum;  /* SEG_CHUNK: index in f->sums of the chunk's first block */
+    uint32_t type; /* enum seg_type */
 };
 
 #define MAX_SEGS (PCR_MAX_CHUNKS + 2)
@@ -53,7 +54,7 @@ struct pcr_handle {
     struct pcr_store *s;
     const struct pcr_file *f;
     struct rec *r;
-    uint8_t *mem;      /* a file rendered in memory (token files), or NULL */
+    uint8_t *mem; /* a file rendered in memory (token files), or NULL */
     uint64_t size;
     unsigned level, nseg;
     struct seg seg[];
@@ -132,8 +133,8 @@ static void plan_make(const struct pcr_store *s, const struct pcr_file *f, const
             if (!with_trailer)
                 break;
         }
-        p->seg[p->n++] = (struct seg){.off = r->goff[i] + off, .len = len, .sum = sum,
-                                      .type = SEG_CHUNK};
+        p->seg[p->n++] =
+            (struct seg){.off = r->goff[i] + off, .len = len, .sum = sum, .type = SEG_CHUNK};
         p->size += len;
         sum += (uint32_t)pcr_sum_blocks(len);
     }
@@ -261,8 +262,8 @@ struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned
     else if (state == REC_OK)
         store_rec_ok(r);
     if (state == REC_UNCHECKED && !__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
-        pcr_log(PCR_LOG_ERR, "record %s: reading its header: %s (tried again on next use)",
-                r->name, strerror(-err));
+        pcr_log(PCR_LOG_ERR, "record %s: reading its header: %s (tried again on next use)", r->name,
+                strerror(-err));
     return state == REC_OK ? r : NULL;
 }
 
@@ -468,17 +469,20 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
         uint64_t end = pos + seg[i].len;
         if (off + done < end) {
             uint64_t in = off + done - pos;
-            size_t take = end - (off + done) < len - done ? (size_t)(end - (off + done))
-                                                          : len - done;
+            size_t take =
+                end - (off + done) < len - done ? (size_t)(end - (off + done)) : len - done;
             if (seg[i].type == SEG_EOI) {
                 memcpy(out + done, eoi + in, take);
             } else {
                 struct piece *p = &pc[np];
                 uint64_t a = in / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
                 uint64_t z = (in + take + PCR_SUM_BLOCK - 1) / PCR_SUM_BLOCK * PCR_SUM_BLOCK;
-                *p = (struct piece){.seg = &seg[i], .a = a, .span = (z < seg[i].len ? z
-                                                                     : seg[i].len) - a,
-                                    .in = in, .take = take, .done = done};
+                *p = (struct piece){.seg = &seg[i],
+                                    .a = a,
+                                    .span = (z < seg[i].len ? z : seg[i].len) - a,
+                                    .in = in,
+                                    .take = take,
+                                    .done = done};
                 from_carry(s, f, r, p, out);
                 if (p->take)
                     np++;
@@ -499,8 +503,8 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
             p->data = tmp;
             tmp += p->span;
         }
-        rg[i] = (struct pcr_range){.off = p->seg->off + p->a, .len = (size_t)p->span,
-                                   .buf = p->data};
+        rg[i] =
+            (struct pcr_range){.off = p->seg->off + p->a, .len = (size_t)p->span, .buf = p->data};
         bytes += p->span;
     }
     if (np && store_rec_gate(s, r) != 0) {
@@ -541,11 +545,9 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
                 if (pcr_store_path(s, f->id, path, sizeof(path)) < 0)
                     snprintf(path, sizeof(path), "file %llu", (unsigned long long)f->id);
                 pcr_log(PCR_LOG_ERR,
-                        "%s: checksum mismatch in record %s at offset %llu; its reads "
-                        "there fail with EIO",
-                        path, r->name,
-                        (unsigned long long)(p->seg->off + p->a +
-                                             (uint64_t)(-bad - 1) * PCR_SUM_BLOCK));
+                        "%s: checksum mismatch in record %s at offset %" PRIu64 "; its "
+                        "reads there fail with EIO",
+                        path, r->name, p->seg->off + p->a + (uint64_t)(-bad - 1) * PCR_SUM_BLOCK);
             }
             pcr_count(&s->stats.errors, 1);
             return -EIO;
@@ -566,8 +568,7 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
  * into the NPY bytes the view serves, so reads are plain copies and a blob that does
  * not decode fails the open (EIO), never a read in the middle of a file.
  * @return 0 and a malloc()ed buffer of f->size_full bytes in *out. */
-static int token_render(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
-                        uint8_t **out)
+static int token_render(struct pcr_store *s, const struct pcr_file *f, struct rec *r, uint8_t **out)
 {
     struct plan p;
     size_t ntok = (size_t)f->width * f->height;
@@ -671,8 +672,8 @@ static struct rec *rec_ready(struct pcr_store *s, uint64_t id)
 }
 
 /* File @f of record @r is opened at @level (@prefix: what its level needs). */
-static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
-                     unsigned level, uint64_t prefix)
+static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *r, unsigned level,
+                     uint64_t prefix)
 {
     bool go = false, next = false;
     unsigned i;
@@ -758,8 +759,7 @@ int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len)
 
 /* ---- handles ---- */
 
-static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t len,
-                           uint64_t off)
+static ssize_t handle_copy(const uint8_t *mem, uint64_t size, void *buf, size_t len, uint64_t off)
 {
     if (off >= size)
         return 0;
@@ -836,8 +836,8 @@ void pcr_handle_close(struct pcr_handle *h)
 /* A token file read without a handle: rendered once into the calling thread's cache
  * and served from there while the same thread keeps reading it (the kernel reads a
  * file's pages in order, usually in one request for a ~2 kB .tok file). */
-static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct rec *r,
-                           void *buf, size_t len, uint64_t off)
+static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct rec *r, void *buf,
+                           size_t len, uint64_t off)
 {
     struct tls *t = tls_get();
     uint8_t *mem;
@@ -864,8 +864,8 @@ static ssize_t token_pread(struct pcr_store *s, const struct pcr_file *f, struct
 /* pcr_handle_read() without the handle, for readers that keep none (the FUSE driver
  * when the kernel sends no OPEN): the plan lives on the stack. A read at offset 0
  * counts as an open (the driver's open-less reads have no other first moment). */
-static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level,
-                           void *buf, size_t len, uint64_t off)
+static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                           size_t len, uint64_t off)
 {
     struct rec *r = store_record(s, f, level);
     struct plan p;

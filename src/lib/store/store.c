@@ -74,7 +74,6 @@ static int load_record(void *ctx, const struct pcr_index_record *row)
     return 0;
 }
 
-
 /* Errors that say nothing about the record itself (a timeout, a failed request):
  * they fail this use only. */
 static bool transient(int err)
@@ -98,9 +97,9 @@ int store_rec_gate(struct pcr_store *s, struct rec *r)
         return 0;
     now = mono_ms();
     /* past the hold: the first caller re-arms it and probes, the rest fail at once */
-    if (now >= until && __atomic_compare_exchange_n(&r->fail_until, &until,
-                                                    now + s->base->ops->fail_hold_ms, false,
-                                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    if (now >= until &&
+        __atomic_compare_exchange_n(&r->fail_until, &until, now + s->base->ops->fail_hold_ms, false,
+                                    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         return 0;
     pcr_count(&s->stats.held_fails, 1);
     return -EIO;
@@ -166,10 +165,11 @@ int store_open_record(struct pcr_store *s, struct rec *r)
             /* object storage: a HEAD that disagrees (an object being replaced, a
              * proxy's answer) is asked again after the hold, so the mount heals
              * when the object does; each disagreement is logged */
-            pcr_log(PCR_LOG_ERR, "record %s: %s (HEAD says %llu bytes, the index %llu); "
-                    "asked again in %u s", r->name, why,
-                    (unsigned long long)b->ops->size(b, o), (unsigned long long)r->size,
-                    b->ops->fail_hold_ms / 1000);
+            pcr_log(PCR_LOG_ERR,
+                    "record %s: %s (HEAD says %llu bytes, the index %llu); "
+                    "asked again in %u s",
+                    r->name, why, (unsigned long long)b->ops->size(b, o),
+                    (unsigned long long)r->size, b->ops->fail_hold_ms / 1000);
             b->ops->close(b, o);
             store_rec_failed(s, r);
             pthread_mutex_unlock(&s->rec_lock);
@@ -268,7 +268,9 @@ static int load_tree(struct pcr_store *s, char *err, size_t errlen)
     ndirs = pcr_index_max_id(s->idx, s->tree, "dirs");
     if (ndirs < 1 || (uint64_t)ndirs > MAX_IDS) {
         pcr_errf(err, errlen, "%s: index has %s directory table", path,
-                 ndirs < 0 ? "an unreadable" : ndirs == 0 ? "an empty" : "an oversized");
+                 ndirs < 0    ? "an unreadable"
+                 : ndirs == 0 ? "an empty"
+                              : "an oversized");
         return ret;
     }
     n = pcr_index_max_id(s->idx, s->tree, "files");
@@ -321,8 +323,8 @@ static int check_subdir(const char *path, const char *sub, char *err, size_t err
         pcr_errf(err, errlen, "%s: %s", p, strerror(errno));
     } else if (S_ISLNK(sb.st_mode)) {
         ret = -ENOTDIR;
-        pcr_errf(err, errlen, "%s: a symbolic link (a store's %s/ must be a directory in it)",
-                 p, sub);
+        pcr_errf(err, errlen, "%s: a symbolic link (a store's %s/ must be a directory in it)", p,
+                 sub);
     } else if (!S_ISDIR(sb.st_mode)) {
         ret = -ENOTDIR;
         pcr_errf(err, errlen, "%s: %s", p, strerror(ENOTDIR));

@@ -32,10 +32,10 @@
 #include "common/internal.h"
 #include "format/index.h"
 
-#define MAX_NAME     255     /* NAME_MAX: longer names cannot be served by the kernel */
+#define MAX_NAME     255 /* NAME_MAX: longer names cannot be served by the kernel */
 #define MAX_NOTE     512
 #define MAX_RECORDS  (1ULL << 32)
-#define MAX_IDS      (1ULL << 40) /* dir and file ids must fit the inode scheme */
+#define MAX_IDS      (1ULL << 40)   /* dir and file ids must fit the inode scheme */
 #define MAX_CODEBOOK (256ULL << 20) /* bytes of codebook NPY kept in memory */
 #define MAX_TOK_BLOB (16u << 20)    /* one encoded token grid */
 
@@ -46,7 +46,7 @@ enum rec_state {
 };
 
 struct rec {
-    char name[72];                     /* as in the index, validated (pcr_record_name_ok) */
+    char name[72]; /* as in the index, validated (pcr_record_name_ok) */
     uint64_t size, nimages;
     unsigned ngroups;
     uint64_t goff[PCR_MAX_CHUNKS + 1]; /* group g is [goff[g], goff[g+1]) */
@@ -59,29 +59,29 @@ struct rec {
     uint64_t seq_next[4];
     uint8_t seq_run[4];
     uint8_t seq_turn;
-    uint64_t fail_until;               /* ms (monotonic): failed on the network, its files
-                                          fail at once until then (atomic; 0: not) */
+    uint64_t fail_until; /* ms (monotonic): failed on the network, its files
+                            fail at once until then (atomic; 0: not) */
 };
 
 struct pcr_file {
     uint64_t id, dir;
     const char *name;
-    const uint8_t *chunks; /* validated varint pairs (offset in group, length) */
-    const uint8_t *sums;   /* u32 LE per PCR_SUM_BLOCK block of each chunk, in order */
-    const char *note;      /* NULL unless verbatim with a reason */
+    const uint8_t *chunks;  /* validated varint pairs (offset in group, length) */
+    const uint8_t *sums;    /* u32 LE per PCR_SUM_BLOCK block of each chunk, in order */
+    const char *note;       /* NULL unless verbatim with a reason */
     const uint8_t *quality; /* u16 LE MS-SSIM per level 1..levels-1 (pcrfs(5)), or NULL */
-    uint64_t size_full;    /* bytes served at level L, EOI and trailer included */
+    uint64_t size_full;     /* bytes served at level L, EOI and trailer included */
     uint64_t src_size, checksum;
-    uint32_t record;       /* index into recs[] + 1 */
+    uint32_t record; /* index into recs[] + 1 */
     uint32_t width, height;
     uint16_t chunks_len;
     uint8_t kind, nchunks, components, levels;
-    uint8_t trailer;       /* 1: the last chunk is served after the EOI, top level only */
-    uint8_t damaged;       /* a checksum failed: the file fails with EIO (atomic) */
+    uint8_t trailer; /* 1: the last chunk is served after the EOI, top level only */
+    uint8_t damaged; /* a checksum failed: the file fails with EIO (atomic) */
 };
 
 struct dirfiles {
-    uint64_t n;            /* accepted rows, sorted by name and by id */
+    uint64_t n; /* accepted rows, sorted by name and by id */
     struct pcr_file f[];
 };
 
@@ -103,16 +103,16 @@ struct carry_slot {
     const struct pcr_file *file; /* whose checksums verified it; NULL: empty */
     uint64_t off;                /* its absolute offset in the record */
     size_t len;
-    uint8_t *data;               /* PCR_SUM_BLOCK bytes, allocated on first use */
+    uint8_t *data; /* PCR_SUM_BLOCK bytes, allocated on first use */
 };
 
 struct pcr_store {
     struct pcr_index *idx;
-    char *path;               /* the store directory, as given */
-    enum pcr_index_tree tree; /* which tree of the index this object serves */
-    struct pcr_store *parent; /* the image store a token tree belongs to (owns idx, be) */
+    char *path;                  /* the store directory, as given */
+    enum pcr_index_tree tree;    /* which tree of the index this object serves */
+    struct pcr_store *parent;    /* the image store a token tree belongs to (owns idx, be) */
     struct pcr_tok_model *model; /* token tree: the decoder of its blobs */
-    void *codebook;           /* image store: the codebook NPY bytes, or NULL */
+    void *codebook;              /* image store: the codebook NPY bytes, or NULL */
     size_t codebook_len;
     struct pcr_backend *base; /* where record bytes come from (owned by the image store) */
     struct pcr_backend *be;   /* what reads go through: base, or a shim over it (atomic) */
@@ -122,18 +122,18 @@ struct pcr_store {
     unsigned levels;
     int64_t mtime;
     uint64_t ndirs, nfiles, nrecs;
-    struct dir *dirs;         /* [id - 1] */
-    uint64_t *fdirs;          /* ids of directories with files, by first_file */
+    struct dir *dirs; /* [id - 1] */
+    uint64_t *fdirs;  /* ids of directories with files, by first_file */
     uint64_t nfdirs;
     struct rec *recs;         /* [id - 1] */
     pthread_mutex_t lock;     /* serialises directory loading */
     pthread_mutex_t rec_lock; /* serialises opening and checking records */
     struct arena_block *arena;
-    struct pcr_stats stats;   /* updated with relaxed atomics */
-    uint64_t seq_last;        /* the record last seen read record by record (rec_lock) */
-    unsigned seq_level;       /* the level of the last open (atomic): hints' prefixes */
-    bool hinted;              /* a reader named records (pcr_store_prefetch()): no guessing
-                                 ahead of a scan any more (atomic) */
+    struct pcr_stats stats; /* updated with relaxed atomics */
+    uint64_t seq_last;      /* the record last seen read record by record (rec_lock) */
+    unsigned seq_level;     /* the level of the last open (atomic): hints' prefixes */
+    bool hinted;            /* a reader named records (pcr_store_prefetch()): no guessing
+                               ahead of a scan any more (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
 };
 

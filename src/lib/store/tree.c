@@ -115,8 +115,7 @@ static int load_dir(void *ctx, const struct pcr_index_dir *row)
     d = &s->dirs[s->ndirs++];
     memset(d, 0, sizeof(*d));
     if (row->parent < 1 || row->first_child < 0 || row->nsubdirs < 0 || row->first_file < 0 ||
-        row->nfiles < 0 || (uint64_t)row->nsubdirs > dl->max ||
-        (uint64_t)row->nfiles > s->nfiles) {
+        row->nfiles < 0 || (uint64_t)row->nsubdirs > dl->max || (uint64_t)row->nfiles > s->nfiles) {
         pcr_errf(dl->err, dl->errlen, "index: directory %llu has negative or huge counts",
                  (unsigned long long)id);
         return -EINVAL;
@@ -161,9 +160,8 @@ static int check_tree(struct pcr_store *s, char *err, size_t errlen)
 
     for (uint64_t id = 1; id <= s->ndirs; id++) {
         struct dir *d = &s->dirs[id - 1];
-        if (d->nsubdirs &&
-            (d->first_child < 2 || d->first_child > s->ndirs ||
-             d->nsubdirs > s->ndirs - d->first_child + 1)) {
+        if (d->nsubdirs && (d->first_child < 2 || d->first_child > s->ndirs ||
+                            d->nsubdirs > s->ndirs - d->first_child + 1)) {
             pcr_errf(err, errlen, "index: directory %llu has children out of range",
                      (unsigned long long)id);
             return -EINVAL;
@@ -193,8 +191,10 @@ static int check_tree(struct pcr_store *s, char *err, size_t errlen)
         if (d->nfiles) {
             if (d->first_file < prev_end || d->first_file > s->nfiles ||
                 d->nfiles > s->nfiles - d->first_file + 1) {
-                pcr_errf(err, errlen, "index: directory %llu has a file range that overlaps "
-                         "another or runs past the files", (unsigned long long)id);
+                pcr_errf(err, errlen,
+                         "index: directory %llu has a file range that overlaps "
+                         "another or runs past the files",
+                         (unsigned long long)id);
                 return -EINVAL;
             }
             prev_end = d->first_file + d->nfiles;
@@ -280,9 +280,9 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
         why = "belongs to another directory";
     else if (!name_ok(row->name, row->namelen))
         why = "empty, '.', '..' or '/'-containing name";
-    else if (s->tree == PCR_TREE_IMAGES ? row->kind != PCR_KIND_JPEG &&
-                                              row->kind != PCR_KIND_VERBATIM
-                                        : row->kind != PCR_KIND_TOKENS)
+    else if (s->tree == PCR_TREE_IMAGES
+                 ? row->kind != PCR_KIND_JPEG && row->kind != PCR_KIND_VERBATIM
+                 : row->kind != PCR_KIND_TOKENS)
         why = "unknown kind";
     else if (row->nchunks < 1 || row->nchunks > PCR_MAX_CHUNKS ||
              (row->kind != PCR_KIND_JPEG && row->nchunks != 1))
@@ -302,8 +302,8 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
                          (unsigned)row->nchunks, &nsums, &why);
     if (why)
         goto reject;
-    if (row->trailer != 0 && (row->trailer != 1 || row->kind != PCR_KIND_JPEG ||
-                              row->nchunks < 2)) {
+    if (row->trailer != 0 &&
+        (row->trailer != 1 || row->kind != PCR_KIND_JPEG || row->nchunks < 2)) {
         why = "bad trailer flag";
         goto reject;
     }
@@ -425,12 +425,11 @@ static const struct dirfiles *dir_files(struct pcr_store *s, uint64_t id, int *e
             ret = -ENOMEM;
         } else {
             fl.df->n = 0;
-            ret = pcr_index_load_files(s->idx, s->tree, (int64_t)d->first_file,
-                                       (int64_t)d->nfiles, load_file, &fl);
+            ret = pcr_index_load_files(s->idx, s->tree, (int64_t)d->first_file, (int64_t)d->nfiles,
+                                       load_file, &fl);
         }
         if (ret) {
-            pcr_log(PCR_LOG_ERR, "index: cannot load directory %llu: %s",
-                    (unsigned long long)id,
+            pcr_log(PCR_LOG_ERR, "index: cannot load directory %llu: %s", (unsigned long long)id,
                     ret == -EIO ? pcr_index_errmsg(s->idx) : strerror(-ret));
             free(fl.df);
             *err = ret == -ENOMEM ? -ENOMEM : -EIO;
@@ -628,7 +627,6 @@ ssize_t pcr_store_path(struct pcr_store *s, uint64_t id, char *buf, size_t len)
     }
     return (ssize_t)(n - 1);
 }
-
 
 /* Load the directory table (ids 1..@max) and check the tree's shape. */
 int store_load_dirs(struct pcr_store *s, uint64_t max, char *err, size_t errlen)

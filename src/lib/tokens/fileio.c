@@ -30,12 +30,14 @@ static int read_full(int fd, uint8_t *buf, size_t len, size_t *got)
 {
     size_t o = 0;
 
+    *got = 0;
     while (o < len) {
         ssize_t r = read(fd, buf + o, len - o);
         if (r < 0) {
-            if (errno == EINTR)
+            int e = errno; /* read once: each read of errno is a call */
+            if (e == EINTR)
                 continue;
-            return -errno;
+            return e > 0 ? -e : -EIO; /* never 0: *got is unset */
         }
         if (r == 0)
             break;

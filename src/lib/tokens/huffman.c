@@ -376,7 +376,8 @@ static inline int decode_core(const struct pcr_huf_dec *d, const uint8_t *in, si
                     break;
             if (l > d->maxlen)
                 return -EINVAL; /* no code starts with these bits */
-            k = (size_t)(d->base[l] + (int32_t)(win >> (32 - l)));
+            /* in size_t: base[] may be negative, the sum never is (modular) */
+            k = (size_t)d->base[l] + (size_t)(win >> (32 - l));
             if (k == d->guard_pos)
                 return -EINVAL;
             sym = d->sorted[k];

@@ -310,7 +310,7 @@ static void load_int(const struct pcr_npy *a, uint64_t i, bool *neg, uint64_t *m
     *mag = v;
     if (a->kind == 'i') {
         unsigned bits = a->itemsize * 8;
-        if (bits < 64 && (v >> (bits - 1)) & 1)
+        if (bits >= 8 && bits < 64 && (v >> (bits - 1)) & 1)
             v |= ~0ull << bits; /* sign-extend */
         if ((int64_t)v < 0) {
             *neg = true;

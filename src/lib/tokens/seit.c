@@ -398,7 +398,7 @@ static int find_index(const char *data, char *out, size_t cap, char *err, size_t
         if (access(cand[i], R_OK) == 0) {
             if (strlen(cand[i]) >= cap)
                 return -ENAMETOOLONG;
-            strcpy(out, cand[i]);
+            memcpy(out, cand[i], strlen(cand[i]) + 1); /* measured above */
             return 0;
         }
     }

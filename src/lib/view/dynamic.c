@@ -44,8 +44,7 @@ static void dyn_args_free(void *args)
     free(((struct dyn_args *)args)->level);
 }
 
-static int dyn_init(struct pcr_views *vs, const void *args, void **state, char *err,
-                    size_t errlen)
+static int dyn_init(struct pcr_views *vs, const void *args, void **state, char *err, size_t errlen)
 {
     const struct dyn_args *a = args;
     struct dyn *d;
@@ -87,17 +86,15 @@ static void dyn_stats(const struct pcr_view *v, struct pcr_json *b)
     struct dyn *d = v->state;
 
     pcr_json_printf(b, ", \"level\": %u, \"switches\": %llu", dyn_file_level(v, 0),
-                    (unsigned long long)atomic_load_explicit(&d->switches,
-                                                             memory_order_relaxed));
+                    (unsigned long long)atomic_load_explicit(&d->switches, memory_order_relaxed));
 }
 
 const struct pcr_view_desc pcr_view_dynamic = {
-    .help =
-    "    -o level=K             add dynamic/, serving level K (1..L or full) until\n"
-    "                           another is written to .pcrfs/level (echo 5 >\n"
-    "                           MNT/.pcrfs/level) or set with setfattr -n\n"
-    "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
-    "                           not \"ro\" (every other write still fails with EROFS)\n",
+    .help = "    -o level=K             add dynamic/, serving level K (1..L or full) until\n"
+            "                           another is written to .pcrfs/level (echo 5 >\n"
+            "                           MNT/.pcrfs/level) or set with setfattr -n\n"
+            "                           user.pcrfs.level -v 5 MNT/dynamic; such a mount is\n"
+            "                           not \"ro\" (every other write still fails with EROFS)\n",
     .name = "dynamic",
     .opts = dyn_opts,
     .args_size = sizeof(struct dyn_args),

@@ -45,11 +45,11 @@ struct mix_args {
 };
 
 struct mix {
-    unsigned lo, hi;      /* levels, 1 <= lo <= hi <= L */
-    double mean;          /* the distribution's mean (given, or (lo+hi)/2 uniform) */
-    bool uniform;         /* no mix_mean */
+    unsigned lo, hi; /* levels, 1 <= lo <= hi <= L */
+    double mean;     /* the distribution's mean (given, or (lo+hi)/2 uniform) */
+    bool uniform;    /* no mix_mean */
     uint64_t seed;
-    double p[PCR_MAX_LEVELS + 1];      /* [k] probability of level k (0 outside lo..hi) */
+    double p[PCR_MAX_LEVELS + 1];       /* [k] probability of level k (0 outside lo..hi) */
     uint64_t below[PCR_MAX_LEVELS + 1]; /* [k]: a draw u < below[k] picks a level <= k */
     uint64_t nfiles;                    /* the store's; passes has nfiles + 1 slots */
     _Atomic uint32_t *passes;           /* [file id] -> opens in mix/ so far */
@@ -159,8 +159,7 @@ static void set_weights(struct mix *m)
     double cum = 0;
     for (k = m->lo; k <= m->hi; k++) {
         cum += m->p[k];
-        m->below[k] = k == m->hi || cum >= 1.0 ? UINT64_MAX
-                                                : (uint64_t)ldexp(cum, 64);
+        m->below[k] = k == m->hi || cum >= 1.0 ? UINT64_MAX : (uint64_t)ldexp(cum, 64);
     }
 }
 
@@ -210,8 +209,7 @@ static int mix_opt(void *args, const char *name, const char *val, char *msg, siz
     return *slot ? 0 : -ENOMEM;
 }
 
-static int mix_init(struct pcr_views *vs, const void *args, void **state, char *err,
-                    size_t errlen)
+static int mix_init(struct pcr_views *vs, const void *args, void **state, char *err, size_t errlen)
 {
     const struct mix_args *a = args;
     struct mix *m;
@@ -246,8 +244,7 @@ static int mix_init(struct pcr_views *vs, const void *args, void **state, char *
                  vs->levels, PCR_VIEW_NUMBERS - 1 - PCR_VIEW_MIX);
         return -EINVAL;
     }
-    if (a->seed &&
-        pcr_opt_uint("mix_seed", a->seed, 0, UINT64_MAX, NULL, &seed, err, errlen) != 0)
+    if (a->seed && pcr_opt_uint("mix_seed", a->seed, 0, UINT64_MAX, NULL, &seed, err, errlen) != 0)
         return -EINVAL;
     if (a->mean && pcr_opt_real("mix_mean", a->mean, lo, hi, PCR_OPT_GT_MIN | PCR_OPT_LT_MAX, NULL,
                                 &mean, err, errlen) != 0)
@@ -300,8 +297,9 @@ static void mix_info_json(const void *state, struct pcr_json *b)
         pcr_json_puts(b, "null");
         return;
     }
-    pcr_json_printf(b, "{\"lo\": %u, \"hi\": %u, \"seed\": %llu, \"mean\": %.6f, "
-                       "\"uniform\": %s, \"p\": [",
+    pcr_json_printf(b,
+                    "{\"lo\": %u, \"hi\": %u, \"seed\": %llu, \"mean\": %.6f, "
+                    "\"uniform\": %s, \"p\": [",
                     m->lo, m->hi, (unsigned long long)m->seed, m->mean,
                     m->uniform ? "true" : "false");
     for (k = m->lo; k <= m->hi; k++)
@@ -317,9 +315,9 @@ static void mix_stats_json(const struct pcr_view *v, struct pcr_json *b)
 
     pcr_json_puts(b, ", \"served\": {");
     for (k = m->lo; k <= m->hi; k++)
-        pcr_json_printf(b, "%s\"%u\": %llu", k > m->lo ? ", " : "", k,
-                        (unsigned long long)atomic_load_explicit(&m->served[k],
-                                                                 memory_order_relaxed));
+        pcr_json_printf(
+            b, "%s\"%u\": %llu", k > m->lo ? ", " : "", k,
+            (unsigned long long)atomic_load_explicit(&m->served[k], memory_order_relaxed));
     pcr_json_puts(b, "}");
 }
 
@@ -332,14 +330,13 @@ static unsigned mix_count(const struct pcr_views *vs, const void *state)
 static const char *const mix_opts[] = {"mix", "mix_mean", "mix_seed", NULL};
 
 const struct pcr_view_desc pcr_view_mix = {
-    .help =
-    "    -o mix=LO-HI           add mix/: every open of a file serves a level drawn\n"
-    "                           from LO..HI (1..L or full) for that file and pass\n"
-    "                           (its n-th open), fixed while it is open\n"
-    "    -o mix_mean=M          draw with mean M (LO < M < HI; the distribution of\n"
-    "                           largest entropy) instead of uniformly\n"
-    "    -o mix_seed=N          the draws' seed (0..2^64-1, default 0): the same\n"
-    "                           seed, the same levels pass after pass\n",
+    .help = "    -o mix=LO-HI           add mix/: every open of a file serves a level drawn\n"
+            "                           from LO..HI (1..L or full) for that file and pass\n"
+            "                           (its n-th open), fixed while it is open\n"
+            "    -o mix_mean=M          draw with mean M (LO < M < HI; the distribution of\n"
+            "                           largest entropy) instead of uniformly\n"
+            "    -o mix_seed=N          the draws' seed (0..2^64-1, default 0): the same\n"
+            "                           seed, the same levels pass after pass\n",
     .name = "mix",
     .opts = mix_opts,
     .args_size = sizeof(struct mix_args),

@@ -87,8 +87,8 @@ static int q_init(struct pcr_views *vs, const void *args, void **state, char *er
     static const double dflt[] = {0.90, 0.95, 0.99};
     const struct q_args *a = args;
     char meta[32];
-    bool has = pcr_store_meta(vs->store, "quality", meta, sizeof(meta)) > 0 &&
-               strcmp(meta, "off") != 0;
+    bool has =
+        pcr_store_meta(vs->store, "quality", meta, sizeof(meta)) > 0 && strcmp(meta, "off") != 0;
     struct q *q = calloc(1, sizeof(*q));
 
     *state = NULL;
@@ -179,12 +179,11 @@ static void q_stats(const struct pcr_view *v, struct pcr_json *b)
 }
 
 const struct pcr_view_desc pcr_view_quality = {
-    .help =
-    "    -o quality=T1:T2:..    add qNN/ views (e.g. q95/; T in (0, 1], at most 4\n"
-    "                           digits after the point): every image at the\n"
-    "                           lowest level whose MS-SSIM reaches the threshold\n"
-    "                           (stores built with mkpcrfs --quality; default\n"
-    "                           0.9:0.95:0.99 for those; none: no such views)\n",
+    .help = "    -o quality=T1:T2:..    add qNN/ views (e.g. q95/; T in (0, 1], at most 4\n"
+            "                           digits after the point): every image at the\n"
+            "                           lowest level whose MS-SSIM reaches the threshold\n"
+            "                           (stores built with mkpcrfs --quality; default\n"
+            "                           0.9:0.95:0.99 for those; none: no such views)\n",
     .name = "q",
     .opts = q_opts,
     .args_size = sizeof(struct q_args),

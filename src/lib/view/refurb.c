@@ -758,17 +758,18 @@ static void rf_stats_json(const struct pcr_view *v, struct pcr_json *b)
         pcr_refurb_get_stats(rf->ctx, &st);
     opens = ctr_load(&rf->opens);
     /* passes: whole passes' worth of opens (a pass opens each of the N files once) */
-    pcr_json_printf(
-        b,
-        "{\"r\": %u, \"files\": %" PRIu64 ", \"opens\": %" PRIu64 ", \"passes\": %" PRIu64
-        ", \"reads\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"errors\": %" PRIu64
-        ", \"prepared\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"waits\": %" PRIu64
-        ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"evicted\": %" PRIu64
-        ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64 ", \"cached\": %" PRIu64
-        ", \"scheduled\": %" PRIu64 ", \"schedule_refused\": %" PRIu64 "}",
-        rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ctr_load(&c->reads), ctr_load(&c->bytes),
-        ctr_load(&rf->failed_opens), st.prepared, st.hits, st.waits, st.ondemand, st.failed, st.evicted,
-        st.dropped, st.queued, st.cached, ctr_load(&rf->scheduled), ctr_load(&rf->refused));
+    pcr_json_printf(b,
+                    "{\"r\": %u, \"files\": %" PRIu64 ", \"opens\": %" PRIu64
+                    ", \"passes\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"bytes\": %" PRIu64
+                    ", \"errors\": %" PRIu64 ", \"prepared\": %" PRIu64 ", \"hits\": %" PRIu64
+                    ", \"waits\": %" PRIu64 ", \"ondemand\": %" PRIu64 ", \"failed\": %" PRIu64
+                    ", \"evicted\": %" PRIu64 ", \"dropped\": %" PRIu64 ", \"queued\": %" PRIu64
+                    ", \"cached\": %" PRIu64 ", \"scheduled\": %" PRIu64
+                    ", \"schedule_refused\": %" PRIu64 "}",
+                    rf->set.r, rf->n, opens, rf->n ? opens / rf->n : 0, ctr_load(&c->reads),
+                    ctr_load(&c->bytes), ctr_load(&rf->failed_opens), st.prepared, st.hits,
+                    st.waits, st.ondemand, st.failed, st.evicted, st.dropped, st.queued, st.cached,
+                    ctr_load(&rf->scheduled), ctr_load(&rf->refused));
 }
 
 static int rf_ctl_data(const void *state, const char **data, size_t *len)
@@ -793,33 +794,32 @@ static unsigned rf_level(const struct pcr_views *vs, const void *state, unsigned
 }
 
 static const char *const rf_opts[] = {
-    "refurb",      "refurb_size",    "refurb_scale", "refurb_ratio",      "refurb_flip",
-    "refurb_level", "refurb_seed",   "refurb_threads", "refurb_cache", "refurb_cache_size",
-    NULL,
+    "refurb",       "refurb_size",       "refurb_scale", "refurb_ratio",
+    "refurb_flip",  "refurb_level",      "refurb_seed",  "refurb_threads",
+    "refurb_cache", "refurb_cache_size", NULL,
 };
 
 static const char *const rf_path_opts[] = {"refurb_cache", NULL};
 
 const struct pcr_view_desc pcr_view_refurb = {
-    .help =
-    "\n"
-    "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
-    "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
-    "stays the same for R consecutive opens of the file, then changes:\n"
-    "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
-    "    -o refurb_size=S       output side in pixels (default 224)\n"
-    "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
-    "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
-    "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
-    "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
-    "    -o refurb_seed=N       the run's seed (0..2^64-1, default 0)\n"
-    "    -o refurb_threads=N    workers preparing the next pass (0..256; default: the\n"
-    "                           number of CPUs; 0: only on demand)\n"
-    "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
-    "                           DIR (default: in RAM)\n"
-    "    -o refurb_cache_size=SIZE  bound on prepared bytes (1..1000000G, suffix\n"
-    "                           k/K, M, G; default: one crop of every file, at\n"
-    "                           most 1/4 of RAM or 1/2 of DIR's free space)\n",
+    .help = "\n"
+            "Refurbishing (see REFURBISHING in pcrfs(1)): refurb/ serves every JPEG\n"
+            "a/b.JPEG as a/b.JPEG.ppm, a random resized crop to S x S (and a flip) that\n"
+            "stays the same for R consecutive opens of the file, then changes:\n"
+            "    -o refurb=R            add refurb/, each crop served R times (1..1000)\n"
+            "    -o refurb_size=S       output side in pixels (default 224)\n"
+            "    -o refurb_scale=LO:HI  crop area fraction range (default 0.08:1)\n"
+            "    -o refurb_ratio=LO:HI  crop aspect ratio range (default 3/4:4/3)\n"
+            "    -o refurb_flip=yes|no  random horizontal flip (default yes)\n"
+            "    -o refurb_level=K      decode the first K scans (1..L or full; default full)\n"
+            "    -o refurb_seed=N       the run's seed (0..2^64-1, default 0)\n"
+            "    -o refurb_threads=N    workers preparing the next pass (0..256; default: the\n"
+            "                           number of CPUs; 0: only on demand)\n"
+            "    -o refurb_cache=DIR    keep prepared crops in a private directory made in\n"
+            "                           DIR (default: in RAM)\n"
+            "    -o refurb_cache_size=SIZE  bound on prepared bytes (1..1000000G, suffix\n"
+            "                           k/K, M, G; default: one crop of every file, at\n"
+            "                           most 1/4 of RAM or 1/2 of DIR's free space)\n",
     .name = "refurb",
     .opts = rf_opts,
     .path_opts = rf_path_opts,

@@ -35,14 +35,14 @@ struct pcr_view;
 struct pcr_views;
 
 /* View numbers (8 bits: src/lib/api/node.c builds node numbers from them). 0 is no
- * view (the control namespace: the root, /.pcrfs; node.c); scanK is K, full L+1; the others are fixed so that
- * their numbers do not move with L. */
-#define PCR_VIEW_NUMBERS 256
-#define PCR_VIEW_Q       0x70 /* q90/ ...: PCR_VIEW_Q + i - 1 for the i-th threshold */
-#define PCR_VIEW_REFURB  0x7E
-#define PCR_VIEW_TOKENS  0x7F
-#define PCR_VIEW_DYN     0x80 /* dynamic/: its directories; + K its files at level K */
-#define PCR_VIEW_MIX     0xC1 /* mix/: the same scheme */
+ * view (the control namespace: the root, /.pcrfs; node.c); scanK is K, full L+1; the others are
+ * fixed so that their numbers do not move with L. */
+#define PCR_VIEW_NUMBERS   256
+#define PCR_VIEW_Q         0x70 /* q90/ ...: PCR_VIEW_Q + i - 1 for the i-th threshold */
+#define PCR_VIEW_REFURB    0x7E
+#define PCR_VIEW_TOKENS    0x7F
+#define PCR_VIEW_DYN       0x80 /* dynamic/: its directories; + K its files at level K */
+#define PCR_VIEW_MIX       0xC1 /* mix/: the same scheme */
 #define PCR_VIEWS_ROOT_MAX (PCR_MAX_LEVELS + 8)
 #define PCR_MAX_QVIEWS     8
 
@@ -99,19 +99,19 @@ struct pcr_view_cache {
 
 /* One kind of view: what its module exports (views.c lists them). */
 struct pcr_view_desc {
-    const char *name;          /* a directory name, or a pattern with one %u (1..count) */
-    const char *const *opts;   /* the option names it takes (without '='), NULL-ended */
+    const char *name;        /* a directory name, or a pattern with one %u (1..count) */
+    const char *const *opts; /* the option names it takes (without '='), NULL-ended */
     /* options whose value is a path (a daemon that changes directory makes them
      * absolute before it hands them on), NULL-ended or NULL */
     const char *const *path_opts;
     const char *help; /* its lines of a daemon's --help, or NULL */
-    size_t args_size;          /* its parsed options' struct, zeroed at first */
+    size_t args_size; /* its parsed options' struct, zeroed at first */
     enum pcr_view_level_rule level_rule;
     enum pcr_view_tree tree;
     struct pcr_view_cache cache;
-    bool needs_open;   /* an open changes state (mix/, refurb/): never read without one */
-    bool needs_write;  /* a control file is written (dynamic/'s level) */
-    bool view_stats;   /* a member of "views" in the stats JSON */
+    bool needs_open;      /* an open changes state (mix/, refurb/): never read without one */
+    bool needs_write;     /* a control file is written (dynamic/'s level) */
+    bool view_stats;      /* a member of "views" in the stats JSON */
     const char *json_key; /* its own top-level member of info and stats, or NULL */
     const struct pcr_view_file_ops *ops; /* NULL: the store's */
 
@@ -141,8 +141,8 @@ struct pcr_view_desc {
     void (*info_json)(const void *state, struct pcr_json *b);
     void (*stats_json)(const struct pcr_view *v, struct pcr_json *b);
     /* Extended attributes of file @id: -ENOSYS none of this view's. */
-    int (*getxattr)(const struct pcr_view *v, uint64_t id, const char *name, char *buf,
-                    size_t len, size_t *outlen);
+    int (*getxattr)(const struct pcr_view *v, uint64_t id, const char *name, char *buf, size_t len,
+                    size_t *outlen);
     int (*listxattr)(const struct pcr_view *v, uint64_t id, const char **list, size_t *len);
     /* A read-only control file (the driver's /.pcrfs/NAME) and its bytes. */
     const char *ctl_name;
@@ -153,14 +153,14 @@ struct pcr_view_desc {
  * one level of it). Read-only after pcr_views_open(), but the counters. */
 struct pcr_view {
     struct pcr_views *vs;
-    const struct pcr_view_desc *desc; /* NULL: the number is not in use */
+    const struct pcr_view_desc *desc;    /* NULL: the number is not in use */
     const struct pcr_view_file_ops *ops; /* desc->ops, or the store's */
-    void *state;                      /* its module's (shared by its instances) */
+    void *state;                         /* its module's (shared by its instances) */
     struct pcr_store *store;
-    unsigned level;    /* the level its files serve */
+    unsigned level; /* the level its files serve */
     unsigned number;
-    unsigned index;    /* instance 1..count */
-    bool dirs, files;  /* which nodes carry this number */
+    unsigned index;                /* instance 1..count */
+    bool dirs, files;              /* which nodes carry this number */
     struct pcr_view_counters *ctr; /* its directory's counters (own_ctr, or the dir's) */
     struct pcr_view_counters own_ctr;
     char name[32];    /* its directory in the root ("scan5"); "" for file-only numbers */

@@ -180,8 +180,7 @@ static int layout(struct pcr_views *vs, char *err, size_t errlen)
 }
 
 int pcr_views_open(struct pcr_store *store, struct pcr_store *tokstore,
-                   const struct pcr_views_args *a, struct pcr_views **out, char *err,
-                   size_t errlen)
+                   const struct pcr_views_args *a, struct pcr_views **out, char *err, size_t errlen)
 {
     struct pcr_views *vs = calloc(1, sizeof(*vs));
     size_t i;
@@ -570,11 +569,10 @@ int pcr_views_stats_json(const struct pcr_views *vs, const char *head, char **ou
                         (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions,
                         (unsigned long long)hs.throttled, (unsigned long long)hs.backoff_ms,
                         (unsigned long long)hs.fetch_concurrency,
-                        (unsigned long long)hs.concurrency_cuts,
-                        (unsigned long long)st->held_fails, (unsigned long long)hs.refetches,
-                        (unsigned long long)st->heals, (unsigned long long)hs.index_refetches,
-                        (unsigned long long)hs.fetch_bytes, (unsigned long long)hs.direct_bytes,
-                        (unsigned long long)hs.front_pushes);
+                        (unsigned long long)hs.concurrency_cuts, (unsigned long long)st->held_fails,
+                        (unsigned long long)hs.refetches, (unsigned long long)st->heals,
+                        (unsigned long long)hs.index_refetches, (unsigned long long)hs.fetch_bytes,
+                        (unsigned long long)hs.direct_bytes, (unsigned long long)hs.front_pushes);
     /* an s3:// store's credentials: where from and when they expire, no secret */
     if (pcr_http_creds_json(creds, sizeof(creds)) == 0)
         pcr_json_printf(&b, "  \"credentials\": %s,\n", creds);

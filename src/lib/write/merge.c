@@ -75,7 +75,6 @@ static int read_info(struct pcr_index *idx, const char *dir, struct pcr_part_inf
     static const uint64_t big = (uint64_t)1 << 53;
     uint64_t levels = 0;
     ssize_t n;
-    int ret;
 
     memset(p, 0, sizeof(*p));
     n = pcr_index_meta(idx, "part.plan", p->plan, sizeof(p->plan));
@@ -83,15 +82,14 @@ static int read_info(struct pcr_index *idx, const char *dir, struct pcr_part_inf
         pcr_errf(err, errlen, "%s: a store, not a part of a planned build", dir);
         return -ENOENT;
     }
-    if (n <= 0 || (size_t)n >= sizeof(p->plan) ||
-        (ret = part_key(idx, "part.index", big, &p->index)) ||
-        (ret = part_key(idx, "part.count", big, &p->count)) ||
-        (ret = part_key(idx, "part.first_file", big, &p->first_file)) ||
-        (ret = part_key(idx, "part.files", big, &p->files)) ||
-        (ret = part_key(idx, "part.first_record", big, &p->first_record)) ||
-        (ret = part_key(idx, "part.records", big, &p->records)) ||
-        (ret = part_key(idx, "levels", PCR_MAX_LEVELS, &levels)) || p->index < 1 ||
-        p->index > p->count || levels < 1) {
+    if (n <= 0 || (size_t)n >= sizeof(p->plan) || part_key(idx, "part.index", big, &p->index) ||
+        part_key(idx, "part.count", big, &p->count) ||
+        part_key(idx, "part.first_file", big, &p->first_file) ||
+        part_key(idx, "part.files", big, &p->files) ||
+        part_key(idx, "part.first_record", big, &p->first_record) ||
+        part_key(idx, "part.records", big, &p->records) ||
+        part_key(idx, "levels", PCR_MAX_LEVELS, &levels) || p->index < 1 || p->index > p->count ||
+        levels < 1) {
         pcr_errf(err, errlen, "%s: part keys missing or malformed", dir);
         return -EINVAL;
     }

@@ -24,8 +24,8 @@ int pcr_quality_measure(const uint8_t *data, size_t len, const struct pcr_split 
 
     if (why && whylen)
         why[0] = '\0';
-    if (!data || !split || split->nchunks < 1 || split->nchunks > PCR_MAX_CHUNKS ||
-        levels < 1 || levels > PCR_MAX_LEVELS || len < 2 || split->end[split->nchunks - 1] + 2 != len)
+    if (!data || !split || split->nchunks < 1 || split->nchunks > PCR_MAX_CHUNKS || levels < 1 ||
+        levels > PCR_MAX_LEVELS || len < 2 || split->end[split->nchunks - 1] + 2 != len)
         return -EINVAL;
     if (info && (uint64_t)info->width * info->height > PCR_QUALITY_MAX_PIXELS)
         return -E2BIG;

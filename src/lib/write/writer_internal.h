@@ -31,9 +31,9 @@ struct pcr_writer {
     struct pcr_index *idx;
     bool force;
     unsigned levels;
-    bool part;           /* a part (pcr_writer_opts.part): */
-    uint64_t part_first; /* its files' ids follow this one, */
-    uint64_t part_files; /* and it holds this many */
+    bool part;                         /* a part (pcr_writer_opts.part): */
+    uint64_t part_first;               /* its files' ids follow this one, */
+    uint64_t part_files;               /* and it holds this many */
     struct wtree t[2];                 /* [PCR_TREE_IMAGES], [PCR_TREE_TOKENS] */
     const struct pcr_tok_model *model; /* encodes token grids (pcr_writer_set_tok_model) */
     int tokfd;                         /* tokens/ directory, created on first use */
