@@ -573,12 +573,31 @@ void http_cache_throttled(struct http_cache *c)
 void http_cache_drop(struct http_cache *c, struct pcr_object *o)
 {
     pthread_mutex_lock(&c->lock);
-    /* a fetch in flight writes into the file: only an idle prefix is dropped (the
-     * one that failed was complete, so it is idle unless refetched already) */
     if (!o->busy && !o->users && o->held) {
         drop(c, o, false);
         o->retry_after = 0;
         http_count(&c->hb->st.refetches, 1);
+    } else if (o->held) {
+        /* other parts are still on their way (or read): the file stays, its parts at
+         * rest are forgotten and fetched again into their place. Dropping nothing
+         * here served the same bad bytes to every later read of the record. A reader
+         * preading a forgotten part meanwhile gets the old bytes or the new, and its
+         * own check decides. */
+        bool any = false;
+        for (unsigned i = 0; i < o->nparts; i++) {
+            struct http_part *p = &o->parts[i];
+            if (p->state != PART_IDLE || !p->held)
+                continue;
+            c->used -= p->held;
+            o->held -= p->held;
+            p->held = p->got = p->want = 0;
+            any = true;
+        }
+        if (any) {
+            o->retry_after = 0;
+            http_count(&c->hb->st.refetches, 1);
+            publish(c);
+        }
     }
     pthread_mutex_unlock(&c->lock);
 }
