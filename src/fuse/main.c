@@ -740,9 +740,9 @@ out_store:
     if (loop_cfg)
         fuse_loop_cfg_destroy(loop_cfg);
     pcrfs_close(fs.store); /* no file open any more */
-    for (unsigned i = 0; i < CLI_LIB_OPTS_MAX; i++)
-        free(lib_strs[i]);
 out_conn:
+    for (unsigned i = 0; i < CLI_LIB_OPTS_MAX; i++)
+        free(lib_strs[i]); /* also when the store did not open */
     free(fs.conn_opts);
     free(store_abs);
 out_opts:

@@ -292,8 +292,10 @@ void pcrfs_close(pcrfs_store *s)
     if (!s)
         return;
     in = atomic_load(&s->cur);
-    /* a parent's instance in a child is left alone (see the head comment) */
-    if (in && in->pid == getpid())
+    /* a parent's instance in a child is left alone (see the head comment), unless
+     * it never started: no thread of it exists anywhere (a daemon whose mount failed
+     * between its fork and pcrfs_start() frees what its parent opened) */
+    if (in && (in->pid == getpid() || !in->started))
         inst_free(in);
     pcr_views_args_free(&s->args);
     pcr_store_opts_free(&s->sopts);
