@@ -387,7 +387,11 @@ class Creds(ts.Fixture, unittest.TestCase):
         n, errs = self.read_loop(m.mnt, seconds)
         st = ts.stats(m.mnt)
         self.assertEqual(errs, [], m.stderr())
-        self.assertGreater(n, 2 * len(self.want))
+        if not mu.SANITIZED:
+            # two passes and more; under ASan each read (a GET of its own bytes since
+            # issue 19) is several times slower and the short loop makes one pass,
+            # which read_loop always does: the renewals below are its check there
+            self.assertGreater(n, 2 * len(self.want))
         self.assertGreaterEqual(self.reg.count.get(source, 0) - first, want, st["credentials"])
         self.assertGreaterEqual(st["credentials"]["renewals"], want, st["credentials"])
         self.assertGreaterEqual(len(self.reg.seen) - seen0, want + 1)
