@@ -67,6 +67,20 @@ def varints(blob):
     return out
 
 
+
+def write_upload_cfg(cfg, src, files, ep, prefix):
+    """A curl -K config that PUTs SRC/r to s3://BUCKET/PREFIX/r for each r of @files
+    (relative paths) at endpoint @ep, signed with s3rver's built-in key."""
+    with open(cfg, "w") as f:
+        for i, r in enumerate(files):
+            if i:
+                f.write("next\n")
+            f.write('aws-sigv4 = "aws:amz:us-east-1:s3"\nuser = "%s:%s"\n' % (KEY, KEY))
+            f.write('header = "x-amz-content-sha256: UNSIGNED-PAYLOAD"\n')
+            f.write('fail\nsilent\nshow-error\noutput = "/dev/null"\n')
+            f.write('upload-file = "%s"\nurl = "%s/%s/%s/%s"\n' %
+                    (os.path.join(src, r), ep, BUCKET, prefix, urllib.request.quote(r)))
+
 class Bench:
     def __init__(self, a):
         self.a = a
@@ -211,16 +225,7 @@ class Bench:
         self.log("uploading %d files of %s to s3://%s/%s" % (len(files), src, BUCKET, prefix))
         cfg = os.path.join(self.work, "curl-%s.cfg" % prefix)
         ep = "http://127.0.0.1:%d" % self.s3port
-        with open(cfg, "w") as f:
-            for i, r in enumerate(files):
-                if i:
-                    f.write("next\n")
-                f.write('aws-sigv4 = "aws:amz:us-east-1:s3"\nuser = "%s:%s"\n' % (KEY, KEY))
-                f.write('header = "x-amz-content-sha256: UNSIGNED-PAYLOAD"\n')
-                f.write('fail\nsilent\nshow-error\noutput = "/dev/null"\n')
-                f.write('upload-file = "%s"\nurl = "%s/%s/%s/%s"\n' %
-                        (os.path.join(src, r), ep, BUCKET, prefix,
-                         urllib.request.quote(r)))
+        write_upload_cfg(cfg, src, files, ep, prefix)
         p = subprocess.run(["curl", "-K", cfg], capture_output=True, text=True, timeout=1800)
         if p.returncode != 0:
             raise RuntimeError("upload of %s failed: %s" % (src, p.stderr[-1000:]))

@@ -27,6 +27,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import s3  # noqa: E402  (bench/s3.py: the upload config)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 KEY = "S3RVER"
@@ -75,15 +78,7 @@ def upload(store, ep, prefix, work):
     files = sorted(os.path.relpath(os.path.join(d, f), store)
                    for d, _, fs in os.walk(store) for f in fs)
     cfg = os.path.join(work, "upload.cfg")
-    with open(cfg, "w") as f:
-        for i, r in enumerate(files):
-            if i:
-                f.write("next\n")
-            f.write('aws-sigv4 = "aws:amz:us-east-1:s3"\nuser = "%s:%s"\n' % (KEY, KEY))
-            f.write('header = "x-amz-content-sha256: UNSIGNED-PAYLOAD"\n')
-            f.write('fail\nsilent\nshow-error\noutput = "/dev/null"\n')
-            f.write('upload-file = "%s"\nurl = "%s/%s/%s/%s"\n' %
-                    (os.path.join(store, r), ep, BUCKET, prefix, r))
+    s3.write_upload_cfg(cfg, store, files, ep, prefix)
     subprocess.run(["curl", "-K", cfg], check=True, timeout=1800)
 
 
