@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "pcrfs/store.h"
 #include "pcrfs/writer.h"
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "view/view.h"
 #include "check.h"
