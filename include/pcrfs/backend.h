@@ -81,8 +81,11 @@ struct pcr_backend_ops {
 /* The start (ms, CLOCK_MONOTONIC) of what the calling thread is doing for a reader
  * (one read, one open: pcr_handle_read() and its siblings), 0 outside one: every
  * request an object-storage backend makes for it shares one deadline counted from
- * there. (store/read.c) */
+ * there. The store brackets each such operation with pcr_backend_op_begin() and
+ * pcr_backend_op_end() (nested pairs keep the outer start). (backend/opstart.c) */
 uint64_t pcr_backend_op_start(void);
+void pcr_backend_op_begin(void);
+void pcr_backend_op_end(void);
 
 /* Every backend starts with this; the rest of its struct is its own. */
 struct pcr_backend {
