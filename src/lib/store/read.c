@@ -26,7 +26,7 @@
 #include "pcrfs/tokens.h"
 #include "common/le.h"
 #include "format/record.h"
-#include "store/store_internal.h"
+#include "store/state.h"
 
 enum seg_type {
     SEG_CHUNK, /* bytes of the record */
