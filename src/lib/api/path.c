@@ -163,25 +163,30 @@ int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, char *name, s
     return 1;
 }
 
-int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
+/* A handle on the file @t names; by path its size is known at open (a node's open
+ * leaves it to the first ask). */
+static int open_target(const struct target *t, const char *path, pcrfs_file **out)
 {
-    struct target t;
-    int64_t size;
+    int64_t size = pcr_view_size(t->v, t->f);
     int rc;
 
-    *out = NULL;
-    rc = file_at(s, path, &t);
-    if (rc)
-        return rc;
-    /* by path the size is known at open (a node's open leaves it to the first ask) */
-    size = pcr_view_size(t.v, t.f);
     if (size < 0)
         return api_fail((int)size, "%s: %s", path, strerror((int)-size));
-    rc = api_file_open_view(t.in, t.v, t.f, 0, out);
+    rc = api_file_open_view(t->in, t->v, t->f, 0, out);
     if (rc)
         return api_fail(rc, "%s: %s", path, strerror(-rc));
     (*out)->size = size;
     return 0;
+}
+
+int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
+{
+    struct target t;
+    int rc;
+
+    *out = NULL;
+    rc = file_at(s, path, &t);
+    return rc ? rc : open_target(&t, path, out);
 }
 
 /* Views whose opens change nothing read without a handle (pcr_store_pread(): no
@@ -202,7 +207,7 @@ ssize_t pcrfs_read(pcrfs_store *s, const char *path, void *buf, size_t len, uint
             pcr_view_count(&t.v->ctr->opens, 1);
         return got < 0 ? api_fail((int)got, "%s: %s", path, strerror((int)-got)) : got;
     }
-    rc = pcrfs_file_open(s, path, &h);
+    rc = open_target(&t, path, &h);
     if (rc)
         return rc;
     got = pcrfs_file_read(h, buf, len, off);
