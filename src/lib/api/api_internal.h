@@ -40,9 +40,7 @@ struct pcrfs_store {
     char *path_abs;              /* for info: absolute (a URL as given) */
     unsigned flags;              /* PCRFS_OPEN_* */
     struct pcr_views_args args;  /* the views' options, parsed */
-    struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, ... (store/opts.c) */
-    struct pcr_http_opts http;   /* the rest of the backend's options */
-    char *str[4];                /* endpoint=, region=, profile=, ca_bundle= (owned) */
+    struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, endpoint=, ... (store/opts.c) */
     _Atomic(struct inst *) cur;
 };
 

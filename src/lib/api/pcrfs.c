@@ -81,24 +81,12 @@ static void atfork_register(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
-/* The string options for object storage, as pcrfs(1) takes them: non-empty, checked
- * by the library when the store is opened (url.c), kept in pcrfs_store.str[]. */
-static const char *const str_opts[] = {"endpoint", "region", "profile", "ca_bundle"};
-
-static int str_opt(const char *name)
-{
-    for (int i = 0; i < (int)(sizeof(str_opts) / sizeof(str_opts[0])); i++)
-        if (!strcmp(name, str_opts[i]))
-            return i;
-    return -1;
-}
-
 /* One "NAME=VALUE" of pcrfs_open(). @return 0 or -EINVAL/-ENOMEM (errbuf). */
 static int take_option(pcrfs_store *s, const char *opt, bool remote)
 {
     const char *eq = strchr(opt, '='), *val;
     char name[32], msg[480] = "";
-    int rc, i;
+    int rc;
 
     if (!eq || eq == opt || (size_t)(eq - opt) >= sizeof(name))
         return api_fail(-EINVAL, "option %.64s: want NAME=VALUE", opt);
@@ -106,29 +94,7 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
     val = eq + 1;
     if (pcr_views_opt_desc(name))
         rc = pcr_views_opt(&s->args, name, val, msg, sizeof(msg));
-    else if ((i = str_opt(name)) >= 0) {
-        /* strings the backend checks (url.c), as the daemon takes them */
-        if (!remote)
-            return api_fail(-EINVAL,
-                            "%s=: only for a store in object storage (s3://, http://, "
-                            "https://)",
-                            name);
-        rc = val[0] ? 0 : -1;
-        if (rc) {
-            pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
-        } else {
-            char *copy = strdup(val);
-
-            if (!copy)
-                return api_fail(-ENOMEM, "out of memory");
-            free(s->str[i]);
-            s->str[i] = copy;
-            s->http.endpoint = s->str[0];
-            s->http.region = s->str[1];
-            s->http.profile = s->str[2];
-            s->http.ca_bundle = s->str[3];
-        }
-    } else if (pcr_store_opt_remote_only(name) && !remote)
+    else if (pcr_store_opt_remote_only(name) && !remote)
         return api_fail(-EINVAL,
                         "%s=: only for a store in object storage (s3://, http://, "
                         "https://)",
@@ -178,7 +144,7 @@ static int inst_open(const pcrfs_store *s, bool start, bool *usage, struct inst 
     in->pid = getpid();
     pthread_mutex_init(&in->lock, NULL);
     if (pcr_url_is_remote(s->path)) {
-        struct pcr_http_opts ho = s->http;
+        struct pcr_http_opts ho = {0};
 
         pcr_store_opts_http(&s->sopts, &ho);
         rc = pcr_store_open_url(s->path, &ho, &in->store, err, sizeof(err));
@@ -300,8 +266,6 @@ void pcrfs_close(pcrfs_store *s)
         inst_free(in);
     pcr_views_args_free(&s->args);
     pcr_store_opts_free(&s->sopts);
-    for (size_t i = 0; i < sizeof(s->str) / sizeof(s->str[0]); i++)
-        free(s->str[i]);
     free(s->path);
     free(s->path_abs);
     free(s);
@@ -399,7 +363,7 @@ ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out)
 
 /* ---- options, for a command line that passes them on --------------------------------- */
 
-/* The store's own options (store/opts.c, and the strings above), then the views'. */
+/* The store's own options (store/opts.c), then the views'. */
 static const struct {
     const char *name;
     unsigned flags;
@@ -451,10 +415,6 @@ int pcrfs_option_check(const char *name, const char *value)
 
         rc = pcr_views_opt(&a, name, value, msg, sizeof(msg));
         pcr_views_args_free(&a);
-    } else if (str_opt(name) >= 0) {
-        rc = value[0] ? 0 : -1;
-        if (rc)
-            pcr_opt_msg(msg, sizeof(msg), name, value, "want a value");
     } else {
         struct pcr_store_opts o = PCR_STORE_OPTS_INIT;
 
