@@ -876,6 +876,41 @@ class Parts(Fixture, unittest.TestCase):
         self.assertEqual(st["cache_misses"], 0, st)
         self.assertGreaterEqual(st["cache_hits"], 20, st)
 
+    def test_guess_ahead_after_hints(self):
+        """Once a hint came, a scan in order still fetches the next record ahead if
+        the mount read from it before, and not if it never heard of it (it may be
+        another node's share). Before, any hint turned the guess off for good."""
+        index = os.path.join(self.store, "index.db")
+        r1 = sorted(files_of_record(index, 1))
+        r2 = sorted(files_of_record(index, 2))
+        size2 = os.path.getsize(os.path.join(self.store, "records", "000002.pcr"))
+
+        def scan(name, read_before, wait):
+            mnt = self.mount(self.url(), name, "-o", self.cache(name))
+            for rel in read_before:  # far apart, not in order: read file by file
+                self.assertEqual(read(os.path.join(mnt, "full", rel)),
+                                 read(os.path.join(self.local, "full", rel)), rel)
+            try:
+                os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1"))
+            except FileNotFoundError:
+                pass
+            for rel in r1[:10]:  # record 1 in order
+                self.assertEqual(read(os.path.join(mnt, "full", rel)),
+                                 read(os.path.join(self.local, "full", rel)), rel)
+            end = time.monotonic() + wait
+            while True:
+                st = stats(mnt)["http"]
+                if time.monotonic() > end or st["prefix_fetches"] >= 2 and st["cache_bytes"] >= 0.5 * size2 + \
+                        os.path.getsize(os.path.join(self.store, "records", "000001.pcr")):
+                    break
+                time.sleep(0.2)
+            return st
+        st = scan("guessknown", [r2[150], r2[20], r2[90]], 15)
+        size1 = os.path.getsize(os.path.join(self.store, "records", "000001.pcr"))
+        self.assertGreaterEqual(st["cache_bytes"], size1 + 0.5 * size2, st)  # 2 fetched
+        st = scan("guessunknown", [], 3)  # (time for a fetch to show)
+        self.assertLess(st["cache_bytes"], size1 + 0.5 * size2, st)  # 2 not fetched
+
     def test_sampler_prefetch(self):
         """RecordSampler, by default (its samples lie on a pcrfs mount), names each
         window's records to the mount and yields the same indices as with

@@ -32,6 +32,8 @@ What each test asserts, and would be false if the feature broke:
                           index.db with two files' rows swapped (same size): fetched
                           again, class files serve their own bytes; garbage with a
                           matching hash: does not validate, fetched again
+  test_corrupt_part_heals_alone  one byte flipped in one part of 64 KiB: just that
+                          part is fetched again, every file right (before: the record)
   test_logfile_refused    -o logfile= a symbolic link, or another user's file: refused
   test_prefetch_never_starves  one connection capped at 64 kB/s, both records hinted
                           (all their parts queued as prefetch), 8 readers at once:
@@ -133,6 +135,7 @@ class Proxy:
         self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize, cap
         self.cap_bps = 64 * 1024  # mode "cap": each response's body at this rate
         self.corrupt_left = 0
+        self.corrupt_min = 65536  # mode "corrupt": only bodies longer than this
         self.release = threading.Event()
         proxy = self
 
@@ -196,7 +199,7 @@ class Proxy:
             return  # the connection just closes: "connection lost"
         self.note(req, r.status)
         if (rec and self.mode == "corrupt" and self.corrupt_left and r.status == 206 and
-                len(data) > 65536):
+                len(data) > self.corrupt_min):
             self.corrupt_left -= 1
             data = bytearray(data)
             data[len(data) // 2] ^= 0x5A
@@ -244,6 +247,7 @@ class Proxy:
         with self.lock:
             self.log.clear()
         self.mode = "pass"
+        self.corrupt_min = 65536
         self.storm_until = 0.0
         self.retry_after = None
         self.release.set()
@@ -504,6 +508,42 @@ class Robust(Fixture, unittest.TestCase):
         # the parts one after another: median ~4.5 parts, slowest ~7
         self.assertLess(secs_sorted[len(res) // 2], 2.5 * secs, res)
         self.assertLess(secs_sorted[-1], 4 * secs, res)
+        self.unmount_last()
+
+    def test_corrupt_part_heals_alone(self):
+        """A byte flipped in one part of 64 KiB: the checksum mismatch drops just the
+        part(s) holding the bad bytes, not the record (before: the whole record
+        prefix was fetched again for one bad block)."""
+        self.proxy.mode = "corrupt"
+        self.proxy.corrupt_left = 1
+        self.proxy.corrupt_min = 32768  # a part, not a record header or a file's GET
+        mnt = self.mount_proxy("corruptpart", "-o", "http_timeout=10,http_part_size=64k")
+        size = os.path.getsize(os.path.join(self.store, "records", "000001.pcr"))
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1"))
+        except FileNotFoundError:
+            pass
+        paths = self.record_paths(mnt, "full", 1)
+        end = time.monotonic() + 30
+        while stats(mnt)["http"]["cache_bytes"] < size and time.monotonic() < end:
+            time.sleep(0.1)  # the record in the cache, one part of it bad
+        res = self.reader(paths)
+        self.assertEqual(self.proxy.corrupt_left, 0, "no part fetch was corrupted")
+        self.assertEqual([r for r in res if not r[0]], [])
+        self.assert_right(mnt, "full", paths)
+        st = stats(mnt)["http"]
+        note("one bad part: %d bytes fetched for a record of %d (%d directly), %d heals, "
+             "%d bytes cached after" % (st["fetch_bytes"] + st["direct_bytes"], size,
+                                        st["direct_bytes"], st["heals"], st["cache_bytes"]))
+        self.assertGreaterEqual(st["heals"], 1, st)
+        # the record once, and again at most two parts (a bad block may straddle),
+        # all through the cache, which holds the record again (its prefix: the
+        # record but its header); before, the record dropped whole: fetched again
+        # or read file by file with GETs of their own
+        self.assertLessEqual(st["fetch_bytes"] + st["direct_bytes"],
+                             size + 2 * 65536 + 16384, (size, st))
+        self.assertLessEqual(st["direct_bytes"], 16384, st)
+        self.assertGreaterEqual(st["cache_bytes"], size - 16384, st)
         self.unmount_last()
 
     def refused(self, name, cache, want):

@@ -274,12 +274,12 @@ static void http_close(struct pcr_backend *b, struct pcr_object *o)
     free(o);
 }
 
-static void http_drop(struct pcr_backend *b, struct pcr_object *o)
+static void http_drop(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len)
 {
     struct http_backend *hb = (struct http_backend *)b;
 
     if (hb->cache && o)
-        http_cache_drop(hb->cache, o);
+        http_cache_drop(hb->cache, o, off, len);
 }
 
 static void http_destroy(struct pcr_backend *b)

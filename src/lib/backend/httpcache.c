@@ -47,8 +47,9 @@
  * decrease, as TCP does), so a throttling server sees fewer requests, not the same
  * number retried. Counted in the stats (fetch_concurrency, concurrency_cuts).
  *
- * Healing. A prefix whose bytes failed the store's checksum is dropped
- * (http_cache_drop()) and fetched again by the next read inside it.
+ * Healing. The parts that hold bytes which failed the store's checksum are
+ * dropped (http_cache_drop(), a range) and fetched again by the next read inside
+ * them; the rest of the record stays.
  *
  * One mutex guards all cache state; it is never held during a transfer or a file
  * read, only to update parts and lists.
@@ -734,34 +735,31 @@ void http_cache_throttled(struct http_cache *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-void http_cache_drop(struct http_cache *c, struct pcr_object *o)
+void http_cache_drop(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len)
 {
+    uint64_t end = off + len;
+    bool any = false;
+
     pthread_mutex_lock(&c->lock);
-    if (!o->busy && !o->users && o->held) {
-        drop(c, o, false);
+    /* the parts at rest under the bad bytes are forgotten and fetched again into
+     * their place; the rest of the object stays (before: the whole object, a record
+     * prefix of up to 100 MB fetched again for one bad block). A part on its way is
+     * left alone. A reader preading a forgotten part meanwhile gets the old bytes or
+     * the new, and its own check decides. */
+    for (unsigned i = o->parts && len ? (unsigned)(off / o->psize) : o->nparts;
+         i < o->nparts && o->parts[i].off < end; i++) {
+        struct http_part *p = &o->parts[i];
+        if (p->state != PART_IDLE || !p->held)
+            continue;
+        c->used -= p->held;
+        o->held -= p->held;
+        p->held = p->got = p->want = 0;
+        any = true;
+    }
+    if (any) {
         o->retry_after = 0;
         http_count(&c->hb->st.refetches, 1);
-    } else if (o->held) {
-        /* other parts are still on their way (or read): the file stays, its parts at
-         * rest are forgotten and fetched again into their place. Dropping nothing
-         * here served the same bad bytes to every later read of the record. A reader
-         * preading a forgotten part meanwhile gets the old bytes or the new, and its
-         * own check decides. */
-        bool any = false;
-        for (unsigned i = 0; i < o->nparts; i++) {
-            struct http_part *p = &o->parts[i];
-            if (p->state != PART_IDLE || !p->held)
-                continue;
-            c->used -= p->held;
-            o->held -= p->held;
-            p->held = p->got = p->want = 0;
-            any = true;
-        }
-        if (any) {
-            o->retry_after = 0;
-            http_count(&c->hb->st.refetches, 1);
-            publish(c);
-        }
+        publish(c);
     }
     pthread_mutex_unlock(&c->lock);
 }

@@ -56,7 +56,8 @@ void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t of
 /* The server answered with throttling: fewer part fetches at once (through the
  * on_throttled of the cache's fetches and of the backend's own requests). */
 void http_cache_throttled(struct http_cache *c);
-/* Forget @o's cached bytes (they failed a check): the next read fetches them again. */
-void http_cache_drop(struct http_cache *c, struct pcr_object *o);
+/* Forget the cached bytes of @o in [off, off + len) (they failed a check): the
+ * parts that hold them, unless on their way; the next read fetches them again. */
+void http_cache_drop(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len);
 
 #endif
