@@ -9,15 +9,16 @@
  * pread() of that file. One stream to S3 carries tens of MB/s; many parts at once
  * are what fills a node's link (issue 19). A reader waits only for the parts that
  * hold its bytes, and within a part only for the bytes it needs (streaming); a
- * queued part a reader waits for is moved to the front of the queue. Readers of one
- * record never fetch it twice.
+ * queued part a reader waits for goes before every part fetched ahead. Readers of
+ * one record never fetch it twice.
  *
  * Demand first. Parts queued by advise() are prefetch (background jobs of the
  * queue): they hold at most N - 1 of the N connections (at N = 1 one starts only
  * while no reader's part waits), and go a bounded depth ahead (PREFETCH_RECORDS).
- * A read waits for parts in flight and for at most one part that has not started,
- * a demand part at the front, behind no other reader's; a read that would wait for
- * more GETs its own bytes (lookup()). Before, at 1-4 connections the sampler's
+ * A read waits for parts in flight and for parts that have not started only while
+ * each starts when one part in flight ends (demand parts, before every prefetch
+ * part, at most N of them queued; at N = 1: one); a read that would wait for more
+ * GETs its own bytes (lookup()). Before, at 1-4 connections the sampler's
  * hints filled every connection and the readers' parts queued behind each other:
  * 0.0-0.5 MB/s where the connections carried 2-8.
  *
@@ -287,10 +288,10 @@ static int parts_of(struct http_cache *c, struct pcr_object *o)
 
 /* Have part @p's first @need bytes fetched: a queued or running part asks for more,
  * an idle one is queued if the cache can hold it, for a reader that waits for it
- * (@demand: at the front, a foreground job) or as prefetch (at the back, a
- * background job of the queue: at most N - 1 of them run, workq.h). A queued
- * prefetch part a reader now waits for becomes a demand part and moves to the
- * front. @return whether the bytes are in the cache or on their way (under the
+ * (@demand: a foreground job of the queue, which runs before every background one,
+ * demand parts first come first served) or as prefetch (a background job: at most
+ * N - 1 of them run, workq.h). A queued prefetch part a reader now waits for
+ * becomes a demand part. @return whether the bytes are in the cache or on their way (under the
  * lock). */
 static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, bool demand)
 {
@@ -307,13 +308,13 @@ static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, b
         if (demand && !p->demand) {
             part_set(c, p, p->state, true);
             /* (a running one is not pushed: the queue would run it again) */
-            if (p->state == PART_QUEUED && pcr_workq_push(&c->q, &p->job, true))
+            if (p->state == PART_QUEUED && pcr_workq_push(&c->q, &p->job, false))
                 http_count(&c->hb->st.front_pushes, 1);
         }
         return true;
     }
     part_set(c, p, PART_QUEUED, demand);
-    if (!(demand ? pcr_workq_push(&c->q, &p->job, true) : pcr_workq_push_bg(&c->q, &p->job))) {
+    if (!(demand ? pcr_workq_push(&c->q, &p->job, false) : pcr_workq_push_bg(&c->q, &p->job))) {
         part_end(c, p);
         return false;
     }
@@ -359,7 +360,7 @@ static void part_run(struct pcr_job *j)
 
     pthread_mutex_lock(&c->lock);
     if (p->state != PART_QUEUED) {
-        /* a stray run: a reader moved the part to the front in the moment a worker
+        /* a stray run: a reader pushed the part again in the moment a worker
          * took it (the queue then runs it again once this run ends), and it ended
          * meanwhile. Before this check that run sent a GET of nothing left, which
          * is len 0, i.e. the whole object, and wrote it at the part's offset: the
@@ -426,10 +427,10 @@ end:
         o->retry_after = http_now_ms() + (uint64_t)hb->timeout_ms;
     } else if (p->want > p->got && !c->stop && !o->closing) {
         /* asked for more while it ran: queued again, still busy (a reader's part
-         * at the front) */
+         * before the prefetch) */
         part_set(c, p, PART_QUEUED, p->demand);
         o->fetch_gen++;
-        if (p->demand ? pcr_workq_push(&c->q, &p->job, true) : pcr_workq_push_bg(&c->q, &p->job)) {
+        if (p->demand ? pcr_workq_push(&c->q, &p->job, false) : pcr_workq_push_bg(&c->q, &p->job)) {
             pthread_cond_broadcast(&c->progress);
             pthread_mutex_unlock(&c->lock);
             return;
@@ -589,17 +590,18 @@ enum { HAVE, WAIT, DIRECT };
  * (WAIT), or to be read directly (DIRECT: the ranges in the cache are served from
  * it, the others with GETs of their own) (under the lock). One read's ranges are
  * looked at together: a file of full/ has bytes in every group, so in most parts of
- * its record (issue 19). The read waits only for parts being fetched (its bytes
- * come in order) and for at most one that has not started: that one becomes a
- * demand part at the front of the queue, behind no other reader's part, so it
- * starts when one part in flight ends. Such a part was queued as prefetch, or
- * advised and not queued (evicted, failed, dropped after a checksum mismatch,
- * beyond the prefetch depth). A read that would wait for more than that GETs its
- * own bytes instead, as does one outside what was advised. */
+ * its record (issue 19). The read waits for parts being fetched (its bytes come in
+ * order) and for parts that have not started only while each of them starts when
+ * one part in flight ends: they become demand parts, which run before every
+ * prefetch part, and the demand parts queued, theirs included, are at most the
+ * connections (at one connection: one). Such a part was queued as prefetch, or advised and not
+ * queued (evicted, failed, dropped after a checksum mismatch, beyond the prefetch depth). A read
+ * that would wait for more GETs its own bytes instead, as does one outside what was advised. */
 static int lookup(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r, unsigned n)
 {
-    struct http_part *start = NULL;
+    const struct http_part *last = NULL;
     bool advised = http_now_ms() >= o->retry_after, waiting = false;
+    unsigned fresh = 0; /* parts that would become demand parts */
 
     if (!o->parts)
         return DIRECT;
@@ -609,15 +611,18 @@ static int lookup(struct http_cache *c, struct pcr_object *o, const struct pcr_r
             continue;
         for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
              i++) {
-            struct http_part *p = &o->parts[i];
-            if (p->got >= part_need(p, end) || p->state == PART_FETCHING || p == start)
+            const struct http_part *p = &o->parts[i];
+            if (p->got >= part_need(p, end) || p->state == PART_FETCHING ||
+                (p->state == PART_QUEUED && p->demand) || p == last)
                 continue;
-            if (!(p->state == PART_QUEUED || (advised && end <= o->advised)) || start ||
-                (!(p->state == PART_QUEUED && p->demand) && c->demand_queued))
+            if (!(p->state == PART_QUEUED || (advised && end <= o->advised)))
                 return DIRECT;
-            start = p;
+            last = p; /* (the ranges come in order: a part shared is counted once) */
+            fresh++;
         }
     }
+    if (fresh && c->demand_queued + fresh > c->allowed)
+        return DIRECT;
     for (unsigned k = 0; k < n; k++) {
         uint64_t end = r[k].off + r[k].len;
         if (!r[k].len)

@@ -60,8 +60,8 @@ static void link_job(struct pcr_workq *q, struct pcr_job *j, bool front)
 
 /* The job that may run now, or NULL (under the lock): the first foreground job,
  * else the first background one while fewer than allowed - 1 of them run (at
- * allowed = 1: the one slot, only while no foreground job is queued). Foreground
- * jobs are pushed to the front in practice, so the walk is one step. */
+ * allowed = 1: the one slot, only while no foreground job is queued). The walk
+ * passes background jobs only while a foreground one waits behind them. */
 static struct pcr_job *next_job(struct pcr_workq *q)
 {
     unsigned bg_max = q->allowed > 1 ? q->allowed - 1 : 1;

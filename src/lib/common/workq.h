@@ -24,8 +24,9 @@
  *   prefetch). Background jobs never hold every slot: at most limit - 1 of them run
  *   at once when the limit is above 1, so a job pushed by push() (a reader waits for
  *   it) starts as soon as one job in flight ends, or at once; at a limit of 1 one
- *   runs only while no other job is queued (the others are at the front anyway).
- *   push() of a background job makes it a foreground one.
+ *   runs only while no foreground job is queued. Foreground jobs run before every
+ *   queued background job, wherever they were queued (in queue order among
+ *   themselves). push() of a background job makes it a foreground one.
  * - Every timed wait is on CLOCK_MONOTONIC: a clock step never shortens or stretches
  *   a deadline.
  *
