@@ -205,7 +205,7 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
 {
     struct http_backend *hb = (struct http_backend *)b;
     const struct pcr_range *miss[HTTP_MAX_BATCH];
-    bool hit[HTTP_MAX_BATCH];
+    bool hit[HTTP_MAX_BATCH] = {false}; /* (set by the cache; without one: none) */
     unsigned nmiss = 0;
     int ret;
 
