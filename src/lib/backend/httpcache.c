@@ -557,9 +557,11 @@ int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, 
 void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t n)
 {
     pthread_mutex_lock(&c->lock);
-    if (o->parts && o->psize) {
+    /* only bytes inside one part, written by its own GET (a stray GET of the
+     * whole object once indexed past the last part: issue 19) */
+    if (o->parts && o->psize && off / o->psize < o->nparts) {
         struct http_part *p = &o->parts[off / o->psize];
-        if (off + n - p->off > p->got)
+        if (p->state == PART_FETCHING && off + n <= p->off + p->len && off + n - p->off > p->got)
             p->got = off + n - p->off; /* a retried GET writes the same bytes again */
     }
     if (c->waiters)
