@@ -69,9 +69,10 @@ struct pcr_backend_ops {
     uint64_t (*size)(struct pcr_backend *b, const struct pcr_object *o);
     void (*close)(struct pcr_backend *b, struct pcr_object *o);
     void (*destroy)(struct pcr_backend *b);
-    /* Optional: forget the bytes of @o this backend keeps (a cache whose bytes
-     * failed the store's checksum): the next read asks the source again. */
-    void (*drop)(struct pcr_backend *b, struct pcr_object *o);
+    /* Optional: forget the bytes of @o in [@off, @off + @len) this backend keeps (a
+     * cache whose bytes failed the store's checksum there): the next read of them
+     * asks the source again; the rest stays. */
+    void (*drop)(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len);
     /* A record whose open or read failed on the network (a dead or trickling
      * server) is held as failing this long (ms): its other files fail at once with
      * EIO, then the next use probes it again. 0: never held (local files). */

@@ -32,7 +32,13 @@ What each test asserts, and would be false if the feature broke:
                           index.db with two files' rows swapped (same size): fetched
                           again, class files serve their own bytes; garbage with a
                           matching hash: does not validate, fetched again
+  test_corrupt_part_heals_alone  one byte flipped in one part of 64 KiB: just that
+                          part is fetched again, every file right (before: the record)
   test_logfile_refused    -o logfile= a symbolic link, or another user's file: refused
+  test_prefetch_never_starves  one connection capped at 64 kB/s, both records hinted
+                          (all their parts queued as prefetch), 8 readers at once:
+                          every read right, none waits longer than about two parts
+                          (before: every part one after another, ~8 s)
 Every wait is bounded; nothing but 127.0.0.1 is contacted.
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
 """
@@ -126,8 +132,10 @@ class Proxy:
         self.log = []          # (monotonic time, method, path, status)
         self.storm_until = 0.0
         self.retry_after = None
-        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize
+        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize, cap
+        self.cap_bps = 64 * 1024  # mode "cap": each response's body at this rate
         self.corrupt_left = 0
+        self.corrupt_min = 65536  # mode "corrupt": only bodies longer than this
         self.release = threading.Event()
         proxy = self
 
@@ -141,7 +149,12 @@ class Proxy:
             def do_HEAD(self):
                 proxy.handle(self, head=True)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # a read sends a GET per range at once: with the default backlog of 5
+            # a connect beyond it waited for the SYN's retransmission (1 s)
+            request_queue_size = 128
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -186,7 +199,7 @@ class Proxy:
             return  # the connection just closes: "connection lost"
         self.note(req, r.status)
         if (rec and self.mode == "corrupt" and self.corrupt_left and r.status == 206 and
-                len(data) > 65536):
+                len(data) > self.corrupt_min):
             self.corrupt_left -= 1
             data = bytearray(data)
             data[len(data) // 2] ^= 0x5A
@@ -212,6 +225,15 @@ class Proxy:
                     req.wfile.write(data[i:i + 8])
                     req.wfile.flush()
                     time.sleep(0.25)
+            elif rec and self.mode == "cap":
+                # as one stream to S3: a rate per connection (a handler serves one)
+                end = time.monotonic() + 60
+                for i in range(0, len(data), 8192):
+                    if self.release.is_set() or time.monotonic() > end:
+                        return
+                    req.wfile.write(data[i:i + 8192])
+                    req.wfile.flush()
+                    time.sleep(min(8192, len(data) - i) / self.cap_bps)
             else:
                 req.wfile.write(data)
         except OSError:
@@ -225,6 +247,7 @@ class Proxy:
         with self.lock:
             self.log.clear()
         self.mode = "pass"
+        self.corrupt_min = 65536
         self.storm_until = 0.0
         self.retry_after = None
         self.release.set()
@@ -434,6 +457,93 @@ class Robust(Fixture, unittest.TestCase):
         st = stats(mnt)["http"]
         self.assertGreaterEqual(st["heals"], 1, st)
         self.assertGreaterEqual(st["refetches"], 1, st)
+        self.unmount_last()
+
+    def test_prefetch_never_starves(self):
+        """Issue 19: prefetch must not starve readers at few connections. One part
+        connection (http_connections=1), 64 KiB parts at 32 KiB/s (a part is 2 s),
+        both records hinted (their ~8 parts queued as prefetch); 8 readers at once, 4
+        on each record (a file of full/ has bytes in every part of its record). A
+        reader waits for at most the part in flight and its own (or reads its own
+        bytes), so the slowest read takes about 2 parts, not all parts in a row."""
+        self.proxy.mode = "cap"
+        self.proxy.cap_bps = 32 * 1024
+        part = 64 * 1024
+        secs = part / self.proxy.cap_bps  # one part's GET
+        mnt = self.mount(self.proxy.url(), "starve", "-o", "%s,http_timeout=20,http_retries=2,"
+                         "http_part_size=64k,http_connections=1" % self.cache("starve"))
+        # a file of full/ has bytes in every group of its record: in every part of
+        # it (a record is ~4 parts here); 4 readers on each record
+        paths = self.record_paths(mnt, "full", 1)[::50] + self.record_paths(mnt, "full", 2)[::50]
+        nparts = sum(-(-os.path.getsize(os.path.join(self.store, "records", r)) // part)
+                     for r in os.listdir(os.path.join(self.store, "records")))
+        self.assertGreaterEqual(nparts, 6, "records of too few parts for the test")
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1,2"))
+        except FileNotFoundError:
+            pass
+        time.sleep(0.3)  # the first prefetch part in flight
+        res, lock = [], threading.Lock()
+
+        def one(p):
+            t = time.monotonic()
+            try:
+                ok = read(p) == read(p.replace(mnt, self.local))
+            except OSError:
+                ok = False
+            with lock:
+                res.append((ok, time.monotonic() - t, p))
+        ts = [threading.Thread(target=one, args=(p,)) for p in paths]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(90)
+        self.assertEqual(len(res), len(paths))
+        secs_sorted = sorted(r[1] for r in res)
+        note("prefetch vs readers at 1 connection: %d reads in %s s (a part: %.1f s)" %
+             (len(res), " ".join("%.2f" % t for t in secs_sorted), secs))
+        self.assertEqual([r for r in res if not r[0]], [])
+        # at most the part in flight and the reader's own (the others read their own
+        # bytes, one reader after another: N = 1 bounds direct GETs too); before,
+        # the parts one after another: median ~4.5 parts, slowest ~7
+        self.assertLess(secs_sorted[len(res) // 2], 2.5 * secs, res)
+        self.assertLess(secs_sorted[-1], 4 * secs, res)
+        self.unmount_last()
+
+    def test_corrupt_part_heals_alone(self):
+        """A byte flipped in one part of 64 KiB: the checksum mismatch drops just the
+        part(s) holding the bad bytes, not the record (before: the whole record
+        prefix was fetched again for one bad block)."""
+        self.proxy.mode = "corrupt"
+        self.proxy.corrupt_left = 1
+        self.proxy.corrupt_min = 32768  # a part, not a record header or a file's GET
+        mnt = self.mount_proxy("corruptpart", "-o", "http_timeout=10,http_part_size=64k")
+        size = os.path.getsize(os.path.join(self.store, "records", "000001.pcr"))
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1"))
+        except FileNotFoundError:
+            pass
+        paths = self.record_paths(mnt, "full", 1)
+        end = time.monotonic() + 30
+        while stats(mnt)["http"]["cache_bytes"] < size and time.monotonic() < end:
+            time.sleep(0.1)  # the record in the cache, one part of it bad
+        res = self.reader(paths)
+        self.assertEqual(self.proxy.corrupt_left, 0, "no part fetch was corrupted")
+        self.assertEqual([r for r in res if not r[0]], [])
+        self.assert_right(mnt, "full", paths)
+        st = stats(mnt)["http"]
+        note("one bad part: %d bytes fetched for a record of %d (%d directly), %d heals, "
+             "%d bytes cached after" % (st["fetch_bytes"] + st["direct_bytes"], size,
+                                        st["direct_bytes"], st["heals"], st["cache_bytes"]))
+        self.assertGreaterEqual(st["heals"], 1, st)
+        # the record once, and again at most two parts (a bad block may straddle),
+        # all through the cache, which holds the record again (its prefix: the
+        # record but its header); before, the record dropped whole: fetched again
+        # or read file by file with GETs of their own
+        self.assertLessEqual(st["fetch_bytes"] + st["direct_bytes"],
+                             size + 2 * 65536 + 16384, (size, st))
+        self.assertLessEqual(st["direct_bytes"], 16384, st)
+        self.assertGreaterEqual(st["cache_bytes"], size - 16384, st)
         self.unmount_last()
 
     def refused(self, name, cache, want):

@@ -525,8 +525,11 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
         if (bad && !healed && s->base->ops->drop) {
             /* bytes kept by the backend (a cached prefix) that fail: dropped and asked
              * for again, once, so a corruption in transit or on the cache's disk heals
-             * as soon as the source is right */
-            s->base->ops->drop(s->base, r->obj);
+             * as soon as the source is right; just the ranges that fail (the backend
+             * keeps the rest of the record) */
+            for (unsigned k = i; k < np; k++)
+                if (k == i || verify(f, &pc[k]))
+                    s->base->ops->drop(s->base, r->obj, rg[k].off, rg[k].len);
             healed = true;
             ret = b->ops->read(b, r->obj, rg, np);
             if (ret && (ret == -EIO || ret == -ETIMEDOUT))
@@ -623,12 +626,13 @@ out:
  *   opened one after another in file-id order (tracked for SEQ_CURSORS readers at
  *   once, e.g. a DataLoader's workers; a shuffle almost never does this), and then
  *   also the next SEQ_AHEAD records when this is the mount's first record read so or
- *   the one before was read the same way (a scan of the store in order), unless a
- *   reader ever gave hints; or
+ *   the one before was read the same way (a scan of the store in order); or
  * - the reader said which records come next (pcr_store_prefetch(), the sampler's
- *   hint through /.pcrfs/prefetch). A reader that names its records is not second-
- *   guessed: the records after one it reads may be another node's share of a job
- *   (RecordSampler with world_size > 1), which this node must not fetch.
+ *   hint through /.pcrfs/prefetch). Once readers name their records, a scan's guess
+ *   ahead is bounded by what this node reads: only records it was told of or has
+ *   opened a file of (rec->known). The records after one it reads may be another
+ *   node's share of a job (RecordSampler with world_size > 1), which this node must
+ *   not fetch. (Before, any hint turned the guess off for good: a special case.)
  * Every other miss reads just the bytes its file needs. */
 #define SEQ_CURSORS 4
 #define SEQ_RUN     2
@@ -678,6 +682,7 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
     unsigned i;
 
     __atomic_store_n(&s->seq_level, level, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->known, true, __ATOMIC_RELAXED);
     if (!backend(s)->ops->advise)
         return;
     pthread_mutex_lock(&s->rec_lock);
@@ -689,8 +694,7 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
             go = true;
             /* the mount's first such record, or the one after the last: the
              * reader scans the store in order */
-            next = (!s->seq_last || s->seq_last + 1 == f->record) &&
-                   !__atomic_load_n(&s->hinted, __ATOMIC_RELAXED);
+            next = !s->seq_last || s->seq_last + 1 == f->record;
             s->seq_last = f->record;
         }
     } else {
@@ -705,7 +709,13 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
     /* more than one: a record's parts alone do not fill the connections (a prefix
      * of 86 MB is 11 parts of 8 MiB; BENCHMARKS.md, "Parts over many connections") */
     for (unsigned k = 1; next && k <= SEQ_AHEAD; k++) {
-        struct rec *n = rec_ready(s, (uint64_t)f->record + k);
+        uint64_t id = (uint64_t)f->record + k;
+        struct rec *n;
+        /* (checked before rec_ready(): an unknown record is not even opened) */
+        if (id > s->nrecs || (__atomic_load_n(&s->hinted, __ATOMIC_RELAXED) &&
+                              !__atomic_load_n(&s->recs[id - 1].known, __ATOMIC_RELAXED)))
+            continue;
+        n = rec_ready(s, id);
         if (n)
             advise(s, n, rec_prefix(s, n, level));
     }
@@ -720,6 +730,8 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
             return -EINVAL;
     if (!backend(s)->ops->advise)
         return 0;
+    for (size_t i = 0; i < n; i++)
+        __atomic_store_n(&s->recs[records[i] - 1].known, true, __ATOMIC_RELAXED);
     if (n)
         __atomic_store_n(&s->hinted, true, __ATOMIC_RELAXED);
     for (size_t i = 0; i < n; i++) {

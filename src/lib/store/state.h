@@ -61,6 +61,8 @@ struct rec {
     uint64_t seq_next[4];
     uint8_t seq_run[4];
     uint8_t seq_turn;
+    bool known;          /* this node was told of it (a hint) or opened a file of it:
+                            a scan's guess ahead may fetch it once hints came (atomic) */
     uint64_t fail_until; /* ms (monotonic): failed on the network, its files
                             fail at once until then (atomic; 0: not) */
 };
@@ -140,8 +142,8 @@ struct pcr_store {
     struct pcr_stats stats; /* updated with relaxed atomics */
     uint64_t seq_last;      /* the record last seen read record by record (rec_lock) */
     unsigned seq_level;     /* the level of the last open (atomic): hints' prefixes */
-    bool hinted;            /* a reader named records (pcr_store_prefetch()): no guessing
-                               ahead of a scan any more (atomic) */
+    bool hinted;            /* a reader named records (pcr_store_prefetch()): a scan's
+                               guess ahead only for records it knows (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
 };
 
