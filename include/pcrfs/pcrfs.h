@@ -239,6 +239,85 @@ PCRFS_API const char *pcrfs_options_help(void);
  * (user:password@): never print it. */
 PCRFS_API int pcrfs_is_remote(const char *path_or_url);
 
+/* ---- Building a store (pcrfs(3), BUILDING A STORE; mkpcrfs(1) is a client) ------
+ *
+ * Options are "NAME=VALUE" strings (NULL-ended array; NULL: none), mkpcrfs(1)'s
+ * build options by their long names with '_' for '-': jobs=N, per_record=N,
+ * force=1, scans=default|fast|FILE, drop_markers=1, quality=0|1, created=SECONDS
+ * (the store's time; default now), and the token options tokens=DIR, seit=DATA,
+ * seit_index=, seit_labels=, seit_names=, seit_shape=HxW, codebook=FILE,
+ * tok_coder=, tok_per_shard=N; a part of a planned build takes plan=PLAN and
+ * part=I/N (and jobs, force). Messages name them as mkpcrfs(1) does ("--jobs=0:
+ * ..."). Every message of a build (each bad input, each file stored verbatim) goes
+ * to the pcrfs_set_log() hook, errors at level 0 and warnings at level 1;
+ * pcrfs_errmsg() then holds the first error. A failed or cancelled build leaves
+ * nothing behind (the store is written in a temporary directory beside @out and
+ * renamed into place at the end). A process runs one build at a time; a build
+ * that runs out of memory removes its temporary directory and exits the process
+ * (status 1), as mkpcrfs always did. */
+
+/* The stages a build goes through, in this order (a stage may be absent). */
+#define PCRFS_BUILD_WALK        1 /* the source tree is read: total 0, done = files so far */
+#define PCRFS_BUILD_TOKENS_READ 2 /* token grids read, checked, trained on */
+#define PCRFS_BUILD_TRANSCODE   3 /* images transcoded and written */
+#define PCRFS_BUILD_TOKENS      4 /* token grids written */
+#define PCRFS_BUILD_MERGE       5 /* parts made into one store */
+#define PCRFS_BUILD_COMMIT      6 /* the last chance to cancel: then it is renamed into place */
+
+struct pcrfs_build_progress {
+    unsigned stage;       /* PCRFS_BUILD_* */
+    int final;            /* 1: the stage's last call (done == total) */
+    uint64_t done, total; /* files (grids, parts) done and to do (0: not known yet) */
+    uint64_t bytes, total_bytes; /* their source bytes */
+};
+
+/* What a build made, for a caller's report. */
+struct pcrfs_build_result {
+    uint64_t files, dirs; /* source files and directories (of the whole plan for a part) */
+    uint64_t bytes;       /* their source bytes */
+    uint64_t records;     /* records of the store (or of the plan) */
+    unsigned per_record, jobs;
+    uint64_t part, nparts;         /* a part: part I of N (else 0, 0) */
+    uint64_t first_file, end_file; /* a part: its files [first_file, end_file) from 0 */
+    char plan_id[32];              /* a plan or a part: the plan's identity; else "" */
+};
+
+/* @size is sizeof(struct pcrfs_build_cb) (members may be added at the end). Any
+ * function may be NULL. @progress is called in the calling thread, often (at
+ * least every 100 ms while images are transcoded); a nonzero return cancels the
+ * build, which then fails with -ECANCELED. @result is called once, on success,
+ * before the call returns. */
+struct pcrfs_build_cb {
+    size_t size;
+    int (*progress)(const struct pcrfs_build_progress *p, void *ctx);
+    void (*result)(const struct pcrfs_build_result *r, void *ctx);
+};
+
+/* Build the store @out from the image tree @src (NULL: no images, a store of
+ * tokens only, which needs tokens= or seit=); with plan= and part=, @src is NULL
+ * and @out is the part's directory. @return 0; -EINVAL a bad option or value (a
+ * usage error: nothing was read); -EEXIST @out exists (force=1 replaces a pcrfs
+ * store); -ENOTDIR @out is something else; -ECANCELED cancelled; -EIO (or another
+ * errno) the build failed (its messages went to the log hook). */
+PCRFS_API int pcrfs_build(const char *src, const char *out, const char *const *options,
+                          const struct pcrfs_build_cb *cb, void *ctx);
+/* Walk @src and write the plan @plan of a build on many machines (mkpcrfs(1),
+ * --plan): the build options are fixed in it, a part takes none. @return as
+ * pcrfs_build(). */
+PCRFS_API int pcrfs_build_plan(const char *src, const char *plan, const char *const *options,
+                               const struct pcrfs_build_cb *cb, void *ctx);
+/* Make the store @out of the @n part directories @parts, all parts of one plan
+ * (record files are hard-linked on one file system, copied otherwise). Options:
+ * force=1. @return as pcrfs_build(). */
+PCRFS_API int pcrfs_merge(const char *out, const char *const *parts, size_t n,
+                          const char *const *options, const struct pcrfs_build_cb *cb, void *ctx);
+/* Check the build option @name with @value as pcrfs_build() would. @return 0;
+ * -EINVAL a bad value (pcrfs_errmsg()); -ENOENT not a build option. */
+PCRFS_API int pcrfs_build_option_check(const char *name, const char *value);
+/* Check @options together (each value, and that they go together: seit= needs
+ * seit_labels=, ...) without building. @return 0; -EINVAL (pcrfs_errmsg()). */
+PCRFS_API int pcrfs_build_check(const char *const *options);
+
 /* Where the library's messages go (by default nowhere): @fn gets each one, levels
  * 0 error, 1 warning, 2 info, 3 debug, up to @max_level. Call once, before any other
  * call. */

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "summary.h"
-#include "tokimport.h"
+#include "toksum.h"
 #include "tool.h"
 #include "util/json.h"
 
@@ -53,7 +53,7 @@ struct summary {
     struct vfile *vfiles;
     struct reason *reasons;
     size_t nreasons;
-    struct toksum tok; /* the token part (tokimport.h) */
+    struct toksum tok; /* the token part (toksum.h) */
 };
 
 static void meta(struct pcr_store *s, const char *key, char *buf, size_t len)

@@ -1,4 +1,4 @@
-/* pcrfs tools — the token part of the store summary (see tokimport.h), from an open
+/* pcrfs tools — the token part of the store summary (see toksum.h), from an open
  * store alone, so that mkpcrfs and pcrinfo print the same lines.
  */
 #include <dirent.h>
@@ -12,11 +12,12 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "tokimport_int.h"
+#include "toksum.h"
+#include "tool.h"
 #include "util/json.h"
 
 /* A number from the meta table (NAN if absent or not a number: never trusted). */
-void ti_meta_num(struct pcr_store *s, const char *key, double *out)
+static void ti_meta_num(struct pcr_store *s, const char *key, double *out)
 {
     char buf[64], *end;
 
@@ -27,31 +28,6 @@ void ti_meta_num(struct pcr_store *s, const char *key, double *out)
         if (*end == '\0' && isfinite(v) && v >= 0)
             *out = v;
     }
-}
-
-/* Bytes and number of the files in STORE/tokens/: the shards (also of a store being
- * written, from its temporary directory). */
-uint64_t ti_tokens_dir_bytes(const char *path, uint64_t *nfiles)
-{
-    char dir[PATH_MAX];
-    struct dirent *de;
-    struct stat st;
-    uint64_t sum = 0;
-    DIR *d;
-
-    *nfiles = 0;
-    snprintf(dir, sizeof(dir), "%s/tokens", path);
-    d = opendir(dir);
-    if (!d)
-        return 0;
-    while ((de = readdir(d)) != NULL) {
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
-            sum += (uint64_t)st.st_size;
-            (*nfiles)++;
-        }
-    }
-    closedir(d);
-    return sum;
 }
 
 static void meta_str(struct pcr_store *s, const char *key, char *buf, size_t len)
@@ -65,6 +41,7 @@ int toksum_compute(struct pcr_store *s, const char *path, struct toksum *ts, cha
 {
     struct pcr_store *t = NULL;
     uint64_t nfiles;
+    char dir[PATH_MAX];
     const void *cb;
     size_t cblen;
     int rc;
@@ -119,7 +96,8 @@ int toksum_compute(struct pcr_store *s, const char *path, struct toksum *ts, cha
     ti_meta_num(s, "tok_entropy_bits", &ts->entropy);
     ti_meta_num(s, "tok_model_bytes", &ts->model_bytes);
     meta_str(s, "tok_source", ts->source, sizeof(ts->source));
-    ts->shard_bytes = ti_tokens_dir_bytes(path, &nfiles);
+    snprintf(dir, sizeof(dir), "%s/tokens", path);
+    ts->shard_bytes = pcr_dir_bytes(dir, &nfiles);
     return 0;
 }
 

@@ -1,5 +1,4 @@
-/* pcrfs tools — importing token grids into a store (mkpcrfs --tokens / --seit), and
- * the token part of the store summary (mkpcrfs and pcrinfo).
+/* pcrfs build — importing token grids into a store (mkpcrfs --tokens / --seit).
  *
  * Two sources, one result: a token tree numbered like the image tree (pcrfs/writer.h)
  * whose files are named "<image>.tok" and served by the /tokens view as NumPy arrays.
@@ -20,14 +19,13 @@
  *                      is an error (the model was trained on the old one).
  * Only the SeiT data file, which the library holds in memory, is not read twice.
  */
-#ifndef PCRFS_TOOLS_TOKIMPORT_H
-#define PCRFS_TOOLS_TOKIMPORT_H
+#ifndef PCRFS_BUILD_TOKIMPORT_H
+#define PCRFS_BUILD_TOKIMPORT_H
 
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <getopt.h>
 #include "pcrfs/store.h"
 #include "pcrfs/tokens.h"
 #include "pcrfs/writer.h"
@@ -45,7 +43,7 @@ struct tokimport_opts {
     const char *codebook;     /* --codebook FILE.npy */
     enum pcr_tok_coder coder; /* --tok-coder (default auto) */
     unsigned per_shard;       /* --tok-per-shard (default TOKIMPORT_PER_SHARD) */
-    bool progress;            /* draw the progress bar (set by the caller) */
+    struct pcr_bld_report *rep; /* progress and cancel (set by the caller) */
     const char *skip[2];      /* directories never entered under --tokens DIR: STORE
                                * and its temporary directory (set by the caller) */
 };
@@ -63,38 +61,22 @@ enum {
     TOKIMPORT_OPT_PER_SHARD,
 };
 
-/* The entries to put in the caller's struct option array. */
-/* clang-format off */
-#define TOKIMPORT_LONGOPTS \
-    {"tokens", required_argument, NULL, TOKIMPORT_OPT_TOKENS}, \
-    {"seit", required_argument, NULL, TOKIMPORT_OPT_SEIT}, \
-    {"seit-index", required_argument, NULL, TOKIMPORT_OPT_SEIT_INDEX}, \
-    {"seit-labels", required_argument, NULL, TOKIMPORT_OPT_SEIT_LABELS}, \
-    {"seit-names", required_argument, NULL, TOKIMPORT_OPT_SEIT_NAMES}, \
-    {"seit-shape", required_argument, NULL, TOKIMPORT_OPT_SEIT_SHAPE}, \
-    {"codebook", required_argument, NULL, TOKIMPORT_OPT_CODEBOOK}, \
-    {"tok-coder", required_argument, NULL, TOKIMPORT_OPT_CODER}, \
-    {"tok-per-shard", required_argument, NULL, TOKIMPORT_OPT_PER_SHARD}
-/* clang-format on */
-
 /* Take option @c with argument @arg if it is one of the token options.
- * @return true if it was (a bad value is a usage error: exits 2), false if not. */
-bool tokimport_option(struct tokimport_opts *o, int c, const char *arg);
-/* Check the combination once every option is parsed (exits 2 on a usage error:
- * --seit without --seit-labels, --tokens with --seit, --codebook alone, ...).
- * @return true if tokens are to be imported. */
+ * @return 1 taken; 0 not a token option; -1 a bad value (the message in @msg). */
+int tokimport_option(struct tokimport_opts *o, int c, const char *arg, char *msg, size_t len);
+/* Check the combination once every option is taken (--seit without --seit-labels,
+ * --tokens with --seit, --codebook alone, ...). @return 0, or -1 and @msg. */
+int tokimport_check(const struct tokimport_opts *o, char *msg, size_t len);
+/* Are tokens to be imported? */
 bool tokimport_enabled(const struct tokimport_opts *o);
-/* The token options' lines for --help. */
-void tokimport_usage(FILE *f);
 
 struct tokimport;
 
 /* Pass 1: find every grid, validate it, train the model, load the codebook.
- * Errors and warnings go to stderr (tool_err/tool_warn) naming the item; every bad
- * item is reported (up to a limit) before failing. *@stop is polled (SIGINT).
+ * Errors and warnings go to the log hook (pcr_bld_err/pcr_bld_warn) naming the item;
+ * every bad item is reported (up to a limit) before failing. o->rep->cancel is polled.
  * @return 0 and *out; -1 failed (reported); -2 interrupted. */
-int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
-                   struct tokimport **out);
+int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out);
 
 /* Pass 2: the model, the token directories, every grid in shards, the codebook blob
  * and the tok_* meta keys, into @w (whose image tree the caller writes).
@@ -104,35 +86,5 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w);
 /* Grids imported (for the caller's rate line). */
 uint64_t tokimport_count(const struct tokimport *t);
 void tokimport_free(struct tokimport *t);
-
-/* ---- the token part of the store summary ------------------------------------------ */
-
-/* Read from an open store alone (index, meta keys, sizes of tokens/ *), so that
- * mkpcrfs and pcrinfo print the same lines. */
-struct toksum {
-    bool present; /* the store holds tokens */
-    uint64_t grids, dirs, shards;
-    uint64_t tokens;       /* sum of H*W */
-    uint64_t blob_bytes;   /* encoded grids, from the index */
-    uint64_t shard_bytes;  /* tokens/ *.tks on disk (headers included) */
-    uint64_t served_bytes; /* sum of the .tok files' sizes */
-    unsigned min_h, min_w, max_h, max_w;
-    char coder[32];     /* meta tok_coder */
-    double entropy;     /* meta tok_entropy_bits (NAN if absent) */
-    double model_bytes; /* meta tok_model_bytes (NAN if absent) */
-    char source[256];   /* meta tok_source */
-    bool codebook;      /* a codebook blob is present */
-    uint64_t codebook_bytes, cb_k, cb_d;
-    char cb_dtype[8];
-};
-
-/* @return 0 (also for a store without tokens: present = false); a negative errno
- *         with a message in @err (a damaged token tree). */
-int toksum_compute(struct pcr_store *s, const char *path, struct toksum *out, char *err,
-                   size_t errlen);
-/* Nothing for a store without tokens. */
-void toksum_print_text(const struct toksum *ts, FILE *f);
-/* ',"tokens":{...}' or ',"tokens":null', to go inside the summary's JSON object. */
-void toksum_print_json(const struct toksum *ts, FILE *f);
 
 #endif

@@ -1,4 +1,4 @@
-/* pcrfs tools — what the parts of the token import share (not the interface: that
+/* pcrfs build — what the parts of the token import share (not the interface: that
  * is tokimport.h). The import is in four files by concern:
  *   tokimport.c        options, the in-memory tree and its numbering, pass 2 (write)
  *   tokimport_npy.c    --tokens DIR: the walk (walk.h) and reading one .npy grid
@@ -14,13 +14,13 @@
  * can change the byte order of two names ("a.npy" < "a.o.npy" but "a.o.tok" <
  * "a.tok"), and SeiT names arrive in any order.
  */
-#ifndef PCRFS_TOOLS_TOKIMPORT_INT_H
-#define PCRFS_TOOLS_TOKIMPORT_INT_H
+#ifndef PCRFS_BUILD_TOKIMPORT_INT_H
+#define PCRFS_BUILD_TOKIMPORT_INT_H
 
 #include <stdint.h>
 #include <sys/types.h>
-#include "tokimport.h"
-#include "tool.h"
+#include "build/build_internal.h"
+#include "build/tokimport.h"
 
 #define MAX_REPORTED 20         /* bad items (and skipped files) listed one by one */
 #define SHARD_TOKENS (1u << 24) /* tokens held in memory for one shard: 32 MiB */
@@ -54,7 +54,7 @@ struct tfile {
 
 struct tokimport {
     struct tokimport_opts o;     /* as given, per_shard defaulted */
-    volatile sig_atomic_t *stop; /* set by the caller's signal handler */
+    volatile sig_atomic_t *stop; /* o.rep->cancel: the caller cancelled */
     int rootfd;                  /* --tokens DIR, else -1 */
     struct pcr_seit *seit;       /* --seit, else NULL */
     struct tdir *dirs;           /* [0] is the root; in discovery order */
@@ -79,7 +79,7 @@ struct tokimport {
     struct pcr_tok_train_report rep; /* what training saw (meta keys) */
     uint8_t *codebook;               /* --codebook file's bytes */
     size_t codebook_len;
-    struct tool_buf esc, path; /* message buffers */
+    struct pcr_sbuf esc, path; /* message buffers */
 };
 
 /* Append a directory (named @name, child of @parent; @rel its path under --tokens
@@ -123,11 +123,5 @@ int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t 
                  uint16_t *grid, size_t cap, unsigned *h, unsigned *w);
 /* --seit: open the release files and build the tree. @return 0 (bad names counted); -1. */
 int ti_seit_tree(struct tokimport *t);
-
-/* Bytes and number of the files in @path/tokens/ (also of a store being written,
- * from its temporary directory). */
-uint64_t ti_tokens_dir_bytes(const char *path, uint64_t *nfiles);
-/* A number from the meta table (NAN if absent or not a number: never trusted). */
-void ti_meta_num(struct pcr_store *s, const char *key, double *out);
 
 #endif
