@@ -72,6 +72,55 @@ def _load():
     return lib
 
 
+class _BuildProgress(ctypes.Structure):
+    _fields_ = [("stage", ctypes.c_uint), ("final", ctypes.c_int), ("done", ctypes.c_uint64),
+                ("total", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("total_bytes", ctypes.c_uint64)]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_BuildProgress), ctypes.c_void_p)
+
+
+class _BuildCb(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("progress", _PROGRESS_FN),
+                ("result", ctypes.c_void_p)]
+
+
+# pcrfs.h's PCRFS_BUILD_* stages, by name
+BUILD_STAGES = {1: "walk", 2: "tokens_read", 3: "transcode", 4: "tokens", 5: "merge",
+                6: "commit"}
+
+
+def build(src, out, progress=None, **options):
+    """Build the store @out from the image tree @src (None: tokens only) with
+    pcrfs_build() (pcrfs(3), BUILDING A STORE): what mkpcrfs SRC STORE does.
+    @options: the build options, jobs=4, per_record=256, force=1, scans="fast",
+    quality=1, tokens="/data/tok", ... (True/False become 1/0). @progress, if
+    given, is called as progress(stage, done, total, bytes, total_bytes) with the
+    stage's name (BUILD_STAGES); a true return cancels the build, which then leaves
+    nothing behind and raises OSError(ECANCELED). The build's warnings go nowhere
+    unless the library's log hook is set. Raises OSError on failure."""
+    lib = _load()
+    opts = ["%s=%s" % (k, int(v) if isinstance(v, bool) else v) for k, v in options.items()]
+    arr = (ctypes.c_char_p * (len(opts) + 1))(*[o.encode() for o in opts], None)
+    cb = None
+    if progress is not None:
+        def on_progress(p, _ctx):
+            p = p.contents
+            try:
+                return 1 if progress(BUILD_STAGES.get(p.stage, str(p.stage)), p.done, p.total,
+                                     p.bytes, p.total_bytes) else 0
+            except BaseException:  # never unwind through C: cancel instead
+                return 1
+        cb = _BuildCb(ctypes.sizeof(_BuildCb), _PROGRESS_FN(on_progress), None)
+    lib.pcrfs_build.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                ctypes.POINTER(_BuildCb), ctypes.c_void_p]
+    rc = lib.pcrfs_build(os.fsencode(src) if src is not None else None, os.fsencode(out), arr,
+                         ctypes.byref(cb) if cb is not None else None, None)
+    if rc:
+        _raise(rc, os.fspath(out))
+
+
 def _libc_free(p):
     ctypes.CDLL(None).free(ctypes.c_void_p(p))
 
