@@ -297,8 +297,9 @@ struct pcrfs_build_cb {
  * tokens only, which needs tokens= or seit=); with plan= and part=, @src is NULL
  * and @out is the part's directory. @return 0; -EINVAL a bad option or value (a
  * usage error: nothing was read); -EEXIST @out exists (force=1 replaces a pcrfs
- * store); -ENOTDIR @out is something else; -ECANCELED cancelled; -EIO (or another
- * errno) the build failed (its messages went to the log hook). */
+ * store); -ENOTDIR @out is something else; -ECANCELED cancelled; -EBUSY another
+ * build runs in this process; -EIO (or another errno) the build failed (its
+ * messages went to the log hook). */
 PCRFS_API int pcrfs_build(const char *src, const char *out, const char *const *options,
                           const struct pcrfs_build_cb *cb, void *ctx);
 /* Walk @src and write the plan @plan of a build on many machines (mkpcrfs(1),
