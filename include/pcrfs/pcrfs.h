@@ -265,9 +265,9 @@ PCRFS_API int pcrfs_is_remote(const char *path_or_url);
 #define PCRFS_BUILD_COMMIT      6 /* the last chance to cancel: then it is renamed into place */
 
 struct pcrfs_build_progress {
-    unsigned stage;       /* PCRFS_BUILD_* */
-    int final;            /* 1: the stage's last call (done == total) */
-    uint64_t done, total; /* files (grids, parts) done and to do (0: not known yet) */
+    unsigned stage;              /* PCRFS_BUILD_* */
+    int final;                   /* 1: the stage's last call (done == total) */
+    uint64_t done, total;        /* files (grids, parts) done and to do (0: not known yet) */
     uint64_t bytes, total_bytes; /* their source bytes */
 };
 

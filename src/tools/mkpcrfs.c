@@ -29,7 +29,7 @@ struct cmdline {
     const char *plan;        /* --plan PLAN */
     bool part;               /* --part I/N */
     const char *part_arg;
-    const char *build_opt; /* the first option the plan fixes, if one was given */
+    const char *build_opt;    /* the first option the plan fixes, if one was given */
     const char *const *parts; /* --merge: the parts */
     unsigned nparts_given;
     bool quiet, progress, verbose, tokens;
@@ -139,9 +139,14 @@ enum {
  * checked now, so that a bad value is reported in command-line order (exits 2). */
 static void add_opt(struct cmdline *cl, const char *name, const char *value)
 {
-    size_t n = strlen(name) + strlen(value) + 2;
+    size_t n;
     char *s;
 
+    /* getopt sets optarg for an option with a required argument; the analyzer
+     * cannot know it */
+    if (!value)
+        value = "";
+    n = strlen(name) + strlen(value) + 2;
     if (pcrfs_build_option_check(name, value) < 0)
         tool_usage_error("%s", pcrfs_errmsg());
     s = tool_xmalloc(n);
@@ -213,9 +218,9 @@ static void parse_operands(int argc, char **argv, struct cmdline *cl, bool token
 static void parse_args(int argc, char **argv, struct cmdline *cl)
 {
     /* the token options: the library's names, in the order of the OPT_ values */
-    static const char *const tokname[] = {"tokens",     "seit",     "seit_index",
+    static const char *const tokname[] = {"tokens",      "seit",       "seit_index",
                                           "seit_labels", "seit_names", "seit_shape",
-                                          "codebook",   "tok_coder", "tok_per_shard"};
+                                          "codebook",    "tok_coder",  "tok_per_shard"};
     static const struct option longopts[] = {
         {"jobs", required_argument, NULL, 'j'},
         {"per-record", required_argument, NULL, 'n'},
@@ -278,9 +283,6 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
             cl->plan = optarg;
             break;
         case OPT_PART:
-            /* --part has a required argument, so getopt sets optarg (the analyzer
-             * takes it for NULL from another option's use):
-             * NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker) */
             if (pcrfs_build_option_check("part", optarg) < 0)
                 tool_usage_error("%s", pcrfs_errmsg());
             cl->part = true;
@@ -307,7 +309,7 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
         default:
             if (c < OPT_TOKENS || c > OPT_PER_SHARD)
                 tool_getopt_error(c, argv);
-            add_opt(cl, tokname[c - OPT_TOKENS], optarg ? optarg : "");
+            add_opt(cl, tokname[c - OPT_TOKENS], optarg);
             cl->tokens = cl->tokens || c == OPT_TOKENS || c == OPT_SEIT;
             cl->build_opt = cl->build_opt ? cl->build_opt : argv[optind - 1];
         }

@@ -591,7 +591,7 @@ int build_transcode(struct build *b)
                 char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
 
                 pcr_bld_warn("%s changed while being read, %d times: stored as last read",
-                          pcr_escaped(&esc, rel), READ_ATTEMPTS);
+                             pcr_escaped(&esc, rel), READ_ATTEMPTS);
                 free(rel);
             }
             if (s->kind == PCR_KIND_VERBATIM) {
@@ -653,7 +653,7 @@ int build_transcode(struct build *b)
                     why = c->msg;
                 else if (c->changed && e == 0)
                     pcr_bld_warn("%s changed while being read: stored as read",
-                              pcr_escaped(&esc, c->rel));
+                                 pcr_escaped(&esc, c->rel));
             }
             if (e < 0 && why) {
                 pcr_bld_err("%s", why);

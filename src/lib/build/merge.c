@@ -1,5 +1,5 @@
-/* pcrfs_merge() (mkpcrfs --merge STORE PART...): check that the parts are all the parts of one plan,
- * then make STORE of them (the library does the copying: pcr_writer_add_part()). */
+/* pcrfs_merge() (mkpcrfs --merge STORE PART...): check that the parts are all the parts of one
+ * plan, then make STORE of them (the library does the copying: pcr_writer_add_part()). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -36,8 +36,8 @@ static void report_missing(const struct part *p, unsigned n)
         shown++;
     }
     pcr_bld_err("missing part%s %s%s of %" PRIu64 " (plan %s): nothing was written",
-             missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count,
-             p[0].info.plan);
+                missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count,
+                p[0].info.plan);
     pcr_sbuf_free(&list);
 }
 
@@ -55,9 +55,10 @@ static int check_parts(struct part *p, unsigned n)
         if (strcmp(p[i].info.plan, p[0].info.plan) != 0 || p[i].info.count != p[0].info.count) {
             struct pcr_sbuf e1 = {0}, e2 = {0};
 
-            pcr_bld_err("%s: part %" PRIu64 " of %" PRIu64 " of another plan (%s; %s is of plan %s)",
-                     pcr_escaped(&e1, p[i].dir), p[i].info.index, p[i].info.count, p[i].info.plan,
-                     pcr_escaped(&e2, p[0].dir), p[0].info.plan);
+            pcr_bld_err("%s: part %" PRIu64 " of %" PRIu64
+                        " of another plan (%s; %s is of plan %s)",
+                        pcr_escaped(&e1, p[i].dir), p[i].info.index, p[i].info.count,
+                        p[i].info.plan, pcr_escaped(&e2, p[0].dir), p[0].info.plan);
             pcr_sbuf_free(&e1);
             pcr_sbuf_free(&e2);
             return -1;
@@ -69,7 +70,8 @@ static int check_parts(struct part *p, unsigned n)
             struct pcr_sbuf e1 = {0}, e2 = {0};
 
             pcr_bld_err("part %" PRIu64 " of %" PRIu64 " given twice: %s and %s", p[i].info.index,
-                     p[i].info.count, pcr_escaped(&e1, p[i - 1].dir), pcr_escaped(&e2, p[i].dir));
+                        p[i].info.count, pcr_escaped(&e1, p[i - 1].dir),
+                        pcr_escaped(&e2, p[i].dir));
             pcr_sbuf_free(&e1);
             pcr_sbuf_free(&e2);
             return -1;

@@ -166,7 +166,7 @@ struct in {
 static int bad(struct in *in, const char *what)
 {
     pcr_bld_err("%s:%" PRIu64 ": %s (not a plan mkpcrfs --plan wrote, or damaged)", in->path,
-             in->lineno, what);
+                in->lineno, what);
     return -1;
 }
 
@@ -268,8 +268,8 @@ static int read_options(struct in *in, struct build *b)
         return bad(in, "want \"made_by mkpcrfs VERSION\"");
     if (strcmp(in->tok[2], PCR_VERSION) != 0) {
         pcr_bld_err("%s: planned by mkpcrfs %s; this is mkpcrfs %s (build every part with the "
-                 "version that made the plan)",
-                 in->path, in->tok[2], PCR_VERSION);
+                    "version that made the plan)",
+                    in->path, in->tok[2], PCR_VERSION);
         return -1;
     }
 

@@ -357,8 +357,8 @@ int pcr_bld_plan(struct pcr_bld_opts *o, const char *src, const char *plan)
         return -EINVAL;
     }
     if (strncmp(b->scripts.name, "file:", 5) == 0 && !b->scans_text) {
-        snprintf(o->msg, sizeof(o->msg), "--scans: %s: holds a NUL byte, which a plan cannot record",
-                 o->scans);
+        snprintf(o->msg, sizeof(o->msg),
+                 "--scans: %s: holds a NUL byte, which a plan cannot record", o->scans);
         return -EINVAL;
     }
     if (!b->force && access(plan, F_OK) == 0) {
@@ -519,7 +519,9 @@ int pcr_bld_merge(struct pcr_bld_opts *o, const char *out, const char *const *pa
     b->store = out;
     if (o->build_opt || o->plan || o->nparts) {
         snprintf(o->msg, sizeof(o->msg), "%s: a merge takes the build options from the plan",
-                 o->build_opt ? o->build_opt : o->plan ? "--plan" : "--part");
+                 o->build_opt ? o->build_opt
+                 : o->plan    ? "--plan"
+                              : "--part");
         return -EINVAL;
     }
     if (n == 0 || n > MAX_PARTS) {

@@ -142,4 +142,3 @@ void ti_skipped(struct tokimport *t, const char *what, const char *why)
     if (t->skipped++ < MAX_REPORTED)
         pcr_bld_warn("skipped %s: %s", what, why);
 }
-

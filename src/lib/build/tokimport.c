@@ -326,7 +326,7 @@ static int flush_shard(struct pcr_writer *w, const struct pcr_tok_item *items, u
     rc = pcr_writer_add_tok_shard(w, items, n);
     if (rc < 0) {
         pcr_bld_err("writing the token shards: %s",
-                 pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
+                    pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
         return -1;
     }
     return 0;
@@ -349,7 +349,7 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
         rc = write_dirs(t, w);
     if (rc < 0) {
         pcr_bld_err("writing the token tree: %s",
-                 pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
+                    pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
         rc = -1;
         goto out;
     }
@@ -401,7 +401,7 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
         goto out;
     }
     pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS, t->nfiles, t->nfiles, done_bytes, t->total_bytes,
-                         true);
+                     true);
     if (t->codebook && pcr_writer_set_blob(w, "codebook", t->codebook, t->codebook_len) < 0) {
         pcr_bld_err("writing the codebook: %s", pcr_writer_error(w));
         rc = -1;

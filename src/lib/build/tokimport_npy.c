@@ -86,7 +86,7 @@ int ti_npy_walk(struct tokimport *t)
     rc = walk_tree(&o, &ops);
     if (t->skipped > MAX_REPORTED)
         pcr_bld_warn("skipped %" PRIu64 " more entries of %s that are not .npy files",
-                  t->skipped - MAX_REPORTED, pcr_escaped(&t->esc, t->o.npy_dir));
+                     t->skipped - MAX_REPORTED, pcr_escaped(&t->esc, t->o.npy_dir));
     return rc == -2 ? -2 : rc;
 }
 

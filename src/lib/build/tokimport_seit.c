@@ -95,14 +95,15 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
     }
     if (mixed)
         pcr_bld_warn("%s: %" PRIu64 " class director%s%s hold%s images of several labels (the "
-                  "first: '%s'); DatasetFolder's labels will differ from SeiT's",
-                  pcr_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies", where.s,
-                  mixed == 1 ? "s" : "", first_mixed.s);
+                     "first: '%s'); DatasetFolder's labels will differ from SeiT's",
+                     pcr_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies",
+                     where.s, mixed == 1 ? "s" : "", first_mixed.s);
     else if (renumbered)
         pcr_bld_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
-                  " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
-                  pcr_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
-                  renum_label, renumbered, renumbered == 1 ? "" : "es", renumbered == 1 ? "s" : "");
+                     " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
+                     pcr_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
+                     renum_label, renumbered, renumbered == 1 ? "" : "es",
+                     renumbered == 1 ? "s" : "");
     pcr_sbuf_free(&first_mixed);
     pcr_sbuf_free(&first_renum);
     pcr_sbuf_free(&where);
@@ -120,12 +121,13 @@ static void warn_odd(struct tokimport *t)
     if (!n)
         return;
     pcr_bld_warn("%s: %" PRIu64 " image%s (the first: image %" PRIu64 ") hold%s %s%s%s; read as "
-              "SeiT's reader reads them (a run of 255 bytes is one escape, a final 255 is "
-              "dropped)",
-              pcr_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first, n == 1 ? "s" : "",
-              kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
-              kinds == (PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE) ? " or " : "",
-              kinds & PCR_SEIT_TRAILING_ESCAPE ? "a 255 byte at the end" : "");
+                 "SeiT's reader reads them (a run of 255 bytes is one escape, a final 255 is "
+                 "dropped)",
+                 pcr_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first,
+                 n == 1 ? "s" : "",
+                 kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
+                 kinds == (PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE) ? " or " : "",
+                 kinds & PCR_SEIT_TRAILING_ESCAPE ? "a 255 byte at the end" : "");
 }
 
 int ti_seit_tree(struct tokimport *t)
@@ -152,9 +154,9 @@ int ti_seit_tree(struct tokimport *t)
     if (rc) {
         /* the index is looked for by pcrfs's rule, not SeiT's (pcr_seit_paths) */
         pcr_bld_err("%s%s", err[0] ? err : strerror(-rc),
-                 !paths.index && (strstr(err, "no index file") || strstr(err, "no 'data.bin'"))
-                     ? "; name it with --seit-index"
-                     : "");
+                    !paths.index && (strstr(err, "no index file") || strstr(err, "no 'data.bin'"))
+                        ? "; name it with --seit-index"
+                        : "");
         return -1;
     }
     n = pcr_seit_count(t->seit);

@@ -50,15 +50,15 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
         if (!t->bad && pcr_tok_trainer_add(tr, t->grid, h, w) < 0)
             pcr_oom();
         done_bytes += f->size;
-        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, i + 1, t->nfiles, done_bytes, t->total_bytes,
-                         false);
+        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, i + 1, t->nfiles, done_bytes,
+                         t->total_bytes, false);
     }
     if (dfd >= 0)
         close(dfd);
     free(by_image);
     if (rc == 0)
-        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, t->nfiles, t->nfiles, done_bytes, t->total_bytes,
-                         true);
+        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, t->nfiles, t->nfiles, done_bytes,
+                         t->total_bytes, true);
     return rc;
 }
 
@@ -123,7 +123,7 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_CODEBOOK_BYTES) {
         close(fd);
         pcr_bld_err("--codebook %s: %s", pcr_escaped(&t->esc, path),
-                 S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
+                    S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
         return -1;
     }
     t->codebook = pcr_xmalloc((size_t)st.st_size + 1);
@@ -194,7 +194,7 @@ int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out)
     src = o->npy_dir ? o->npy_dir : o->seit_data;
     if (rc == 0 && t->bad == 0 && t->nfiles == 0) {
         pcr_bld_err("%s: no token grid found%s", pcr_escaped(&t->esc, src),
-                 o->npy_dir ? " (no .npy file)" : "");
+                    o->npy_dir ? " (no .npy file)" : "");
         rc = -1;
     }
     if (rc == 0) {
@@ -208,11 +208,11 @@ int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out)
         if (t->bad > MAX_REPORTED)
             pcr_bld_err("... and %" PRIu64 " more", t->bad - MAX_REPORTED);
         pcr_bld_err("%" PRIu64 " bad token %s in %s%s", t->bad, t->bad == 1 ? "input" : "inputs",
-                 pcr_escaped(&t->esc, src),
-                 /* every image failing is the sign of a wrong shape */
-                 t->seit && !o->seit_h && t->bad == t->nfiles
-                     ? " (SeiT grids are taken as 32x32: see --seit-shape)"
-                     : "");
+                    pcr_escaped(&t->esc, src),
+                    /* every image failing is the sign of a wrong shape */
+                    t->seit && !o->seit_h && t->bad == t->nfiles
+                        ? " (SeiT grids are taken as 32x32: see --seit-shape)"
+                        : "");
         rc = -1;
     }
     if (rc == 0) {
