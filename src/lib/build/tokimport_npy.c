@@ -37,8 +37,12 @@ static void on_skip(void *ctx, const char *what, const char *why)
 static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
                   const struct stat *st)
 {
+    struct tokimport *t = ctx;
+
     (void)st;
-    ti_new_dir(ctx, parent, name, rel);
+    ti_new_dir(t, parent, name, rel);
+    /* the caller's chance to cancel (the walk polls the flag) */
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_WALK, t->nfiles, 0, t->total_bytes, 0, false);
     return 0;
 }
 
@@ -60,6 +64,7 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
     *name = NULL;
     f->size = (uint64_t)st->st_size;
     t->total_bytes += f->size;
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_WALK, t->nfiles, 0, t->total_bytes, 0, false);
     return 0;
 }
 
