@@ -1,6 +1,8 @@
 """pcrfs.Store and pcrfs.ImageFolder: a store's views without a mount, through
-libpcrfs.so (pcrfs(3)) and ctypes.
+libpcrfs.so (pcrfs(3)) and ctypes; and pcrfs.build(), a store built as mkpcrfs
+builds it (pcrfs_build()).
 
+    pcrfs.build("/data/train", "/data/in1k.pcrfs", jobs=8)
     store = pcrfs.Store("/data/in1k.pcrfs")            # or "s3://bucket/in1k"
     ds = pcrfs.ImageFolder(store, view="scan5", transform=...)
     loader = DataLoader(ds, sampler=pcrfs.RecordSampler(ds), num_workers=8)
