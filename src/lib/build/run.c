@@ -53,8 +53,11 @@ static const struct {
     {"tok_per_shard", "--tok-per-shard", TOKIMPORT_OPT_PER_SHARD},
 };
 
-/* The temporary directory, for the allocation failure path (see on_oom()). */
+/* The temporary directory, for the allocation failure path (see on_oom()), and the
+ * hook it replaces while the build runs (a program's own, when the library is
+ * linked into it statically). */
 static char *tmpdir_copy;
+static void (*prev_oom_hook)(void);
 
 /* Out of memory, maybe in a worker while the main thread uses the writer: the
  * writer cannot be aborted safely from here, so remove its directory by path;
@@ -298,6 +301,7 @@ static int start_writer(struct build *b, const struct pcr_writer_opts *wopts)
         return -1;
     }
     tmpdir_copy = pcr_xstrdup(pcr_writer_tmpdir(b->w));
+    prev_oom_hook = pcr_oom_hook;
     pcr_oom_hook = on_oom;
     if (stat(pcr_writer_tmpdir(b->w), &st) == 0) {
         b->exclude[b->nexclude].dev = st.st_dev;
@@ -492,7 +496,7 @@ int pcr_bld_build(struct pcr_bld_opts *o, const char *src, const char *out)
         goto fail;
     rc = pcr_writer_finish(b->w, err, sizeof(err));
     b->w = NULL;
-    pcr_oom_hook = NULL;
+    pcr_oom_hook = prev_oom_hook;
     tokimport_free(tok);
     if (rc < 0) {
         pcr_bld_err("writing %s: %s", b->store, strerror(-rc));
@@ -504,7 +508,7 @@ int pcr_bld_build(struct pcr_bld_opts *o, const char *src, const char *out)
     return 0;
 
 fail:
-    pcr_oom_hook = NULL;
+    pcr_oom_hook = prev_oom_hook;
     if (b->w)
         pcr_writer_abort(b->w);
     b->w = NULL;
