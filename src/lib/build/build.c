@@ -517,8 +517,9 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
     sigset_t block, old;
     unsigned t, started = 0;
 
-    /* Signals are for the main thread: workers inherit this mask, so a read() in a
-     * worker is never interrupted, and the main thread sees the flag at once. */
+    /* Signals are for the calling thread: workers inherit this mask, so a read() in a
+     * worker is never interrupted, and the caller's handler runs in the thread that
+     * calls its progress callback. */
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);

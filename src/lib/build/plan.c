@@ -57,7 +57,7 @@ static void put_esc(struct out *o, const char *s, size_t len)
 static void end_line(struct out *o)
 {
     pcr_sbuf_add(&o->line, "\n", 1);
-    /* tool_buf keeps a NUL after its bytes: len is the text's */
+    /* pcr_sbuf keeps a NUL after its bytes: len is the text's */
     pcr_xxh64_update(&o->h, o->line.s, o->line.len);
     fwrite(o->line.s, 1, o->line.len, o->f);
     pcr_sbuf_reset(&o->line);

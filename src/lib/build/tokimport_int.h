@@ -47,7 +47,7 @@ struct tfile {
     uint64_t dir;  /* index of its directory */
     char *name;    /* final name, "x.tok" (--tokens: the source is "x.npy") */
     uint64_t seit; /* --seit: the image number */
-    uint64_t size; /* source bytes (for the progress bar) */
+    uint64_t size; /* source bytes (for the progress callback) */
     unsigned h, w; /* from pass 1 */
     uint64_t hash; /* of the grid read in pass 1, to catch a file changed since */
 };
@@ -63,7 +63,7 @@ struct tokimport {
     uint64_t nfiles, filecap;
     uint64_t *dorder;      /* final directory id - 1 -> index in dirs */
     uint64_t *forder;      /* final file id - 1 -> index in files */
-    uint64_t total_bytes;  /* source bytes of all grids (progress bar) */
+    uint64_t total_bytes;  /* source bytes of all grids (progress callback) */
     uint64_t total_tokens; /* sum of H*W (sizes the shard buffer) */
     uint64_t bad, skipped; /* items reported as bad / skipped so far */
     struct {               /* directories never entered (STORE, its temp dir) */

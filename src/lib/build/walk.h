@@ -57,7 +57,7 @@ struct walk_opts {
         bool warn; /* say "not entering X: it is STORE" (else silently) */
     } exclude[WALK_MAX_EXCLUDE];
     unsigned nexclude;
-    volatile sig_atomic_t *stop; /* polled between entries (SIGINT); may be NULL */
+    volatile sig_atomic_t *stop; /* polled between entries (the caller cancelled); may be NULL */
 };
 
 /* Walk the tree. @return 0 done; -1 a callback said stop; -2 *stop was set. */
