@@ -16,7 +16,6 @@
 #include "mkpcrfs.h"
 #include "plan.h"
 #include "progress.h"
-#include "summary.h"
 #include "tokimport.h"
 #include "tool.h"
 #include "util/optparse.h"
@@ -60,33 +59,34 @@ static void on_signal(int sig)
     mk_interrupted = 1;
 }
 
-/* The summary of the new store, read back from it: the same text as pcrinfo's. */
+/* The summary of the new store, read back from it through the public API
+ * (pcrfs_summary()): the same text as pcrinfo's. */
 static int print_summary(const struct build *b, double elapsed)
 {
-    struct pcr_store *s;
-    struct summary *sm;
-    char err[1024] = "";
+    pcrfs_store *ps;
+    char *text = NULL;
+    ssize_t n;
     int rc;
 
-    rc = pcr_store_open(b->store, &s, err, sizeof(err));
+    rc = pcrfs_open(b->store, NULL, &ps);
     if (rc < 0) {
-        tool_err("%s: the new store does not open: %s", b->store, err);
+        tool_err("%s: the new store does not open: %s", b->store, pcrfs_errmsg());
         return 1;
     }
-    rc = summary_compute(s, b->store, NULL, 0, &sm, err, sizeof(err));
-    if (rc < 0) {
-        tool_err("%s", err);
-        pcr_store_close(s);
+    n = pcrfs_summary(ps, NULL, &text);
+    if (n < 0) {
+        tool_err("%s", pcrfs_errmsg());
+        pcrfs_close(ps);
         return 1;
     }
-    summary_print_text(sm, stdout);
+    fwrite(text, 1, (size_t)n, stdout);
     if (elapsed >= 0)
         printf("\nbuilt in %.1f s: %.1f images/s, %.1f MB/s of source, %u thread%s\n", elapsed,
                elapsed > 0 ? (double)b->nfiles / elapsed : 0.0,
                elapsed > 0 ? (double)b->total_bytes / elapsed / 1e6 : 0.0, b->jobs,
                b->jobs == 1 ? "" : "s");
-    summary_free(sm);
-    pcr_store_close(s);
+    free(text);
+    pcrfs_close(ps);
     return 0;
 }
 

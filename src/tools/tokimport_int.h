@@ -5,7 +5,7 @@
  *   tokimport_seit.c   --seit: SeiT's release files turned into the tree
  *   tokimport_train.c  pass 1: every grid read and checked, the model trained,
  *                      --codebook
- * and toksum.c, the token part of the store summary.
+ * and toksum.c, the bytes of the token shards.
  *
  * Both sources are first turned into the same in-memory tree (struct tdir / tfile,
  * in discovery order), then numbered once the way pcrfs/writer.h wants it: a
@@ -127,7 +127,5 @@ int ti_seit_tree(struct tokimport *t);
 /* Bytes and number of the files in @path/tokens/ (also of a store being written,
  * from its temporary directory). */
 uint64_t ti_tokens_dir_bytes(const char *path, uint64_t *nfiles);
-/* A number from the meta table (NAN if absent or not a number: never trusted). */
-void ti_meta_num(struct pcr_store *s, const char *key, double *out);
 
 #endif

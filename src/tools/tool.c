@@ -160,17 +160,18 @@ void tool_getopt_error(int c, char **argv)
     tool_usage_error("unrecognized option '%s'", word);
 }
 
-static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
+/* The library's messages (pcrfs_set_log(): 0 error, 1 warning, 2 info, 3 debug). */
+static void log_hook(int level, const char *msg, void *ctx)
 {
     (void)ctx;
     switch (level) {
-    case PCR_LOG_ERR:
+    case 0:
         tool_err("%s", msg);
         break;
-    case PCR_LOG_WARN:
+    case 1:
         tool_warn("%s", msg);
         break;
-    case PCR_LOG_INFO:
+    case 2:
         tool_err("%s", msg);
         break;
     default:
@@ -181,7 +182,7 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
 
 void tool_log_init(bool verbose)
 {
-    pcr_log_set_hook(log_hook, NULL, verbose ? PCR_LOG_DEBUG : PCR_LOG_WARN);
+    pcrfs_set_log(log_hook, NULL, verbose ? 3 : 1);
 }
 
 void tool_buf_reset(struct tool_buf *b)
@@ -222,56 +223,10 @@ void tool_buf_free(struct tool_buf *b)
     b->len = b->cap = 0;
 }
 
-/* Length of the well-formed UTF-8 sequence at @p (at most @n bytes) encoding a
- * printable code point, or 0. What is not UTF-8 (pcr_utf8_seq()) and the C1
- * controls are rejected: they would print misleadingly. */
-static size_t utf8_printable(const unsigned char *p, size_t n)
-{
-    uint32_t cp;
-    size_t len = pcr_utf8_seq(p, n, &cp);
-
-    return len > 0 && cp >= 0xA0 ? len : 0;
-}
-
 void tool_escape(struct tool_buf *b, const char *name, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)name;
-    size_t i = 0;
-
-    while (i < len) {
-        size_t run = i;
-
-        /* Copy printable runs in one go. */
-        while (run < len) {
-            size_t u;
-
-            if (p[run] >= 0x20 && p[run] < 0x7F && p[run] != '\\') {
-                run++;
-                continue;
-            }
-            if (p[run] >= 0x80 && (u = utf8_printable(p + run, len - run)) > 0) {
-                run += u;
-                continue;
-            }
-            break;
-        }
-        if (run > i) {
-            tool_buf_add(b, p + i, run - i);
-            i = run;
-            continue;
-        }
-        if (p[i] == '\\') {
-            tool_buf_add(b, "\\\\", 2);
-        } else {
-            char hex[5];
-
-            snprintf(hex, sizeof(hex), "\\x%02x", p[i]);
-            tool_buf_add(b, hex, 4);
-        }
-        i++;
-    }
-    if (!b->s)
-        tool_buf_add(b, "", 0);
+    tool_buf_reserve(b, b->len + PCR_UTF8_ESCAPE_MAX(len));
+    b->len += pcr_utf8_escape(b->s + b->len, name, len);
 }
 
 const char *tool_escaped(struct tool_buf *b, const char *name)
@@ -302,23 +257,6 @@ double tool_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-const char *tool_human_bytes(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)n;
-    unsigned u = 0;
-
-    while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%llu B", (unsigned long long)n);
-    else
-        snprintf(buf, len, "%.1f %s", v, unit[u]);
-    return buf;
 }
 
 /* Never change a source tree, not even its access times where the kernel lets us say so:

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "pcrfs/log.h"
+#include "pcrfs/pcrfs.h"
 
 /* The program name used as the prefix of every message ("mkpcrfs"). */
 extern const char *tool_prog;
@@ -68,10 +68,8 @@ void tool_buf_add(struct tool_buf *b, const void *data, size_t len);
 void tool_buf_reserve(struct tool_buf *b, size_t len);
 void tool_buf_free(struct tool_buf *b);
 
-/* Append @len bytes of @name to @b in displayable form: well-formed UTF-8 other
- * than control characters is kept, every other byte becomes "\xNN" and a
- * backslash becomes "\\", so a name that is not text (or holds a newline or a tab)
- * still prints on one line and different names never print the same. */
+/* Append @len bytes of @name to @b in displayable form (pcr_utf8_escape(),
+ * util/utf8.h). */
 void tool_escape(struct tool_buf *b, const char *name, size_t len);
 /* Reset @b, escape the NUL-terminated @name into it and return b->s. */
 const char *tool_escaped(struct tool_buf *b, const char *name);
@@ -87,8 +85,6 @@ void tool_opt_check(int rc, const char *msg);
 /* Monotonic seconds. */
 double tool_now(void);
 
-/* "12.3 MiB" style size into @buf. */
-const char *tool_human_bytes(uint64_t n, char *buf, size_t len);
 
 /* Open without touching access times where the kernel allows (O_NOATIME falls back
  * when refused), and open a path relative to @base that may be longer than the

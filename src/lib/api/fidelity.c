@@ -1,4 +1,5 @@
-/* pcrinfo --fidelity (see below). */
+/* pcrfs — what each level costs and keeps: pcrfs_fidelity()
+ * (include/pcrfs/pcrfs.h), what pcrinfo --fidelity prints (see below). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -11,17 +12,21 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "api_internal.h"
 #include "pcrfs/fidelity.h"
 #include "pcrfs/jpeg.h"
-#include "pcrinfo.h"
-#include "progress.h"
 #include "util/json.h"
+
+#define FID_SAMPLE    300 /* default sample */
+#define FID_MAX       100000
+#define FID_THRESHOLD 0.95 /* PCR: levels with MS-SSIM >= 0.95 keep accuracy */
+#define MAX_JOBS      256
 
 /* MS-SSIM holds two double-precision pyramids of an image per thread (about 21 bytes
  * a pixel): images larger than this are left out of --fidelity (and counted). */
 #define FID_MAX_PIXELS (48u << 20)
 
-/* ---- --fidelity: MS-SSIM, bytes and decode time per level ----
+/* ---- MS-SSIM, bytes and decode time per level ----
  *
  * A seeded sample of the store's JPEGs (splitmix64 driving a partial Fisher-Yates
  * shuffle of the file ids, so the same seed picks the same images on any machine
@@ -213,7 +218,7 @@ static int cmp_id(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Pick up to @want JPEG ids. @return how many, or -1 (message printed). */
+/* Pick up to @want JPEG ids. @return how many, or -ENOMEM (the message set). */
 static ssize_t fid_sample(struct pcr_store *s, size_t want, uint64_t seed, struct fid_image *img,
                           uint64_t *njpeg_seen, bool *all)
 {
@@ -223,15 +228,10 @@ static ssize_t fid_sample(struct pcr_store *s, size_t want, uint64_t seed, struc
 
     *njpeg_seen = 0;
     *all = true;
-    if (nfiles > SIZE_MAX / sizeof(*ids)) {
-        tool_err("too many files");
-        return -1;
-    }
-    ids = malloc((size_t)(nfiles ? nfiles : 1) * sizeof(*ids));
-    if (!ids) {
-        tool_err("out of memory");
-        return -1;
-    }
+    ids = nfiles <= SIZE_MAX / sizeof(*ids) ? malloc((size_t)(nfiles ? nfiles : 1) * sizeof(*ids))
+                                              : NULL;
+    if (!ids)
+        return api_fail(-ENOMEM, "out of memory for the ids of %" PRIu64 " files", nfiles);
     for (i = 0; i < nfiles; i++)
         ids[i] = i + 1;
     /* Draw files in a seeded random order until @want JPEGs are found: on a big
@@ -263,7 +263,7 @@ static ssize_t fid_sample(struct pcr_store *s, size_t want, uint64_t seed, struc
 
 /* What the sample measured, summed over the images that did not fail. */
 struct fid_totals {
-    const char *script;
+    const char *script; /* meta "script" */
     unsigned L, reduced, large, recommended;
     size_t ok, failures;
     uint64_t njpeg;
@@ -271,203 +271,254 @@ struct fid_totals {
     double *sum_ssim, *min_ssim, *sum_dec, *sum_bytes;
 };
 
-static void fid_print_json(const struct fid_totals *r, const struct fid_args *a)
+static void fid_print_json(const struct fid_totals *r, const struct pcrfs_fidelity_args *a, FILE *f)
 {
     unsigned L = r->L, k;
     size_t ok = r->ok;
 
-    printf("{\"script\":");
+    fprintf(f, "{\"script\":");
     if (r->script[0])
-        pcr_json_fquote(stdout, r->script);
+        pcr_json_fquote(f, r->script);
     else
-        fputs("null", stdout);
-    printf(",\"levels\":%u,\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"scales\":%d,"
+        fputs("null", f);
+    fprintf(f, ",\"levels\":%u,\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"scales\":%d,"
            "\"jpeg\":%" PRIu64 ",\"jpeg_counted\":%s,\"sample\":%zu,\"seed\":%" PRIu64
            ",\"threshold\":%.6g,\"failures\":%zu,\"reduced_scales\":%u,\"too_large\":%u,"
            "\"table\":[",
            L, PCR_MSSSIM_SCALES, r->njpeg, r->all ? "true" : "false", ok, a->seed, a->threshold,
            r->failures, r->reduced, r->large);
     for (k = 1; ok && k <= L; k++) {
-        printf("%s{\"level\":%u,\"msssim\":%.6f,\"msssim_min\":%.6f,\"mean_bytes\":%.3f,"
+        fprintf(f, "%s{\"level\":%u,\"msssim\":%.6f,\"msssim_min\":%.6f,\"mean_bytes\":%.3f,"
                "\"ratio_to_full\":%.6f,\"decode_ms\":%.4f}",
                k > 1 ? "," : "", k, r->sum_ssim[k] / (double)ok, r->min_ssim[k],
                r->sum_bytes[k] / (double)ok,
                r->sum_bytes[L] > 0 ? r->sum_bytes[k] / r->sum_bytes[L] : 0.0,
                1e3 * r->sum_dec[k] / (double)ok);
     }
-    printf("],\"recommended\":");
+    fprintf(f, "],\"recommended\":");
     if (ok)
-        printf("%u}\n", r->recommended);
+        fprintf(f, "%u}\n", r->recommended);
     else
-        printf("null}\n");
+        fprintf(f, "null}\n");
 }
 
-static void fid_print_text(const struct fid_totals *r, const struct fid_args *a)
+static void fid_print_text(const struct fid_totals *r, const struct pcrfs_fidelity_args *a, FILE *f)
 {
     unsigned L = r->L, k;
     size_t ok = r->ok;
 
-    printf("fidelity      %zu of %s%" PRIu64 " JPEGs (seed %" PRIu64
+    fprintf(f, "fidelity      %zu of %s%" PRIu64 " JPEGs (seed %" PRIu64
            "): luma MS-SSIM of each level against level %u\n",
            ok, r->all ? "" : "more than ", r->njpeg, a->seed, L);
-    printf("              script %s; decode = CPU time of a full libjpeg decode to RGB\n",
+    fprintf(f, "              script %s; decode = CPU time of a full libjpeg decode to RGB\n",
            r->script[0] ? r->script : "?");
     if (r->reduced)
-        printf("              %u image%s smaller than %d px used fewer than %d scales\n",
+        fprintf(f, "              %u image%s smaller than %d px used fewer than %d scales\n",
                r->reduced, r->reduced == 1 ? "" : "s", PCR_MSSSIM_WINDOW << (PCR_MSSSIM_SCALES - 1),
                PCR_MSSSIM_SCALES);
     if (r->large)
-        printf("              %u image%s over %u Mpixels left out\n", r->large,
+        fprintf(f, "              %u image%s over %u Mpixels left out\n", r->large,
                r->large == 1 ? "" : "s", FID_MAX_PIXELS >> 20);
     if (r->failures)
-        printf("              %zu image%s failed (see the messages above)\n", r->failures,
+        fprintf(f, "              %zu image%s failed (see the messages above)\n", r->failures,
                r->failures == 1 ? "" : "s");
-    printf("\nlevel  MS-SSIM     min  mean bytes  ratio to full  decode ms\n");
+    fprintf(f, "\nlevel  MS-SSIM     min  mean bytes  ratio to full  decode ms\n");
     if (!ok)
-        printf("    -  no JPEG in this store\n");
+        fprintf(f, "    -  no JPEG in this store\n");
     for (k = 1; ok && k <= L; k++)
-        printf("%5u  %7.4f  %6.4f  %10.0f  %13.3f  %9.3f\n", k, r->sum_ssim[k] / (double)ok,
+        fprintf(f, "%5u  %7.4f  %6.4f  %10.0f  %13.3f  %9.3f\n", k, r->sum_ssim[k] / (double)ok,
                r->min_ssim[k], r->sum_bytes[k] / (double)ok,
                r->sum_bytes[L] > 0 ? r->sum_bytes[k] / r->sum_bytes[L] : 0.0,
                1e3 * r->sum_dec[k] / (double)ok);
     if (ok)
-        printf("\nrecommended   level %u: the lowest whose mean MS-SSIM >= %g\n", r->recommended,
+        fprintf(f, "\nrecommended   level %u: the lowest whose mean MS-SSIM >= %g\n", r->recommended,
                a->threshold);
 }
 
-int do_fidelity(struct pcr_store *s, const struct fid_args *a)
+/* Tell @a's failure callback of image @im, by its path where it has one. */
+static void fid_tell_failure(struct pcr_store *s, const struct pcrfs_fidelity_args *a,
+                             const struct fid_image *im)
 {
-    struct fidelity fx = {.s = s, .L = pcr_store_levels(s)};
-    unsigned L = fx.L, k, t, started = 0, reduced = 0, large = 0, recommended;
-    size_t i, ok = 0, failures = 0;
-    uint64_t njpeg = 0, total_sz;
-    pthread_t tids[MAX_JOBS];
-    double *sum_ssim, *min_ssim, *sum_dec, *sum_bytes;
-    char script[128] = "";
-    bool all;
-    ssize_t n;
+    size_t cap = 256;
+    char *path = NULL;
+    ssize_t n = -ENAMETOOLONG;
 
-    if (pcr_store_meta(s, "script", script, sizeof(script)) < 0)
-        script[0] = '\0';
-    fx.img = calloc(a->sample ? a->sample : 1, sizeof(*fx.img));
-    sum_ssim = calloc(L + 1, sizeof(double));
-    min_ssim = calloc(L + 1, sizeof(double));
-    sum_dec = calloc(L + 1, sizeof(double));
-    sum_bytes = calloc(L + 1, sizeof(double));
-    if (!fx.img || !sum_ssim || !min_ssim || !sum_dec || !sum_bytes)
-        tool_oom();
-    n = fid_sample(s, a->sample, a->seed, fx.img, &njpeg, &all);
-    if (n < 0) {
-        free(fx.img);
-        free(sum_ssim);
-        free(min_ssim);
-        free(sum_dec);
-        free(sum_bytes);
-        return 1;
-    }
-    fx.n = (size_t)n;
-    for (i = 0; i < fx.n; i++) {
-        fx.img[i].ssim = calloc(L + 1, sizeof(double));
-        fx.img[i].dec = calloc(L + 1, sizeof(double));
-        fx.img[i].bytes = calloc(L + 1, sizeof(uint64_t));
-        if (!fx.img[i].ssim || !fx.img[i].dec || !fx.img[i].bytes)
-            tool_oom();
-    }
-    for (i = 0, total_sz = 0; i < fx.n; i++)
-        total_sz += fx.img[i].size;
-    for (t = 0; t < a->jobs && t < MAX_JOBS && (t == 0 || t < fx.n); t++) {
-        if (pthread_create(&tids[t], NULL, fid_worker, &fx) != 0)
+    while (n == -ENAMETOOLONG && cap <= ((size_t)1 << 24)) {
+        char *p = realloc(path, cap);
+
+        if (!p)
             break;
-        started++;
+        path = p;
+        n = pcr_store_path(s, im->id, path, cap);
+        cap *= 2;
     }
-    /* The progress line (on a terminal, as mkpcrfs's build shows it): a sample of
-     * large images takes minutes. The workers end when the sample is done. */
-    progress_start(a->progress && started, fx.n, total_sz);
-    while (started && atomic_load(&fx.done) < fx.n) {
-        struct timespec tick = {0, 100 * 1000 * 1000};
+    a->failure(n >= 0 ? path : NULL, im->id, im->level, im->why, a->ctx);
+    free(path);
+}
 
-        progress_update(atomic_load(&fx.done), atomic_load(&fx.done_sz), false);
-        nanosleep(&tick, NULL);
-    }
-    progress_update(atomic_load(&fx.done), atomic_load(&fx.done_sz), true);
-    progress_finish();
-    if (!started)
-        fid_worker(&fx);
-    for (t = 0; t < started; t++)
-        pthread_join(tids[t], NULL);
+/* The sums over the images that did not fail into @r (whose arrays are zeroed), and
+ * the failures told to @a. */
+static void fid_sum(const struct fidelity *fx, const struct pcrfs_fidelity_args *a,
+                    struct fid_totals *r)
+{
+    unsigned L = fx->L, k;
 
     for (k = 1; k <= L; k++)
-        min_ssim[k] = 1.0;
-    for (i = 0; i < fx.n; i++) {
-        struct fid_image *im = &fx.img[i];
+        r->min_ssim[k] = 1.0;
+    for (size_t i = 0; i < fx->n; i++) {
+        const struct fid_image *im = &fx->img[i];
 
         if (im->too_large) {
-            large++;
+            r->large++;
             continue;
         }
         if (im->failed) {
-            struct tool_buf path = {0}, esc = {0};
-
-            if (file_path(s, im->id, &path) == 0) {
-                tool_escape(&esc, path.s, path.len);
-                tool_err("%s: level %u: %s", esc.s, im->level, im->why);
-            } else {
-                tool_err("file %" PRIu64 ": level %u: %s", im->id, im->level, im->why);
-            }
-            tool_buf_free(&path);
-            tool_buf_free(&esc);
-            failures++;
+            if (a->failure)
+                fid_tell_failure(fx->s, a, im);
+            r->failures++;
             continue;
         }
-        ok++;
+        r->ok++;
         if (im->scales < PCR_MSSSIM_SCALES)
-            reduced++;
+            r->reduced++;
         for (k = 1; k <= L; k++) {
-            sum_ssim[k] += im->ssim[k];
-            if (im->ssim[k] < min_ssim[k])
-                min_ssim[k] = im->ssim[k];
-            sum_dec[k] += im->dec[k];
-            sum_bytes[k] += (double)im->bytes[k];
+            r->sum_ssim[k] += im->ssim[k];
+            if (im->ssim[k] < r->min_ssim[k])
+                r->min_ssim[k] = im->ssim[k];
+            r->sum_dec[k] += im->dec[k];
+            r->sum_bytes[k] += (double)im->bytes[k];
         }
     }
     /* The lowest level whose mean reaches the threshold; L always does (1.0). */
-    recommended = L;
-    for (k = 1; ok && k <= L; k++) {
-        if (sum_ssim[k] / (double)ok >= a->threshold) {
-            recommended = k;
+    r->recommended = L;
+    for (k = 1; r->ok && k <= L; k++) {
+        if (r->sum_ssim[k] / (double)r->ok >= a->threshold) {
+            r->recommended = k;
             break;
         }
     }
+}
 
-    {
-        struct fid_totals r = {.script = script,
-                               .L = L,
-                               .reduced = reduced,
-                               .large = large,
-                               .recommended = recommended,
-                               .ok = ok,
-                               .failures = failures,
-                               .njpeg = njpeg,
-                               .all = all,
-                               .sum_ssim = sum_ssim,
-                               .min_ssim = min_ssim,
-                               .sum_dec = sum_dec,
-                               .sum_bytes = sum_bytes};
+/* Measure the sample of @fx with @a->jobs threads (this one if none starts),
+ * telling @a's progress callback. */
+static void fid_run(struct fidelity *fx, const struct pcrfs_fidelity_args *a)
+{
+    pthread_t tids[MAX_JOBS];
+    unsigned t, started = 0;
+    uint64_t total_sz = 0;
 
-        if (a->json)
-            fid_print_json(&r, a);
-        else
-            fid_print_text(&r, a);
+    for (size_t i = 0; i < fx->n; i++)
+        total_sz += fx->img[i].size;
+    for (t = 0; t < a->jobs && t < MAX_JOBS && (t == 0 || t < fx->n); t++) {
+        if (pthread_create(&tids[t], NULL, fid_worker, fx) != 0)
+            break;
+        started++;
     }
-    for (i = 0; i < fx.n; i++) {
-        free(fx.img[i].ssim);
-        free(fx.img[i].dec);
-        free(fx.img[i].bytes);
+    /* A sample of large images takes minutes: the caller hears how far it is. The
+     * workers end when the sample is done. */
+    if (a->progress)
+        a->progress(0, fx->n, 0, total_sz, 0, a->ctx);
+    while (started && atomic_load(&fx->done) < fx->n) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+
+        if (a->progress)
+            a->progress(atomic_load(&fx->done), fx->n, atomic_load(&fx->done_sz), total_sz, 0,
+                        a->ctx);
+        nanosleep(&tick, NULL);
     }
-    free(fx.img);
-    free(sum_ssim);
-    free(min_ssim);
-    free(sum_dec);
-    free(sum_bytes);
-    return failures ? 1 : 0;
+    if (!started)
+        fid_worker(fx);
+    for (t = 0; t < started; t++)
+        pthread_join(tids[t], NULL);
+    if (a->progress)
+        a->progress(atomic_load(&fx->done), fx->n, atomic_load(&fx->done_sz), total_sz, 1,
+                    a->ctx);
+}
+
+static void fid_free(struct fidelity *fx, struct fid_totals *r)
+{
+    for (size_t i = 0; fx->img && i < fx->n; i++) {
+        free(fx->img[i].ssim);
+        free(fx->img[i].dec);
+        free(fx->img[i].bytes);
+    }
+    free(fx->img);
+    free(r->sum_ssim);
+    free(r->min_ssim);
+    free(r->sum_dec);
+    free(r->sum_bytes);
+}
+
+ssize_t pcrfs_fidelity(pcrfs_store *s, struct pcrfs_fidelity_args *a, char **out)
+{
+    struct fidelity fx = {0};
+    struct fid_totals r = {0};
+    struct pcrfs_fidelity_args args;
+    char script[128] = "", *buf = NULL;
+    struct inst *in;
+    size_t len = 0;
+    ssize_t n;
+    FILE *f;
+    int rc;
+
+    PCRFS_INST(in, s);
+    if (!a || !out || a->size < offsetof(struct pcrfs_fidelity_args, failures) + sizeof(a->failures))
+        return api_fail(-EINVAL, "pcrfs_fidelity: bad arguments");
+    args = *a;
+    args.sample = args.sample ? args.sample : FID_SAMPLE;
+    args.threshold = args.threshold != 0 ? args.threshold : FID_THRESHOLD;
+    args.jobs = args.jobs ? args.jobs : 1;
+    if (args.sample > FID_MAX || !(args.threshold > 0 && args.threshold <= 1) ||
+        args.jobs > MAX_JOBS || (args.flags & ~PCRFS_FIDELITY_JSON))
+        return api_fail(-EINVAL,
+                        "pcrfs_fidelity: want a sample of 1..%d, a threshold in (0, 1] and "
+                        "1..%d jobs",
+                        FID_MAX, MAX_JOBS);
+    fx.s = in->store;
+    fx.L = pcr_store_levels(in->store);
+    if (pcr_store_meta(fx.s, "script", script, sizeof(script)) < 0)
+        script[0] = '\0';
+    fx.img = calloc((size_t)args.sample, sizeof(*fx.img));
+    r.sum_ssim = calloc(fx.L + 1, sizeof(double));
+    r.min_ssim = calloc(fx.L + 1, sizeof(double));
+    r.sum_dec = calloc(fx.L + 1, sizeof(double));
+    r.sum_bytes = calloc(fx.L + 1, sizeof(double));
+    rc = fx.img && r.sum_ssim && r.min_ssim && r.sum_dec && r.sum_bytes ? 0 : -ENOMEM;
+    n = rc ? rc : fid_sample(fx.s, (size_t)args.sample, args.seed, fx.img, &r.njpeg, &r.all);
+    if (n < 0) {
+        fid_free(&fx, &r);
+        return api_fail((int)n, "out of memory");
+    }
+    fx.n = (size_t)n;
+    for (size_t i = 0; i < fx.n && rc == 0; i++) {
+        fx.img[i].ssim = calloc(fx.L + 1, sizeof(double));
+        fx.img[i].dec = calloc(fx.L + 1, sizeof(double));
+        fx.img[i].bytes = calloc(fx.L + 1, sizeof(uint64_t));
+        if (!fx.img[i].ssim || !fx.img[i].dec || !fx.img[i].bytes)
+            rc = -ENOMEM;
+    }
+    if (rc == 0) {
+        fid_run(&fx, &args);
+        r.script = script;
+        r.L = fx.L;
+        fid_sum(&fx, &args, &r);
+        a->failures = r.failures;
+        if ((f = open_memstream(&buf, &len)) != NULL) {
+            if (args.flags & PCRFS_FIDELITY_JSON)
+                fid_print_json(&r, &args, f);
+            else
+                fid_print_text(&r, &args, f);
+            rc = ferror(f) ? -ENOMEM : 0;
+            if (fclose(f) != 0)
+                rc = -ENOMEM;
+        } else
+            rc = -ENOMEM;
+    }
+    fid_free(&fx, &r);
+    if (rc < 0) {
+        free(buf);
+        return api_fail(rc, "out of memory");
+    }
+    *out = buf;
+    return (ssize_t)len;
 }
