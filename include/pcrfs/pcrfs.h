@@ -268,9 +268,12 @@ struct pcrfs_file_facts {
     uint64_t checksum;    /* XXH64 of the bytes served at the top level */
     uint32_t chunks;      /* its chunks: the scans, and the trailer if any */
     uint32_t levels;      /* its tree's levels L: entries of level_size */
-    uint32_t width, height, components; /* a JPEG's; a token grid's H and W; else 0 */
+    uint32_t width;       /* a JPEG's width and height (a token grid's W and H), */
+    uint32_t height;      /* else 0 */
+    uint32_t components;  /* a JPEG's colour components, else 0 */
     uint32_t reserved;
-    uint64_t level_size[PCRFS_MAX_LEVELS]; /* [K - 1]: bytes served at level K */
+    /* [K - 1]: the bytes served at level K (1..levels) */
+    uint64_t level_size[PCRFS_MAX_LEVELS];
 };
 
 /* The store's files in file-id order, the image files first and then the token
@@ -283,8 +286,7 @@ struct pcrfs_file_facts {
 PCRFS_API int pcrfs_file_next(pcrfs_store *s, uint64_t *pos, char *path, size_t pathlen,
                               struct pcrfs_file_facts *f);
 /* The facts of the file at @path of the tree (scanK/..., full/..., tokens/..., any
- * view that serves a stored file). @return 0; -ENOENT; -EISDIR; -ENODATA a file
- * that is no stored file (/.pcrfs); -EINVAL. */
+ * view that serves a stored file). @return 0; -ENOENT; -ENOTDIR; -EISDIR; -EINVAL. */
 PCRFS_API int pcrfs_file_facts(pcrfs_store *s, const char *path, struct pcrfs_file_facts *f);
 
 struct pcrfs_verify_result {
@@ -301,8 +303,8 @@ struct pcrfs_verify_result {
  * pcrfs_file_next() gives it; "" when even that could not be read), NULL or why it
  * failed (one line, e.g. "checksum ..., the index says ..."), and the files done of
  * @total. A nonzero return stops the verification (-ECANCELED). */
-typedef int (*pcrfs_verify_fn)(const char *path, const char *failure, uint64_t done,
-                               uint64_t total, void *ctx);
+typedef int (*pcrfs_verify_fn)(const char *path, const char *failure, uint64_t done, uint64_t total,
+                               void *ctx);
 /* Read every file at its top level (image files at L, token files) straight from
  * the records, check its size and its checksum against the index, and decode every
  * JPEG and compare its dimensions with the index's. @fn (or NULL) hears of each
@@ -330,8 +332,7 @@ struct pcrfs_fidelity_args {
                      int final, void *ctx);
     /* Each image that failed (not counted), in sample order after the last
      * progress: its path (NULL if unknown) and file id, the level and why. */
-    void (*failure)(const char *path, uint64_t file_id, unsigned level, const char *why,
-                    void *ctx);
+    void (*failure)(const char *path, uint64_t file_id, unsigned level, const char *why, void *ctx);
     void *ctx;
     uint64_t failures; /* out: images that failed */
 };

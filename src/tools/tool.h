@@ -85,7 +85,6 @@ void tool_opt_check(int rc, const char *msg);
 /* Monotonic seconds. */
 double tool_now(void);
 
-
 /* Open without touching access times where the kernel allows (O_NOATIME falls back
  * when refused), and open a path relative to @base that may be longer than the
  * kernel takes at once. Both return a descriptor or -1 with errno. */

@@ -229,7 +229,7 @@ static ssize_t fid_sample(struct pcr_store *s, size_t want, uint64_t seed, struc
     *njpeg_seen = 0;
     *all = true;
     ids = nfiles <= SIZE_MAX / sizeof(*ids) ? malloc((size_t)(nfiles ? nfiles : 1) * sizeof(*ids))
-                                              : NULL;
+                                            : NULL;
     if (!ids)
         return api_fail(-ENOMEM, "out of memory for the ids of %" PRIu64 " files", nfiles);
     for (i = 0; i < nfiles; i++)
@@ -281,19 +281,21 @@ static void fid_print_json(const struct fid_totals *r, const struct pcrfs_fideli
         pcr_json_fquote(f, r->script);
     else
         fputs("null", f);
-    fprintf(f, ",\"levels\":%u,\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"scales\":%d,"
-           "\"jpeg\":%" PRIu64 ",\"jpeg_counted\":%s,\"sample\":%zu,\"seed\":%" PRIu64
-           ",\"threshold\":%.6g,\"failures\":%zu,\"reduced_scales\":%u,\"too_large\":%u,"
-           "\"table\":[",
-           L, PCR_MSSSIM_SCALES, r->njpeg, r->all ? "true" : "false", ok, a->seed, a->threshold,
-           r->failures, r->reduced, r->large);
+    fprintf(f,
+            ",\"levels\":%u,\"metric\":\"ms-ssim\",\"channel\":\"luma\",\"scales\":%d,"
+            "\"jpeg\":%" PRIu64 ",\"jpeg_counted\":%s,\"sample\":%zu,\"seed\":%" PRIu64
+            ",\"threshold\":%.6g,\"failures\":%zu,\"reduced_scales\":%u,\"too_large\":%u,"
+            "\"table\":[",
+            L, PCR_MSSSIM_SCALES, r->njpeg, r->all ? "true" : "false", ok, a->seed, a->threshold,
+            r->failures, r->reduced, r->large);
     for (k = 1; ok && k <= L; k++) {
-        fprintf(f, "%s{\"level\":%u,\"msssim\":%.6f,\"msssim_min\":%.6f,\"mean_bytes\":%.3f,"
-               "\"ratio_to_full\":%.6f,\"decode_ms\":%.4f}",
-               k > 1 ? "," : "", k, r->sum_ssim[k] / (double)ok, r->min_ssim[k],
-               r->sum_bytes[k] / (double)ok,
-               r->sum_bytes[L] > 0 ? r->sum_bytes[k] / r->sum_bytes[L] : 0.0,
-               1e3 * r->sum_dec[k] / (double)ok);
+        fprintf(f,
+                "%s{\"level\":%u,\"msssim\":%.6f,\"msssim_min\":%.6f,\"mean_bytes\":%.3f,"
+                "\"ratio_to_full\":%.6f,\"decode_ms\":%.4f}",
+                k > 1 ? "," : "", k, r->sum_ssim[k] / (double)ok, r->min_ssim[k],
+                r->sum_bytes[k] / (double)ok,
+                r->sum_bytes[L] > 0 ? r->sum_bytes[k] / r->sum_bytes[L] : 0.0,
+                1e3 * r->sum_dec[k] / (double)ok);
     }
     fprintf(f, "],\"recommended\":");
     if (ok)
@@ -307,32 +309,33 @@ static void fid_print_text(const struct fid_totals *r, const struct pcrfs_fideli
     unsigned L = r->L, k;
     size_t ok = r->ok;
 
-    fprintf(f, "fidelity      %zu of %s%" PRIu64 " JPEGs (seed %" PRIu64
-           "): luma MS-SSIM of each level against level %u\n",
-           ok, r->all ? "" : "more than ", r->njpeg, a->seed, L);
+    fprintf(f,
+            "fidelity      %zu of %s%" PRIu64 " JPEGs (seed %" PRIu64
+            "): luma MS-SSIM of each level against level %u\n",
+            ok, r->all ? "" : "more than ", r->njpeg, a->seed, L);
     fprintf(f, "              script %s; decode = CPU time of a full libjpeg decode to RGB\n",
-           r->script[0] ? r->script : "?");
+            r->script[0] ? r->script : "?");
     if (r->reduced)
         fprintf(f, "              %u image%s smaller than %d px used fewer than %d scales\n",
-               r->reduced, r->reduced == 1 ? "" : "s", PCR_MSSSIM_WINDOW << (PCR_MSSSIM_SCALES - 1),
-               PCR_MSSSIM_SCALES);
+                r->reduced, r->reduced == 1 ? "" : "s",
+                PCR_MSSSIM_WINDOW << (PCR_MSSSIM_SCALES - 1), PCR_MSSSIM_SCALES);
     if (r->large)
         fprintf(f, "              %u image%s over %u Mpixels left out\n", r->large,
-               r->large == 1 ? "" : "s", FID_MAX_PIXELS >> 20);
+                r->large == 1 ? "" : "s", FID_MAX_PIXELS >> 20);
     if (r->failures)
         fprintf(f, "              %zu image%s failed (see the messages above)\n", r->failures,
-               r->failures == 1 ? "" : "s");
+                r->failures == 1 ? "" : "s");
     fprintf(f, "\nlevel  MS-SSIM     min  mean bytes  ratio to full  decode ms\n");
     if (!ok)
         fprintf(f, "    -  no JPEG in this store\n");
     for (k = 1; ok && k <= L; k++)
         fprintf(f, "%5u  %7.4f  %6.4f  %10.0f  %13.3f  %9.3f\n", k, r->sum_ssim[k] / (double)ok,
-               r->min_ssim[k], r->sum_bytes[k] / (double)ok,
-               r->sum_bytes[L] > 0 ? r->sum_bytes[k] / r->sum_bytes[L] : 0.0,
-               1e3 * r->sum_dec[k] / (double)ok);
+                r->min_ssim[k], r->sum_bytes[k] / (double)ok,
+                r->sum_bytes[L] > 0 ? r->sum_bytes[k] / r->sum_bytes[L] : 0.0,
+                1e3 * r->sum_dec[k] / (double)ok);
     if (ok)
-        fprintf(f, "\nrecommended   level %u: the lowest whose mean MS-SSIM >= %g\n", r->recommended,
-               a->threshold);
+        fprintf(f, "\nrecommended   level %u: the lowest whose mean MS-SSIM >= %g\n",
+                r->recommended, a->threshold);
 }
 
 /* Tell @a's failure callback of image @im, by its path where it has one. */
@@ -431,8 +434,7 @@ static void fid_run(struct fidelity *fx, const struct pcrfs_fidelity_args *a)
     for (t = 0; t < started; t++)
         pthread_join(tids[t], NULL);
     if (a->progress)
-        a->progress(atomic_load(&fx->done), fx->n, atomic_load(&fx->done_sz), total_sz, 1,
-                    a->ctx);
+        a->progress(atomic_load(&fx->done), fx->n, atomic_load(&fx->done_sz), total_sz, 1, a->ctx);
 }
 
 static void fid_free(struct fidelity *fx, struct fid_totals *r)
@@ -462,7 +464,8 @@ ssize_t pcrfs_fidelity(pcrfs_store *s, struct pcrfs_fidelity_args *a, char **out
     int rc;
 
     PCRFS_INST(in, s);
-    if (!a || !out || a->size < offsetof(struct pcrfs_fidelity_args, failures) + sizeof(a->failures))
+    if (!a || !out ||
+        a->size < offsetof(struct pcrfs_fidelity_args, failures) + sizeof(a->failures))
         return api_fail(-EINVAL, "pcrfs_fidelity: bad arguments");
     args = *a;
     args.sample = args.sample ? args.sample : FID_SAMPLE;

@@ -252,8 +252,7 @@ static void verify_tree(struct verify *x, struct pcr_store *t, bool tokens)
         if (len < 0) {
             /* no path to name it by: "" and the file's number in the reason */
             x->path[0] = '\0';
-            failed(x, "%sfile %" PRIu64 ": %s", tokens ? TOK_PREFIX : "", id,
-                   strerror((int)-len));
+            failed(x, "%sfile %" PRIu64 ": %s", tokens ? TOK_PREFIX : "", id, strerror((int)-len));
             ok = false;
         } else {
             ok = verify_file(x, t, id, level, &decoded);

@@ -572,7 +572,6 @@ static void summary_print_text(struct summary *sm, FILE *f)
     print_quality_text(sm, f);
 }
 
-
 /* A decimal number from the index as a JSON number, or null if absent or odd. */
 static const char *num_or_null(const char *s)
 {
@@ -785,8 +784,7 @@ ssize_t pcrfs_summary(pcrfs_store *s, struct pcrfs_summary_args *a, char **out)
             return api_fail(-EINVAL, "pcrfs_summary: threshold %g: want a number in (0, 1]",
                             a->thresholds[i]);
     if (pcr_url_is_remote(s->path))
-        return api_fail(-ENOTSUP, "%s: a summary needs the store's files on local disk",
-                        s->path);
+        return api_fail(-ENOTSUP, "%s: a summary needs the store's files on local disk", s->path);
     rc = summary_compute(in, s->path, a->thresholds, a->nthresholds, &sm);
     if (rc < 0)
         return rc;
