@@ -239,12 +239,14 @@ static void verify_tree(struct verify *x, struct pcr_store *t, bool tokens)
         ssize_t len;
 
         while ((len = path_of(t, id, tokens, x->path, x->pathcap)) == -ENAMETOOLONG) {
-            char *p = x->pathcap < SIZE_MAX / 2 ? realloc(x->path, x->pathcap * 2) : NULL;
+            /* a new buffer, not realloc(): path_of() writes it whole again */
+            char *p = x->pathcap < SIZE_MAX / 2 ? malloc(x->pathcap * 2) : NULL;
 
             if (!p) {
                 x->oom = true;
                 return;
             }
+            free(x->path);
             x->path = p;
             x->pathcap *= 2;
         }
