@@ -222,6 +222,131 @@ PCRFS_API int pcrfs_node_setxattr(pcrfs_store *s, uint64_t node, const char *nam
  * first, or NULL. @return its length, or -ENOMEM. */
 PCRFS_API ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out);
 
+/* ---- Inspecting a store: what pcrinfo(1) shows (pcrfs(3)) --------------------------
+ *
+ * Structs that the caller fills in or the library fills out begin with a `size`
+ * member the caller sets to sizeof(the struct) it was compiled with: a later
+ * library adds members at the end and fills in only the ones the caller knows. */
+
+/* pcrfs_summary() renders one JSON object (pcrinfo --json) instead of the text. */
+#define PCRFS_SUMMARY_JSON 0x1u
+/* At most this many thresholds of pcrfs_summary_args (besides 0.90, 0.95, 0.99). */
+#define PCRFS_SUMMARY_MAX_THRESHOLDS 16
+
+struct pcrfs_summary_args {
+    uint32_t size;            /* sizeof(struct pcrfs_summary_args) */
+    uint32_t flags;           /* PCRFS_SUMMARY_* */
+    const double *thresholds; /* more rows of the per-image table, each in (0, 1] */
+    size_t nthresholds;       /* how many (0..PCRFS_SUMMARY_MAX_THRESHOLDS) */
+    uint64_t measured;        /* out: JPEGs with a per-level MS-SSIM (mkpcrfs --quality);
+                               * 0: there is no per-image table, the thresholds did nothing */
+};
+
+/* The store's summary as pcrinfo(1) prints it (malloc()ed, NUL-terminated, the
+ * caller frees it): format, levels, files, records, verbatim files and why, bytes
+ * of the source and of the store, mean bytes per JPEG at each level, the per-image
+ * MS-SSIM table of a store built with mkpcrfs --quality, and the token part.
+ * Reads every file's row of the index: O(files). The text is for people (its
+ * layout may change); programs read the JSON (@a NULL: the text, no thresholds).
+ * A store in object storage has no local files to measure: -ENOTSUP.
+ * @return its length; -EINVAL a bad argument; -ENOTSUP; -EIO; -ENOMEM. */
+PCRFS_API ssize_t pcrfs_summary(pcrfs_store *s, struct pcrfs_summary_args *a, char **out);
+
+/* Kinds of stored file. */
+#define PCRFS_KIND_JPEG     1 /* a progressive JPEG served by scans */
+#define PCRFS_KIND_VERBATIM 2 /* stored as it was: the same bytes at every level */
+#define PCRFS_KIND_TOKENS   3 /* a token grid (tokens/), served as an NPY array */
+/* The most levels a store has (pcrfs(5)). */
+#define PCRFS_MAX_LEVELS 64
+
+struct pcrfs_file_facts {
+    uint32_t size;        /* sizeof(struct pcrfs_file_facts), set by the caller */
+    uint32_t kind;        /* PCRFS_KIND_* */
+    uint64_t file_id;     /* the store's file id (of the token tree for tokens/) */
+    uint64_t record;      /* the record that holds it (1..) */
+    uint64_t source_size; /* bytes of the source file */
+    uint64_t checksum;    /* XXH64 of the bytes served at the top level */
+    uint32_t chunks;      /* its chunks: the scans, and the trailer if any */
+    uint32_t levels;      /* its tree's levels L: entries of level_size */
+    uint32_t width;       /* a JPEG's width and height (a token grid's W and H), */
+    uint32_t height;      /* else 0 */
+    uint32_t components;  /* a JPEG's colour components, else 0 */
+    uint32_t reserved;
+    /* [K - 1]: the bytes served at level K (1..levels) */
+    uint64_t level_size[PCRFS_MAX_LEVELS];
+};
+
+/* The store's files in file-id order, the image files first and then the token
+ * files: file number *@pos (start at 0) in *@f (f->size set) and its path from the
+ * store's root, as the source tree named it (token files as "tokens/PATH.tok", the
+ * name a mount shows), raw bytes, in @path (@pathlen bytes); *@pos then names the
+ * next one, also after -EIO, so that a caller can go on past a damaged row.
+ * @return 1 a file; 0 the end; -ENAMETOOLONG @pathlen too small (*@pos unchanged:
+ *         call again with more); -EIO (pcrfs_errmsg() names the file); -EINVAL. */
+PCRFS_API int pcrfs_file_next(pcrfs_store *s, uint64_t *pos, char *path, size_t pathlen,
+                              struct pcrfs_file_facts *f);
+/* The facts of the file at @path of the tree (scanK/..., full/..., tokens/..., any
+ * view that serves a stored file). @return 0; -ENOENT; -ENOTDIR; -EISDIR; -EINVAL. */
+PCRFS_API int pcrfs_file_facts(pcrfs_store *s, const char *path, struct pcrfs_file_facts *f);
+
+struct pcrfs_verify_result {
+    uint32_t size;        /* sizeof(struct pcrfs_verify_result), set by the caller */
+    uint32_t level;       /* the level the image files were read at (L) */
+    uint64_t files;       /* image files checked */
+    uint64_t decoded;     /* JPEGs among them that decoded as the index says */
+    uint64_t token_files; /* token files checked */
+    uint64_t failures;    /* files that failed */
+    uint32_t tokens;      /* 1: the store has a token tree */
+    uint32_t reserved;
+};
+/* Called by pcrfs_verify() after each file, in the calling thread: its path (as
+ * pcrfs_file_next() gives it; "" when even that could not be read), NULL or why it
+ * failed (one line, e.g. "checksum ..., the index says ..."), and the files done of
+ * @total. A nonzero return stops the verification (-ECANCELED). */
+typedef int (*pcrfs_verify_fn)(const char *path, const char *failure, uint64_t done, uint64_t total,
+                               void *ctx);
+/* Read every file at its top level (image files at L, token files) straight from
+ * the records, check its size and its checksum against the index, and decode every
+ * JPEG and compare its dimensions with the index's. @fn (or NULL) hears of each
+ * file; @r (or NULL) gets the counts.
+ * @return 0 every file is sound; -EBADMSG some file failed (pcrfs_errmsg(): the
+ *         first, "PATH: why"); -ECANCELED; -EINVAL; -ENOMEM. */
+PCRFS_API int pcrfs_verify(pcrfs_store *s, pcrfs_verify_fn fn, void *ctx,
+                           struct pcrfs_verify_result *r);
+
+/* pcrfs_fidelity() renders one JSON object (pcrinfo --fidelity --json) instead of
+ * the text. */
+#define PCRFS_FIDELITY_JSON 0x1u
+
+struct pcrfs_fidelity_args {
+    uint32_t size;    /* sizeof(struct pcrfs_fidelity_args) */
+    uint32_t flags;   /* PCRFS_FIDELITY_* */
+    uint64_t sample;  /* JPEGs to sample, 1..100000 (0: 300) */
+    uint64_t seed;    /* of the sample: the same seed picks the same images anywhere */
+    double threshold; /* in (0, 1] (0: 0.95): the recommended level's mean MS-SSIM */
+    uint32_t jobs;    /* threads, 1..256 (0: 1) */
+    uint32_t reserved;
+    /* Every ~100 ms and once at the end (@final 1), in the calling thread: images
+     * and their top-level bytes done of the sample's. NULL: none. */
+    void (*progress)(uint64_t done, uint64_t total, uint64_t done_bytes, uint64_t total_bytes,
+                     int final, void *ctx);
+    /* Each image that failed (not counted), in sample order after the last
+     * progress: its path (NULL if unknown) and file id, the level and why. */
+    void (*failure)(const char *path, uint64_t file_id, unsigned level, const char *why, void *ctx);
+    void *ctx;
+    uint64_t failures; /* out: images that failed */
+};
+
+/* Measure what each level costs and keeps, as pcrinfo --fidelity prints it (the
+ * report malloc()ed into *@out, text or JSON): a seeded sample of the store's JPEGs,
+ * each read at every level; per level the mean and lowest luma MS-SSIM against the
+ * top level, the mean bytes, the mean CPU time of a full decode, and the lowest
+ * level whose mean MS-SSIM reaches the threshold. Takes about 0.5 s of CPU per
+ * Mpixel of image, shared by a->jobs threads; images over 48 Mpixels are left out.
+ * An image that fails is reported (a->failure, a->failures) and the call goes on.
+ * @return the report's length; -EINVAL a bad argument; -ENOMEM. */
+PCRFS_API ssize_t pcrfs_fidelity(pcrfs_store *s, struct pcrfs_fidelity_args *a, char **out);
+
 /* ---- Options, for a command line that passes them on (pcrfs(1)'s -o) ---- */
 
 #define PCRFS_OPT_PATH   0x1u /* its value is a path (make it absolute before a chdir) */

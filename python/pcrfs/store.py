@@ -25,6 +25,36 @@ class _Stat(ctypes.Structure):
                 ("is_dir", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
 
 
+class _SummaryArgs(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("thresholds", ctypes.POINTER(ctypes.c_double)),
+                ("nthresholds", ctypes.c_size_t), ("measured", ctypes.c_uint64)]
+
+
+class _VerifyResult(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("level", ctypes.c_uint32),
+                ("files", ctypes.c_uint64), ("decoded", ctypes.c_uint64),
+                ("token_files", ctypes.c_uint64), ("failures", ctypes.c_uint64),
+                ("tokens", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+_VERIFY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                              ctypes.c_uint64, ctypes.c_void_p)
+
+
+class _Facts(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("kind", ctypes.c_uint32),
+                ("file_id", ctypes.c_uint64), ("record", ctypes.c_uint64),
+                ("source_size", ctypes.c_uint64), ("checksum", ctypes.c_uint64),
+                ("chunks", ctypes.c_uint32), ("levels", ctypes.c_uint32),
+                ("width", ctypes.c_uint32), ("height", ctypes.c_uint32),
+                ("components", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("level_size", ctypes.c_uint64 * 64)]
+
+
+_KINDS = {1: "jpeg", 2: "verbatim", 3: "tokens"}
+
+
 def _candidates():
     """$PCRFS_LIB, else the soname (the loader's search), else beside this module's
     install: PREFIX/lib/python3.X/dist-packages/pcrfs -> PREFIX/lib/<multiarch>/ (a
@@ -70,6 +100,11 @@ def _load():
     for f in (lib.pcrfs_info_json, lib.pcrfs_stats_json):
         f.argtypes = [c_p, ctypes.POINTER(ctypes.c_void_p)]
         f.restype = ctypes.c_ssize_t
+    lib.pcrfs_summary.argtypes = [c_p, ctypes.POINTER(_SummaryArgs),
+                                  ctypes.POINTER(ctypes.c_void_p)]
+    lib.pcrfs_summary.restype = ctypes.c_ssize_t
+    lib.pcrfs_verify.argtypes = [c_p, _VERIFY_FN, ctypes.c_void_p, ctypes.POINTER(_VerifyResult)]
+    lib.pcrfs_file_facts.argtypes = [c_p, c_char_p, ctypes.POINTER(_Facts)]
     _lib = lib
     return lib
 
@@ -273,6 +308,55 @@ class Store:
     def stats(self):
         """What a mount's .pcrfs/stats says (this process's counters), as a dict."""
         return self._json(_load().pcrfs_stats_json)
+
+    def summary(self, thresholds=()):
+        """The store's summary (pcrinfo --json), as a dict; @thresholds add rows
+        to the per-image MS-SSIM table of a store built with mkpcrfs --quality."""
+        t = (ctypes.c_double * max(1, len(thresholds)))(*thresholds)
+        a = _SummaryArgs(size=ctypes.sizeof(_SummaryArgs), flags=1, thresholds=t,
+                         nthresholds=len(thresholds))
+        return self._json(lambda h, p: _load().pcrfs_summary(h, ctypes.byref(a), p))
+
+    def facts(self, path):
+        """What the index says of the stored file at @path of the tree (any view's):
+        a dict of kind, file_id, record, source_size, checksum, chunks, width,
+        height, components and level_size (bytes at levels 1..L)."""
+        f = _Facts(size=ctypes.sizeof(_Facts))
+        rc = _load().pcrfs_file_facts(self._handle(), os.fsencode(path), ctypes.byref(f))
+        if rc:
+            _raise(rc, path)
+        d = {k: getattr(f, k) for k in ("file_id", "record", "source_size", "checksum",
+                                        "chunks", "width", "height", "components")}
+        d["kind"] = _KINDS.get(f.kind, "unknown")
+        d["level_size"] = list(f.level_size[:f.levels])
+        return d
+
+    def verify(self, progress=None):
+        """Read every stored file at its top level, check it against the index's
+        checksum and decode every JPEG (pcrinfo --verify). @progress(done, total),
+        if given, is called after each file. Returns a dict of the counts (level,
+        files, decoded, token_files, failures, tokens) and "failed": [(path bytes,
+        why)]; never raises for a damaged file."""
+        failed = []
+
+        def on_file(path, failure, done, total, ctx):
+            if failure is not None:
+                failed.append((path, failure.decode("utf-8", "replace")))
+            if progress is not None:
+                try:
+                    progress(done, total)
+                except Exception:  # noqa: BLE001 - an exception must not cross C
+                    return 1
+            return 0
+
+        r = _VerifyResult(size=ctypes.sizeof(_VerifyResult))
+        rc = _load().pcrfs_verify(self._handle(), _VERIFY_FN(on_file), None, ctypes.byref(r))
+        if rc and rc != -errno.EBADMSG:
+            _raise(rc, "verify")
+        d = {k: getattr(r, k) for k in ("level", "files", "decoded", "token_files", "failures")}
+        d["tokens"] = bool(r.tokens)
+        d["failed"] = failed
+        return d
 
 
 def _reopen(path, options):

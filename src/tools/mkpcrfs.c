@@ -11,9 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "pcrfs/pcrfs.h"
-#include "pcrfs/store.h"
 #include "progress.h"
-#include "summary.h"
 #include "tool.h"
 
 #define DEFAULT_PER_RECORD 1024
@@ -336,33 +334,34 @@ static void parse_args(int argc, char **argv, struct cmdline *cl)
     cl->progress = force_progress || (!cl->quiet && isatty(STDERR_FILENO));
 }
 
-/* The summary of the new store, read back from it: the same text as pcrinfo's. */
+/* The summary of the new store, read back from it through the public API
+ * (pcrfs_summary()): the same text as pcrinfo's. */
 static int print_summary(const struct cmdline *cl, const struct run *r, double elapsed)
 {
-    struct pcr_store *s;
-    struct summary *sm;
-    char err[1024] = "";
+    pcrfs_store *ps;
+    char *text = NULL;
+    ssize_t n;
     int rc;
 
-    rc = pcr_store_open(cl->store, &s, err, sizeof(err));
+    rc = pcrfs_open(cl->store, NULL, &ps);
     if (rc < 0) {
-        tool_err("%s: the new store does not open: %s", cl->store, err);
+        tool_err("%s: the new store does not open: %s", cl->store, pcrfs_errmsg());
         return 1;
     }
-    rc = summary_compute(s, cl->store, NULL, 0, &sm, err, sizeof(err));
-    if (rc < 0) {
-        tool_err("%s", err);
-        pcr_store_close(s);
+    n = pcrfs_summary(ps, NULL, &text);
+    if (n < 0) {
+        tool_err("%s", pcrfs_errmsg());
+        pcrfs_close(ps);
         return 1;
     }
-    summary_print_text(sm, stdout);
+    fwrite(text, 1, (size_t)n, stdout);
     if (elapsed >= 0)
         printf("\nbuilt in %.1f s: %.1f images/s, %.1f MB/s of source, %u thread%s\n", elapsed,
                elapsed > 0 ? (double)r->res.files / elapsed : 0.0,
                elapsed > 0 ? (double)r->res.bytes / elapsed / 1e6 : 0.0, r->res.jobs,
                r->res.jobs == 1 ? "" : "s");
-    summary_free(sm);
-    pcr_store_close(s);
+    free(text);
+    pcrfs_close(ps);
     return 0;
 }
 

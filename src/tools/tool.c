@@ -10,7 +10,6 @@
 #include <unistd.h>
 #include "tool.h"
 #include "util/optparse.h"
-#include "util/utf8.h"
 
 const char *tool_prog = "pcrfs";
 
@@ -168,21 +167,4 @@ double tool_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-const char *tool_human_bytes(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)n;
-    unsigned u = 0;
-
-    while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%llu B", (unsigned long long)n);
-    else
-        snprintf(buf, len, "%.1f %s", v, unit[u]);
-    return buf;
 }

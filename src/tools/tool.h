@@ -79,7 +79,5 @@ void tool_opt_check(int rc, const char *msg);
 /* Monotonic seconds. */
 double tool_now(void);
 
-/* "12.3 MiB" style size into @buf. */
-const char *tool_human_bytes(uint64_t n, char *buf, size_t len);
 
 #endif

@@ -86,6 +86,12 @@ struct inst *api_inst(pcrfs_store *s);
             return -EIO;                                                                           \
     } while (0)
 
+/* pcrfs.c: this process's instance of @s and the stored file @f at @path of the
+ * tree, served by view @v (its store: in->store or in->tokstore). @return 0 or
+ * -errno (the message set). */
+int api_file_at(pcrfs_store *s, const char *path, struct inst **in, const struct pcr_view **v,
+                const struct pcr_file **f);
+
 /* node.c: the control files' state in @in, and its release; a control file's
  * handle's size, read and close. */
 void api_node_inst_free(struct inst *in);

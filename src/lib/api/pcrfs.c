@@ -416,6 +416,16 @@ static int file_at(pcrfs_store *s, const char *path, struct inst **in, struct no
     return resolve_file(*in, path, n, f);
 }
 
+int api_file_at(pcrfs_store *s, const char *path, struct inst **in, const struct pcr_view **v,
+                const struct pcr_file **f)
+{
+    struct node n;
+    int rc = file_at(s, path, in, &n, f);
+
+    *v = rc ? NULL : n.v;
+    return rc;
+}
+
 int pcrfs_stat(pcrfs_store *s, const char *path, struct pcrfs_stat *st)
 {
     const struct pcr_file *f;

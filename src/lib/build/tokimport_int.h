@@ -5,7 +5,6 @@
  *   tokimport_seit.c   --seit: SeiT's release files turned into the tree
  *   tokimport_train.c  pass 1: every grid read and checked, the model trained,
  *                      --codebook
- * and toksum.c, the token part of the store summary.
  *
  * Both sources are first turned into the same in-memory tree (struct tdir / tfile,
  * in discovery order), then numbered once the way pcrfs/writer.h wants it: a
