@@ -79,5 +79,4 @@ void tool_opt_check(int rc, const char *msg);
 /* Monotonic seconds. */
 double tool_now(void);
 
-
 #endif
