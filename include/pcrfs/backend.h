@@ -81,8 +81,11 @@ struct pcr_backend_ops {
 /* The start (ms, CLOCK_MONOTONIC) of what the calling thread is doing for a reader
  * (one read, one open: pcr_handle_read() and its siblings), 0 outside one: every
  * request an object-storage backend makes for it shares one deadline counted from
- * there. (store/read.c) */
+ * there. The store brackets each such operation with pcr_backend_op_begin() and
+ * pcr_backend_op_end() (nested pairs keep the outer start). (backend/opstart.c) */
 uint64_t pcr_backend_op_start(void);
+void pcr_backend_op_begin(void);
+void pcr_backend_op_end(void);
 
 /* Every backend starts with this; the rest of its struct is its own. */
 struct pcr_backend {
@@ -211,8 +214,9 @@ int pcr_store_open_backend(const char *name, const char *index_path, struct pcr_
 
 /* The options of how a store is read, as pcrfs(1) takes them with -o and pcrfs(3)
  * with pcrfs_open(): bwlimit=, readahead=, and for a store in object storage cache=,
- * cache_size=, http_timeout=, http_retries=, http_part_size=, http_connections=. One parser
- * (store/opts.c) for both, so the limits and the messages live in one place. */
+ * cache_size=, http_timeout=, http_retries=, http_part_size=, http_connections=,
+ * endpoint=, region=, profile=, ca_bundle=. One parser (store/opts.c) for both, so
+ * the limits and the messages live in one place. */
 struct pcr_store_opts {
     uint64_t bwlimit;          /* bytes/s (0: none): pcr_store_set_bwlimit() */
     int readahead_record;      /* readahead=record: pcr_store_set_readahead() */
@@ -222,6 +226,9 @@ struct pcr_store_opts {
     int http_retries;          /* -1: the library's default */
     uint64_t http_part_size;   /* 0: the library's default */
     unsigned http_connections; /* 0: the library's default */
+    /* endpoint=, region=, profile=, ca_bundle= as given, non-empty (owned; NULL: not
+     * given); what they may hold is checked when the store is opened (url.c) */
+    char *endpoint, *region, *profile, *ca_bundle;
 };
 #define PCR_STORE_OPTS_INIT                                                                        \
     {                                                                                              \

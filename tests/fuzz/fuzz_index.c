@@ -43,6 +43,7 @@
 #include "pcrfs/store.h"
 #include "common/internal.h"
 #include "format/index.h"
+#include "format/schema.h"
 #include "format/record.h"
 
 #define TRAP(...)                                                                                  \
@@ -432,19 +433,7 @@ static char schema_used[8192];
 static bool with_tokens; /* the token tables are made (complete) */ /* what write_index() ran, for
                                                                        the report of a finding */
 
-static const char token_tables[] =
-    "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
-    " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
-    " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
-    "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
-    " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
-    "CREATE TABLE tok_files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
-    " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
-    " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
-    " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
-    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
-    "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
+static const char token_tables[] = PCR_INDEX_TOKEN_TABLES;
 
 static void append(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

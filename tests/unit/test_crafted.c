@@ -27,38 +27,11 @@
 #include "format/index.h"
 #include "format/record.h"
 #include "check.h"
-
-#define LEVELS 10
+#include "tstore.h"
 
 /* ---- the base store ----
  * dirs: 1 "" {a, b}, 2 "a", 3 "b" {c}, 4 "c"; three files per record, so record 1
  * holds files 1-3 (root and a/), record 2 files 4-6 (a/), record 3 files 7-8 (b/c/). */
-struct tfile {
-    const char *path;
-    uint64_t dir;
-    const char *name;
-    int kind;
-    unsigned nchunks;
-    size_t len;
-    uint8_t *data;
-    struct pcr_split split;
-};
-
-static struct tfile files[] = {
-    {"r1.JPEG", 1, "r1.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}},
-    {"r2.bin", 1, "r2.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
-    {"a/a1.JPEG", 2, "a1.JPEG", PCR_KIND_JPEG, 6, 0, NULL, {0}},
-    {"a/a2.JPEG", 2, "a2.JPEG", PCR_KIND_JPEG, 18, 0, NULL, {0}},
-    {"a/a3.JPEG", 2, "a3.JPEG", PCR_KIND_JPEG, 1, 0, NULL, {0}},
-    {"a/a4.bin", 2, "a4.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
-    {"b/c/c1.JPEG", 4, "c1.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}},
-    {"b/c/c2.bin", 4, "c2.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}},
-};
-#define NFILES     (sizeof(files) / sizeof(files[0]))
-#define NDIRS      4
-#define PER_REC    3
-#define REC_OF(id) (((id)-1) / PER_REC + 1)
-
 /* Per-level MS-SSIM of files 1 (r1.JPEG) and 7 (c1.JPEG), levels 1..LEVELS-1; the
  * other JPEGs have none. Not increasing on purpose: pcr_file_level_for() must take
  * the lowest level reaching a threshold, not assume an order. 0.95 is stored as
@@ -66,12 +39,29 @@ static struct tfile files[] = {
 static const double quality1[LEVELS - 1] = {0.5, 0.94999, 0.95, 0.9, 0.97, 0.99, 0.985, 0.999, 1.0};
 static const double quality7[LEVELS - 1] = {0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95};
 
+static struct tfile files[] = {
+    {"r1.JPEG", 1, "r1.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}, quality1},
+    {"r2.bin", 1, "r2.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}, NULL},
+    {"a/a1.JPEG", 2, "a1.JPEG", PCR_KIND_JPEG, 6, 0, NULL, {0}, NULL},
+    {"a/a2.JPEG", 2, "a2.JPEG", PCR_KIND_JPEG, 18, 0, NULL, {0}, NULL},
+    {"a/a3.JPEG", 2, "a3.JPEG", PCR_KIND_JPEG, 1, 0, NULL, {0}, NULL},
+    {"a/a4.bin", 2, "a4.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}, NULL},
+    {"b/c/c1.JPEG", 4, "c1.JPEG", PCR_KIND_JPEG, 10, 0, NULL, {0}, quality7},
+    {"b/c/c2.bin", 4, "c2.bin", PCR_KIND_VERBATIM, 1, 0, NULL, {0}, NULL},
+};
+#define NFILES     (sizeof(files) / sizeof(files[0]))
+#define NDIRS      4
+#define PER_REC    3
+#define REC_OF(id) (((id)-1) / PER_REC + 1)
+
 static const struct pcr_dir_row base_dirs[NDIRS] = {
     {1, 1, "", 2, 2, 1, 2},
     {2, 1, "a", 0, 0, 3, 4},
     {3, 1, "b", 4, 1, 0, 0},
     {4, 3, "c", 0, 0, 7, 2},
 };
+
+static const struct tstore base_store = {base_dirs, NDIRS, files, NFILES, PER_REC, false};
 
 enum want {
     OK,   /* listed, and every level reads the right bytes */
@@ -113,67 +103,6 @@ static void make_data(void)
         t->data[n++] = 0xD9;
         t->len = n;
     }
-}
-
-/* The bytes a file serves at @level, per pcrfs(5). */
-static uint8_t *expected(const struct tfile *t, unsigned level, size_t *len)
-{
-    uint8_t *b = malloc(t->len + 2);
-    unsigned m;
-
-    if (t->kind == PCR_KIND_VERBATIM) {
-        memcpy(b, t->data, t->len);
-        *len = t->len;
-        return b;
-    }
-    m = level >= LEVELS || level >= t->nchunks ? t->nchunks : level;
-    *len = t->split.end[m - 1];
-    memcpy(b, t->data, *len);
-    b[(*len)++] = 0xFF;
-    b[(*len)++] = 0xD9;
-    return b;
-}
-
-static int build(const char *path, char *err, size_t errlen)
-{
-    struct pcr_writer *w;
-    struct pcr_writer_opts o = {.levels = LEVELS, .script = "test", .force = false};
-    int ret = pcr_writer_create(path, &o, &w, err, errlen);
-
-    if (ret)
-        return ret;
-    for (size_t i = 0; i < NDIRS; i++)
-        if ((ret = pcr_writer_add_dir(w, &base_dirs[i])))
-            goto fail;
-    for (size_t i = 0; i < NFILES; i += PER_REC) {
-        struct pcr_item items[PER_REC];
-        unsigned n = 0;
-        for (size_t k = i; k < NFILES && n < PER_REC; k++, n++) {
-            struct tfile *t = &files[k];
-            items[n] = (struct pcr_item){
-                .id = k + 1,
-                .dir = t->dir,
-                .name = t->name,
-                .kind = t->kind,
-                .data = t->data,
-                .len = t->len,
-                .split = t->kind == PCR_KIND_JPEG ? &t->split : NULL,
-                .info = {.width = 10, .height = 20, .components = 3},
-                .src_size = t->len,
-                .note = t->kind == PCR_KIND_VERBATIM ? "not a JPEG" : NULL,
-                .quality = k == 0   ? quality1
-                           : k == 6 ? quality7
-                                    : NULL,
-            };
-        }
-        if ((ret = pcr_writer_add_record(w, items, n)))
-            goto fail;
-    }
-    return pcr_writer_finish(w, err, errlen);
-fail:
-    snprintf(err, errlen, "%s", pcr_writer_error(w));
-    pcr_writer_abort(w);
-    return ret;
 }
 
 /* ---- the log hook: every line of a case, to assert on ---- */
@@ -395,19 +324,6 @@ static void refused(const char *store, int want, const char *phrase, const char 
         pcr_store_close(s);
 }
 
-static int resolve(struct pcr_store *s, const char *path, struct pcr_node *node)
-{
-    char buf[8192], *save, *part;
-    int ret = 0;
-
-    snprintf(buf, sizeof(buf), "%s", path);
-    node->is_dir = true;
-    node->id = PCR_ROOT_DIR;
-    for (part = strtok_r(buf, "/", &save); part && !ret; part = strtok_r(NULL, "/", &save))
-        ret = pcr_store_lookup(s, node->id, part, node);
-    return ret;
-}
-
 /* Every level of @t read through @f, whole and at random offsets, into buffers of the
  * exact size so that an overrun shows under ASan/valgrind. */
 static void check_bytes(struct pcr_store *s, const struct pcr_file *f, const struct tfile *t,
@@ -415,7 +331,7 @@ static void check_bytes(struct pcr_store *s, const struct pcr_file *f, const str
 {
     for (unsigned level = 1; level <= LEVELS + 1; level++) {
         size_t elen;
-        uint8_t *e = expected(t, level, &elen), *buf = malloc(elen + 1);
+        uint8_t *e = tstore_expected(t, level, &elen), *buf = malloc(elen + 1);
         ssize_t n;
 
         CHECK(pcr_file_size(f, level) == elen, "%s: %s level %u size %llu want %zu", label, t->path,
@@ -446,7 +362,7 @@ static void check_store(struct pcr_store *s, const enum want want[NFILES], const
         const struct tfile *t = &files[i];
         const struct pcr_file *f = NULL;
         struct pcr_node node;
-        int ret = resolve(s, t->path, &node);
+        int ret = tstore_resolve(s, t->path, &node);
 
         if (want[i] == GONE) {
             CHECK(ret == -ENOENT, "%s: %s should be gone: %d", label, t->path, ret);
@@ -1049,7 +965,7 @@ static void test_record_files(void)
         for (unsigned level = 2; level <= LEVELS; level++)
             CHECK(pcr_store_read(s, f4, level, buf, sizeof(buf), 0) == -EIO,
                   "level %u of file 4 after truncation gives EIO", level);
-        uint8_t *e = expected(&files[3], 1, &elen);
+        uint8_t *e = tstore_expected(&files[3], 1, &elen);
         CHECK(pcr_store_read(s, f4, 1, buf, sizeof(buf), 0) == (ssize_t)elen &&
                   !memcmp(buf, e, elen),
               "level 1 of file 4 lies before the cut: still served");
@@ -1271,7 +1187,7 @@ static void test_chunk_ranges(void)
         const struct pcr_file *f;
         uint8_t buf[8192];
         size_t elen;
-        uint8_t *e = expected(&files[6], LEVELS, &elen);
+        uint8_t *e = tstore_expected(&files[6], LEVELS, &elen);
         CHECK(pcr_store_file(s, 7, &f) == 0, "file 7 accepted");
         /* level L is chunks 0..8 + an empty chunk 9 + FF D9 */
         ssize_t nr = pcr_store_read(s, f, LEVELS, buf, sizeof(buf), 0);
@@ -1397,7 +1313,7 @@ static void test_odd_values(void)
         memset(z, 'z', 255);
         z[255] = '\0';
         snprintf(path, sizeof(path), "b/%s/c1.JPEG", z);
-        CHECK(resolve(s, path, &n) == 0 && n.id == 7, "lookup through a 255-byte name");
+        CHECK(tstore_resolve(s, path, &n) == 0 && n.id == 7, "lookup through a 255-byte name");
         CHECK(pcr_store_path(s, 7, want, sizeof(want)) == (ssize_t)strlen(path) &&
                   !strcmp(want, path),
               "path through a 255-byte name");
@@ -1422,7 +1338,7 @@ static void test_sparse_files(void)
         struct pcr_dirent de;
         char buf[64];
         CHECK(pcr_store_nfiles(s) == 549755813888ULL, "nfiles");
-        CHECK(resolve(s, "b/c/c2.bin", &n) == 0 && n.id == 549755813888ULL, "lookup c2.bin");
+        CHECK(tstore_resolve(s, "b/c/c2.bin", &n) == 0 && n.id == 549755813888ULL, "lookup c2.bin");
         CHECK(pcr_store_file(s, 549755813888ULL, &f) == 0, "file 2^39");
         if (pcr_store_file(s, 549755813888ULL, &f) == 0)
             check_bytes(s, f, &files[7], "files-sparse");
@@ -1836,7 +1752,7 @@ static void test_deep(void)
         memcpy(path + n, "r2.bin", sizeof("r2.bin")); /* 2 * depth + 16 bytes hold it */
         struct pcr_node node;
         const struct pcr_file *f;
-        CHECK(resolve(s, path, &node) == 0 && node.id == 1, "%s: lookup", label);
+        CHECK(tstore_resolve(s, path, &node) == 0 && node.id == 1, "%s: lookup", label);
         CHECK(pcr_store_file(s, 1, &f) == 0, "%s: file", label);
         if (depth < 2000) {
             CHECK(pcr_store_path(s, 1, out, 4 * depth + 16) == (ssize_t)strlen(path) &&
@@ -1987,7 +1903,7 @@ int main(void)
         return 2;
     snprintf(tmpdir, sizeof(tmpdir), "%s", tmpl);
     snprintf(base, sizeof(base), "%s/base", tmpdir);
-    if (build(base, err, sizeof(err)) != 0) {
+    if (tstore_write(base, &base_store, err, sizeof(err)) != 0) {
         fprintf(stderr, "cannot build the base store: %s\n", err);
         return 2;
     }

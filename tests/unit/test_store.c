@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "pcrfs/store.h"
 #include "pcrfs/writer.h"
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "view/view.h"
 #include "check.h"
@@ -37,7 +38,7 @@ static void test_read(const char *path)
         const struct pcr_file *f;
         struct pcr_file_info info;
 
-        ret = resolve(s, t->path, &node);
+        ret = tstore_resolve(s, t->path, &node);
         CHECK(ret == 0 && !node.is_dir && node.id == i + 1, "lookup %s: %d", t->path, ret);
         if (ret)
             continue;
@@ -50,7 +51,7 @@ static void test_read(const char *path)
               "path %s vs %s", pbuf, t->path);
         for (unsigned level = 1; level <= LEVELS + 2; level++) {
             size_t elen;
-            uint8_t *e = expected(t, level, &elen);
+            uint8_t *e = tstore_expected(t, level, &elen);
             struct pcr_handle *h;
             CHECK(pcr_file_size(f, level) == elen, "%s level %u size %llu want %zu", t->path, level,
                   (unsigned long long)pcr_file_size(f, level), elen);
@@ -294,7 +295,7 @@ static void test_flipped(const char *path)
     CHECK(pcr_store_file(s, 1, &f1) == 0 && pcr_store_file(s, 2, &f2) == 0, "files 1, 2");
     for (unsigned level = 1; level <= LEVELS; level++) {
         size_t elen;
-        uint8_t *e = expected(&files[0], level, &elen);
+        uint8_t *e = tstore_expected(&files[0], level, &elen);
         ssize_t got = pcr_store_read(s, f1, level, buf, sizeof(buf), 0);
         if (level <= c)
             CHECK(got == (ssize_t)elen && !memcmp(buf, e, elen), "level %u before the flip", level);

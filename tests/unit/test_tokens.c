@@ -25,6 +25,7 @@
 #include <zlib.h>
 #endif
 #include "pcrfs/tokens.h"
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "tokens/tokens_internal.h"
 

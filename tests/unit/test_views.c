@@ -95,7 +95,7 @@ static void test_layout(const char *path)
     if (!v)
         return; /* failed above; the rest would dereference it */
     CHECK(pcr_views_get(vs, PCR_VIEW_DYN, true) == NULL, "no file in its directory number");
-    CHECK(resolve(s, "a/cmyk.JPEG", &node) == 0 && !node.is_dir, "a/cmyk.JPEG");
+    CHECK(tstore_resolve(s, "a/cmyk.JPEG", &node) == 0 && !node.is_dir, "a/cmyk.JPEG");
     CHECK(pcr_view_child_number(v, true, node.id) == PCR_VIEW_DYN + 3, "level 3 first");
     CHECK(pcr_views_set_level(vs, 5, &old) == 0 && old == 3, "set 5");
     CHECK(pcr_views_set_level(vs, LEVELS + 1, NULL) == -EINVAL, "no level 11");
@@ -153,7 +153,7 @@ static void check_files(pcrfs_store *s, const char *view, unsigned level)
         const struct tfile *t = &files[i];
         struct pcrfs_stat st;
         size_t elen;
-        uint8_t *e = expected(t, level, &elen);
+        uint8_t *e = tstore_expected(t, level, &elen);
         ssize_t n;
 
         snprintf(p, sizeof(p), "%s/%s", view, t->path);
@@ -225,7 +225,7 @@ static void test_rows(const char *path)
             unsigned lv = 0;
             for (k = 2; k <= 4 && !lv; k++) {
                 size_t elen;
-                uint8_t *e = expected(t, k, &elen);
+                uint8_t *e = tstore_expected(t, k, &elen);
                 if (n == (ssize_t)elen && !memcmp(buf, e, elen))
                     lv = k;
                 free(e);

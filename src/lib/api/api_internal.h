@@ -1,5 +1,7 @@
-/* pcrfs — the public API's insides, shared by pcrfs.c (paths, opening, fork) and
- * node.c (nodes, control files, attributes): not installed.
+/* pcrfs — the public API's insides, shared by its three files, each of which calls
+ * only the ones below it: path.c (the tree by path) -> node.c (nodes, control files,
+ * attributes, the handles) -> pcrfs.c (opening, the instance per process, fork,
+ * errors, options): not installed.
  */
 #ifndef PCRFS_LIB_API_INTERNAL_H
 #define PCRFS_LIB_API_INTERNAL_H
@@ -38,9 +40,7 @@ struct pcrfs_store {
     char *path_abs;              /* for info: absolute (a URL as given) */
     unsigned flags;              /* PCRFS_OPEN_* */
     struct pcr_views_args args;  /* the views' options, parsed */
-    struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, ... (store/opts.c) */
-    struct pcr_http_opts http;   /* the rest of the backend's options */
-    char *str[4];                /* endpoint=, region=, profile=, ca_bundle= (owned) */
+    struct pcr_store_opts sopts; /* bwlimit=, readahead=, cache=, endpoint=, ... (store/opts.c) */
     _Atomic(struct inst *) cur;
 };
 
@@ -86,17 +86,16 @@ struct inst *api_inst(pcrfs_store *s);
             return -EIO;                                                                           \
     } while (0)
 
-/* pcrfs.c: this process's instance of @s and the stored file @f at @path of the
- * tree, served by view @v (its store: in->store or in->tokstore). @return 0 or
- * -errno (the message set). */
+/* node.c: a handle on file @f of view @v (its open counted by the view; size -1:
+ * asked on first use), for pcrfs_node_open() and path.c's opens.
+ * @return 0 or -errno (no message). */
+int api_file_open_view(struct inst *in, const struct pcr_view *v, const struct pcr_file *f,
+                       uint64_t node, struct pcrfs_file **out);
+
+/* path.c: this process's instance of @s and the stored file @f at @path of the
+ * tree, served by view @v (its store: in->store or in->tokstore), for the
+ * inspection calls (inspect.c). @return 0 or -errno (the message set). */
 int api_file_at(pcrfs_store *s, const char *path, struct inst **in, const struct pcr_view **v,
                 const struct pcr_file **f);
-
-/* node.c: the control files' state in @in, and its release; a control file's
- * handle's size, read and close. */
-void api_node_inst_free(struct inst *in);
-int64_t api_ctl_file_size(const struct pcrfs_file *f);
-ssize_t api_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off);
-void api_ctl_file_close(struct pcrfs_file *f);
 
 #endif

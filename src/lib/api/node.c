@@ -1,7 +1,9 @@
 /* pcrfs — the tree by node (include/pcrfs/pcrfs.h, "Serving the tree"): node
  * numbers, lookup, attributes, listings, reads and opens by node, the control files
  * of /.pcrfs and the extended attributes. What a daemon serving the tree needs
- * (src/fuse is the one in this project); pcrfs.c serves paths on top of the views.
+ * (src/fuse is the one in this project), and the handles of pcrfs_file_*, whichever
+ * way they were opened. The middle of the API's three files: path.c (paths) calls
+ * it, it calls pcrfs.c (the instance, errors) and nothing above.
  *
  * Node numbers. A number is computed from what it names and decodes back without a
  * table:
@@ -316,12 +318,6 @@ static void slice(const char *data, size_t len, void *buf, size_t size, uint64_t
         memcpy(buf, data + off, n);
     }
     *out = n;
-}
-
-void api_node_inst_free(struct inst *in)
-{
-    free(in->info);
-    free(in->records);
 }
 
 /* ---- store-wide ---------------------------------------------------------------------- */
@@ -664,24 +660,37 @@ int pcrfs_node_open(pcrfs_store *s, uint64_t node, int for_write, pcrfs_file **o
         if (rc)
             return rc;
     }
+    if (p.view != VIEW_CTL)
+        return api_file_open_view(in, v, f, node, out);
     h = calloc(1, sizeof(*h));
     if (!h)
         return -ENOMEM;
     h->in = in;
     h->node = node;
     h->size = -1;
-    if (p.view == VIEW_CTL) {
-        /* a control file that is not a row (a view's) reads like a fixed row */
-        static const struct ctl_file view_ctl = {"",   0,   PCRFS_NODE_FIXED, 0, NULL, NULL,
-                                                 NULL, NULL};
-        h->ctl = row ? row : &view_ctl;
-        if (for_write && !(h->wbuf = malloc(row->max))) {
-            free(h);
-            return -ENOMEM;
-        }
-        *out = h;
-        return 0;
+    /* a control file that is not a row (a view's) reads like a fixed row */
+    static const struct ctl_file view_ctl = {"", 0, PCRFS_NODE_FIXED, 0, NULL, NULL, NULL, NULL};
+    h->ctl = row ? row : &view_ctl;
+    if (for_write && !(h->wbuf = malloc(row->max))) {
+        free(h);
+        return -ENOMEM;
     }
+    *out = h;
+    return 0;
+}
+
+int api_file_open_view(struct inst *in, const struct pcr_view *v, const struct pcr_file *f,
+                       uint64_t node, struct pcrfs_file **out)
+{
+    struct pcrfs_file *h = calloc(1, sizeof(*h));
+    int rc;
+
+    *out = NULL;
+    if (!h)
+        return -ENOMEM;
+    h->in = in;
+    h->node = node;
+    h->size = -1;
     h->v = v;
     h->f = f;
     rc = pcr_view_open(v, f, &h->state); /* counts the open or its EIO */
@@ -700,7 +709,7 @@ unsigned pcrfs_file_flags(const pcrfs_file *f)
     return file_flags(f->v);
 }
 
-int64_t api_ctl_file_size(const struct pcrfs_file *f)
+static int64_t ctl_file_size(const struct pcrfs_file *f)
 {
     const char *data;
     char *owned;
@@ -711,7 +720,7 @@ int64_t api_ctl_file_size(const struct pcrfs_file *f)
     return rc ? rc : (int64_t)len;
 }
 
-ssize_t api_ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off)
+static ssize_t ctl_file_read(struct pcrfs_file *f, void *buf, size_t len, uint64_t off)
 {
     return ctl_read(f->in, node_split(f->node).id, buf, len, off);
 }
@@ -779,10 +788,45 @@ int pcrfs_file_flush(pcrfs_file *f)
     return rc;
 }
 
-void api_ctl_file_close(struct pcrfs_file *f)
+static void ctl_file_close(struct pcrfs_file *f)
 {
     pcrfs_file_flush(f);
     free(f->wbuf);
+    free(f);
+}
+
+/* ---- handles, opened by node (above) or by path (path.c) -------------------------------- */
+
+int64_t pcrfs_file_size(const pcrfs_file *f)
+{
+    if (f->ctl)
+        return ctl_file_size(f);
+    /* a node's open (pcrfs_node_open()) leaves it to the first ask */
+    if (f->size < 0 && f->v && f->f)
+        return pcr_view_size(f->v, f->f);
+    return f->size;
+}
+
+ssize_t pcrfs_file_read(pcrfs_file *f, void *buf, size_t len, uint64_t off)
+{
+    ssize_t n;
+
+    api_ok();
+    if (f->ctl)
+        return ctl_file_read(f, buf, len, off);
+    n = pcr_view_read(f->v, NULL, f->state, buf, len, off);
+    return n < 0 ? api_fail((int)n, "%s", strerror((int)-n)) : n;
+}
+
+void pcrfs_file_close(pcrfs_file *f)
+{
+    if (!f)
+        return;
+    if (f->ctl) {
+        ctl_file_close(f);
+        return;
+    }
+    pcr_view_close(f->v, f->state);
     free(f);
 }
 

@@ -1,9 +1,12 @@
-/* pcrfs — the public API (include/pcrfs/pcrfs.h): the views of a store by path.
+/* pcrfs — the public API (include/pcrfs/pcrfs.h): opening a store, this process's
+ * instance of it, errors, the options, and what is asked of the store as a whole
+ * (levels, prefetch, info and stats). The bottom of the API's three files: node.c
+ * (the tree by node, the handles) and path.c (the tree by path) call it; it calls
+ * neither.
  *
  * A pcrfs_store is a store, its token tree and its views (src/lib/view/), opened
  * with options the way the FUSE driver opens them, plus what reopening them needs:
- * the path and the parsed options. Paths resolve through the views' own lookups, so
- * names, sizes and bytes are those of a mount.
+ * the path and the parsed options.
  *
  * Across fork(). A child inherits the parent's store but not its threads (refurb/'s
  * workers) nor, safely, its connections (libcurl's handles) or a lock another
@@ -28,9 +31,6 @@
 #include "common/internal.h"
 #include "pcrfs/log.h"
 #include "util/optparse.h"
-
-#define NAME_MAX_BYTES 255
-#define NAMEBUF        512
 
 /* ---- errors ---------------------------------------------------------------------- */
 
@@ -81,24 +81,12 @@ static void atfork_register(void)
     pthread_atfork(NULL, NULL, atfork_child);
 }
 
-/* The string options for object storage, as pcrfs(1) takes them: non-empty, checked
- * by the library when the store is opened (url.c), kept in pcrfs_store.str[]. */
-static const char *const str_opts[] = {"endpoint", "region", "profile", "ca_bundle"};
-
-static int str_opt(const char *name)
-{
-    for (int i = 0; i < (int)(sizeof(str_opts) / sizeof(str_opts[0])); i++)
-        if (!strcmp(name, str_opts[i]))
-            return i;
-    return -1;
-}
-
 /* One "NAME=VALUE" of pcrfs_open(). @return 0 or -EINVAL/-ENOMEM (errbuf). */
 static int take_option(pcrfs_store *s, const char *opt, bool remote)
 {
     const char *eq = strchr(opt, '='), *val;
     char name[32], msg[480] = "";
-    int rc, i;
+    int rc;
 
     if (!eq || eq == opt || (size_t)(eq - opt) >= sizeof(name))
         return api_fail(-EINVAL, "option %.64s: want NAME=VALUE", opt);
@@ -106,29 +94,7 @@ static int take_option(pcrfs_store *s, const char *opt, bool remote)
     val = eq + 1;
     if (pcr_views_opt_desc(name))
         rc = pcr_views_opt(&s->args, name, val, msg, sizeof(msg));
-    else if ((i = str_opt(name)) >= 0) {
-        /* strings the backend checks (url.c), as the daemon takes them */
-        if (!remote)
-            return api_fail(-EINVAL,
-                            "%s=: only for a store in object storage (s3://, http://, "
-                            "https://)",
-                            name);
-        rc = val[0] ? 0 : -1;
-        if (rc) {
-            pcr_opt_msg(msg, sizeof(msg), name, val, "want a value");
-        } else {
-            char *copy = strdup(val);
-
-            if (!copy)
-                return api_fail(-ENOMEM, "out of memory");
-            free(s->str[i]);
-            s->str[i] = copy;
-            s->http.endpoint = s->str[0];
-            s->http.region = s->str[1];
-            s->http.profile = s->str[2];
-            s->http.ca_bundle = s->str[3];
-        }
-    } else if (pcr_store_opt_remote_only(name) && !remote)
+    else if (pcr_store_opt_remote_only(name) && !remote)
         return api_fail(-EINVAL,
                         "%s=: only for a store in object storage (s3://, http://, "
                         "https://)",
@@ -149,7 +115,8 @@ static void inst_free(struct inst *in)
     pcr_views_close(in->views);
     pcr_store_close(in->tokstore); /* before the store it belongs to */
     pcr_store_close(in->store);
-    api_node_inst_free(in);
+    free(in->info);
+    free(in->records); /* node.c's /.pcrfs/records, rendered on first use */
     pthread_mutex_destroy(&in->lock);
     free(in);
 }
@@ -177,7 +144,7 @@ static int inst_open(const pcrfs_store *s, bool start, bool *usage, struct inst 
     in->pid = getpid();
     pthread_mutex_init(&in->lock, NULL);
     if (pcr_url_is_remote(s->path)) {
-        struct pcr_http_opts ho = s->http;
+        struct pcr_http_opts ho = {0};
 
         pcr_store_opts_http(&s->sopts, &ho);
         rc = pcr_store_open_url(s->path, &ho, &in->store, err, sizeof(err));
@@ -299,8 +266,6 @@ void pcrfs_close(pcrfs_store *s)
         inst_free(in);
     pcr_views_args_free(&s->args);
     pcr_store_opts_free(&s->sopts);
-    for (size_t i = 0; i < sizeof(s->str) / sizeof(s->str[0]); i++)
-        free(s->str[i]);
     free(s->path);
     free(s->path_abs);
     free(s);
@@ -330,282 +295,7 @@ struct inst *api_inst(pcrfs_store *s)
     return in;
 }
 
-/* ---- paths ---------------------------------------------------------------------------- */
-
-struct node {
-    const struct pcr_view *v; /* NULL: the root */
-    bool is_dir;
-    uint64_t id; /* a directory's or a file's id in v's tree */
-};
-
-/* @path -> the node it names: the root, a view's directory or file (the file's
- * view entry: with PCR_LEVEL_CURRENT the level it is served at now). */
-static int resolve(struct inst *in, const char *path, struct node *n)
-{
-    char comp[NAME_MAX_BYTES + 1];
-    const char *p = path, *end;
-    struct pcr_node node;
-    int rc;
-
-    n->v = NULL;
-    n->is_dir = true;
-    n->id = PCR_ROOT_DIR;
-    for (;;) {
-        size_t len;
-
-        while (*p == '/')
-            p++;
-        if (!*p)
-            break;
-        end = strchr(p, '/');
-        len = end ? (size_t)(end - p) : strlen(p);
-        if (len > NAME_MAX_BYTES)
-            return api_fail(-ENAMETOOLONG, "%s: a name is longer than 255 bytes", path);
-        memcpy(comp, p, len);
-        comp[len] = '\0';
-        p += len;
-        if (!strcmp(comp, "."))
-            continue;
-        if (!n->is_dir)
-            return api_fail(-ENOTDIR, "%s: not a directory", path);
-        if (!strcmp(comp, ".."))
-            return api_fail(-EINVAL, "%s: \"..\" is not resolved", path);
-        if (!n->v) {
-            n->v = pcr_views_root_lookup(in->views, comp);
-            if (!n->v)
-                return api_fail(-ENOENT, "%s: no such view", path);
-            continue;
-        }
-        rc = n->v->ops->lookup(n->v, n->id, comp, &node);
-        if (rc)
-            return api_fail(rc, "%s: %s", path, strerror(-rc));
-        n->is_dir = node.is_dir;
-        n->id = node.id;
-        if (!node.is_dir) {
-            n->v = pcr_views_get(in->views, pcr_view_child_number(n->v, true, node.id), true);
-            if (!n->v)
-                return api_fail(-EIO, "%s: no view serves it", path);
-        }
-    }
-    return 0;
-}
-
-/* The file at @path. */
-static int resolve_file(struct inst *in, const char *path, struct node *n,
-                        const struct pcr_file **f)
-{
-    int rc = resolve(in, path, n);
-
-    if (rc)
-        return rc;
-    if (n->is_dir)
-        return api_fail(-EISDIR, "%s: a directory", path);
-    rc = pcr_store_file(n->v->store, n->id, f);
-    return rc ? api_fail(rc, "%s: %s", path, strerror(-rc)) : 0;
-}
-
-/* This process's instance and the file at @path in it. */
-static int file_at(pcrfs_store *s, const char *path, struct inst **in, struct node *n,
-                   const struct pcr_file **f)
-{
-    errbuf[0] = '\0';
-    if (!s)
-        return api_fail(-EINVAL, "no store");
-    if (!(*in = api_inst(s)))
-        return -EIO;
-    return resolve_file(*in, path, n, f);
-}
-
-int api_file_at(pcrfs_store *s, const char *path, struct inst **in, const struct pcr_view **v,
-                const struct pcr_file **f)
-{
-    struct node n;
-    int rc = file_at(s, path, in, &n, f);
-
-    *v = rc ? NULL : n.v;
-    return rc;
-}
-
-int pcrfs_stat(pcrfs_store *s, const char *path, struct pcrfs_stat *st)
-{
-    const struct pcr_file *f;
-    struct inst *in;
-    struct node n;
-    int64_t size;
-    int rc;
-
-    PCRFS_INST(in, s);
-    memset(st, 0, sizeof(*st));
-    rc = resolve(in, path, &n);
-    if (rc)
-        return rc;
-    if (n.is_dir) {
-        st->is_dir = 1;
-        return 0;
-    }
-    rc = pcr_store_file(n.v->store, n.id, &f);
-    if (rc)
-        return api_fail(rc, "%s: %s", path, strerror(-rc));
-    size = pcr_view_size(n.v, f);
-    if (size < 0)
-        return api_fail((int)size, "%s: %s", path, strerror((int)-size));
-    st->size = (uint64_t)size;
-    st->file_id = n.id;
-    return 0;
-}
-
-int pcrfs_readdir(pcrfs_store *s, const char *path, uint64_t *pos, char *name, size_t namelen,
-                  int *is_dir)
-{
-    char namebuf[NAMEBUF];
-    struct pcr_dirent de;
-    const char *nm;
-    struct inst *in;
-    struct node n;
-    uint64_t p = *pos;
-    int rc;
-
-    PCRFS_INST(in, s);
-    rc = resolve(in, path, &n);
-    if (rc)
-        return rc;
-    if (!n.is_dir)
-        return api_fail(-ENOTDIR, "%s: not a directory", path);
-    if (!n.v) {
-        const struct pcr_view *v =
-            p < PCR_VIEWS_ROOT_MAX ? pcr_views_root(in->views, (unsigned)p) : NULL;
-        if (!v)
-            return 0;
-        nm = v->name;
-        *is_dir = 1;
-    } else {
-        rc = n.v->ops->readdir(n.v, n.id, &p, &de, namebuf, sizeof(namebuf));
-        if (rc == -ENOENT)
-            return 0;
-        if (rc)
-            return api_fail(rc, "%s: %s", path, strerror(-rc));
-        nm = de.name;
-        *is_dir = de.node.is_dir;
-    }
-    if (strlen(nm) >= namelen)
-        return api_fail(-ENAMETOOLONG, "%s: a name longer than the buffer", path);
-    memcpy(name, nm, strlen(nm) + 1);
-    *pos = p + 1;
-    return 1;
-}
-
-int pcrfs_file_open(pcrfs_store *s, const char *path, pcrfs_file **out)
-{
-    const struct pcr_file *f;
-    struct pcrfs_file *h;
-    struct inst *in;
-    struct node n;
-    int rc;
-
-    *out = NULL;
-    rc = file_at(s, path, &in, &n, &f);
-    if (rc)
-        return rc;
-    h = calloc(1, sizeof(*h));
-    if (!h)
-        return api_fail(-ENOMEM, "out of memory");
-    h->in = in;
-    h->v = n.v;
-    h->f = f;
-    h->size = pcr_view_size(n.v, f);
-    if (h->size < 0) {
-        rc = (int)h->size;
-        free(h);
-        return api_fail(rc, "%s: %s", path, strerror(-rc));
-    }
-    rc = pcr_view_open(n.v, f, &h->state);
-    if (rc) {
-        free(h);
-        return api_fail(rc, "%s: %s", path, strerror(-rc));
-    }
-    *out = h;
-    return 0;
-}
-
-int64_t pcrfs_file_size(const pcrfs_file *f)
-{
-    if (f->ctl)
-        return api_ctl_file_size(f);
-    /* a node's open (pcrfs_node_open()) leaves it to the first ask */
-    if (f->size < 0 && f->v && f->f)
-        return pcr_view_size(f->v, f->f);
-    return f->size;
-}
-
-ssize_t pcrfs_file_read(pcrfs_file *f, void *buf, size_t len, uint64_t off)
-{
-    ssize_t n;
-
-    errbuf[0] = '\0';
-    if (f->ctl)
-        return api_ctl_file_read(f, buf, len, off);
-    n = pcr_view_read(f->v, NULL, f->state, buf, len, off);
-    return n < 0 ? api_fail((int)n, "%s", strerror((int)-n)) : n;
-}
-
-void pcrfs_file_close(pcrfs_file *f)
-{
-    if (!f)
-        return;
-    if (f->ctl) {
-        api_ctl_file_close(f);
-        return;
-    }
-    pcr_view_close(f->v, f->state);
-    free(f);
-}
-
-/* Views whose opens change nothing read without a handle (pcr_store_pread(): no
- * allocation); the others open, read and close. */
-ssize_t pcrfs_read(pcrfs_store *s, const char *path, void *buf, size_t len, uint64_t off)
-{
-    const struct pcr_file *f;
-    struct pcrfs_file *h;
-    struct inst *in;
-    struct node n;
-    ssize_t got;
-    int rc;
-
-    rc = file_at(s, path, &in, &n, &f);
-    if (rc)
-        return rc;
-    if (!n.v->desc->needs_open) {
-        got = pcr_view_read(n.v, f, NULL, buf, len, off);
-        if (got >= 0 && off == 0)
-            pcr_view_count(&n.v->ctr->opens, 1);
-        return got < 0 ? api_fail((int)got, "%s: %s", path, strerror((int)-got)) : got;
-    }
-    rc = pcrfs_file_open(s, path, &h);
-    if (rc)
-        return rc;
-    got = pcrfs_file_read(h, buf, len, off);
-    pcrfs_file_close(h);
-    return got;
-}
-
-int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *file_id)
-{
-    const struct pcr_file *f;
-    struct pcr_file_info fi;
-    struct inst *in;
-    struct node n;
-    int rc;
-
-    rc = file_at(s, path, &in, &n, &f);
-    if (rc)
-        return rc;
-    if (n.v->store != in->store)
-        return api_fail(-ENODATA, "%s: a token file, in no image record", path);
-    pcr_file_info(f, &fi);
-    *record = fi.record;
-    *file_id = fi.id;
-    return 0;
-}
+/* ---- the store as a whole ------------------------------------------------------------ */
 
 int pcrfs_prefetch(pcrfs_store *s, const uint64_t *records, size_t n)
 {
@@ -673,7 +363,7 @@ ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out)
 
 /* ---- options, for a command line that passes them on --------------------------------- */
 
-/* The store's own options (store/opts.c, and the strings above), then the views'. */
+/* The store's own options (store/opts.c), then the views'. */
 static const struct {
     const char *name;
     unsigned flags;
@@ -725,10 +415,6 @@ int pcrfs_option_check(const char *name, const char *value)
 
         rc = pcr_views_opt(&a, name, value, msg, sizeof(msg));
         pcr_views_args_free(&a);
-    } else if (str_opt(name) >= 0) {
-        rc = value[0] ? 0 : -1;
-        if (rc)
-            pcr_opt_msg(msg, sizeof(msg), name, value, "want a value");
     } else {
         struct pcr_store_opts o = PCR_STORE_OPTS_INIT;
 

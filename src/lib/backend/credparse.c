@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/internal.h"
-#include "backend/creds.h"
+#include "backend/credparse.h"
 
 void http_cred_doc_free(struct http_cred_doc *d)
 {

@@ -278,7 +278,7 @@ static void http_destroy(struct pcr_backend *b)
 {
     struct http_backend *hb = (struct http_backend *)b;
 
-    http_stats_unregister(hb);
+    http_stats_unregister(&hb->reg);
     http_cache_free(hb->cache);
     http_xfer_fini(&hb->x);
     http_target_free(&hb->x.t);
@@ -332,7 +332,7 @@ int pcr_backend_http(const char *url, const struct pcr_http_opts *o, struct pcr_
         pcr_errf(err, errlen, "libcurl: cannot share connections");
         return -ENOMEM;
     }
-    http_stats_register(hb);
+    http_stats_register(&hb->reg, &hb->x);
     *out = &hb->base;
     return 0;
 }

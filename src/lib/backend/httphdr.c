@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include "backend/httpxfer.h"
+#include "backend/httpreq.h"
 
 static bool parse_u64(const char **p, uint64_t *out)
 {

@@ -1,29 +1,31 @@
-/* pcrfs — the process's list of object-storage backends, for pcr_http_stats() and
- * the credentials part of /.pcrfs/stats: the sums over every open store.
+/* pcrfs — the process's list of object-storage transports (httpstats.h), for
+ * pcr_http_stats() and the credentials part of /.pcrfs/stats: the sums over every
+ * open store. Knows the transport, not the backend above it.
  */
 #include <errno.h>
 #include <string.h>
 #include "common/internal.h"
 #include "backend/creds.h"
-#include "backend/http_internal.h"
+#include "backend/httpstats.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct http_backend *registry;
+static struct http_stats_entry *registry;
 
-void http_stats_register(struct http_backend *hb)
+void http_stats_register(struct http_stats_entry *e, const struct http_transport *x)
 {
+    e->x = x;
     pthread_mutex_lock(&registry_lock);
-    hb->next = registry;
-    registry = hb;
+    e->next = registry;
+    registry = e;
     pthread_mutex_unlock(&registry_lock);
 }
 
-void http_stats_unregister(struct http_backend *hb)
+void http_stats_unregister(struct http_stats_entry *e)
 {
     pthread_mutex_lock(&registry_lock);
-    for (struct http_backend **p = &registry; *p; p = &(*p)->next)
-        if (*p == hb) {
-            *p = hb->next;
+    for (struct http_stats_entry **p = &registry; *p; p = &(*p)->next)
+        if (*p == e) {
+            *p = e->next;
             break;
         }
     pthread_mutex_unlock(&registry_lock);
@@ -34,9 +36,9 @@ int pcr_http_creds_json(char *out, size_t len)
     int ret = -ENOENT;
 
     pthread_mutex_lock(&registry_lock);
-    for (struct http_backend *hb = registry; hb; hb = hb->next)
-        if (hb->x.t.creds) {
-            http_creds_json(hb->x.t.creds, out, len);
+    for (const struct http_stats_entry *e = registry; e; e = e->next)
+        if (e->x->t.creds) {
+            http_creds_json(e->x->t.creds, out, len);
             ret = 0;
             break;
         }
@@ -50,8 +52,8 @@ int pcr_http_stats(struct pcr_http_stats *out)
 
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&registry_lock);
-    for (struct http_backend *hb = registry; hb; hb = hb->next) {
-        const uint64_t *src = (const uint64_t *)&hb->x.st;
+    for (const struct http_stats_entry *e = registry; e; e = e->next) {
+        const uint64_t *src = (const uint64_t *)&e->x->st;
         uint64_t *dst = (uint64_t *)out;
         for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
             dst[i] += __atomic_load_n(&src[i], __ATOMIC_RELAXED);

@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "backend/creds.h"
 #include "backend/http_internal.h"

@@ -1,4 +1,4 @@
-/* pcrfs — XXH64 and LEB128 varints.
+/* pcrfs — XXH64, the chunk checksums built on it, and LEB128 varints.
  *
  * XXH64 is written here from the public xxHash specification (about sixty lines)
  * rather than taken as a dependency: it is the only thing we would use of libxxhash.
@@ -6,6 +6,7 @@
  * libjpeg transform during a build.
  */
 #include <string.h>
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "common/le.h"
 
@@ -134,6 +135,11 @@ uint64_t pcr_xxh64(const void *data, size_t len)
     pcr_xxh64_init(&st);
     pcr_xxh64_update(&st, data, len);
     return pcr_xxh64_final(&st);
+}
+
+uint32_t pcr_sum32(const void *data, size_t len)
+{
+    return (uint32_t)pcr_xxh64(data, len);
 }
 
 size_t pcr_varint_put(uint8_t *out, uint64_t v)

@@ -1,4 +1,5 @@
-/* pcrfs — the index module (see index.h): with schema.c, the only code that speaks SQL.
+/* pcrfs — the index module (see index.h): with schema.c and conn.c, the only code
+ * that speaks SQL; the top of its three floors (conn.h).
  *
  * The store is immutable once built, so the reader opens index.db with
  * "immutable=1": SQLite takes no locks and looks for no journal, which also lets a
@@ -14,35 +15,9 @@
 #include <sys/stat.h>
 #include <sqlite3.h>
 #include "common/internal.h"
-#include "format/index_internal.h"
-
-const char pcr_index_schema[] =
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
-    "CREATE TABLE dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
-    " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
-    " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
-    "CREATE TABLE records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
-    " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
-    "CREATE TABLE files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
-    " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
-    " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
-    " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
-    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
-    /* The token tree has the same shape: a token file is a one-chunk file whose
-     * record is a token shard (see pcrfs(5)). */
-    "CREATE TABLE tok_dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
-    " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
-    " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
-    "CREATE TABLE tok_records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
-    " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
-    "CREATE TABLE tok_files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
-    " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
-    " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
-    " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
-    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
-    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);"
-    "CREATE TABLE blobs(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;";
+#include "format/index.h"
+#include "format/conn.h"
+#include "format/schema.h"
 
 #define DIRS_SQL(t)                                                                                \
     "SELECT id, parent, name, first_child, nsubdirs, first_file, nfiles FROM " t "dirs"            \
@@ -86,11 +61,6 @@ static const char *const writer_sql[] = {
 static bool optional_stmt(int i)
 {
     return i == ST_BLOB || i == ST_DIRS + 1 || i == ST_RECORDS + 1 || i == ST_FILES + 1;
-}
-
-const char *pcr_index_errmsg(struct pcr_index *idx)
-{
-    return idx->why[0] ? idx->why : sqlite3_errmsg(idx->db);
 }
 
 /* SQLite result code -> negative errno, once, here. */
@@ -140,71 +110,6 @@ static char *uri_for(const char *path, const char *query)
     }
     memcpy(p, query, strlen(query) + 1); /* u has room for it */
     return u;
-}
-
-/* ---- bounded work ----
- * Every statement of a reader runs under a progress handler: after
- * PCR_INDEX_STEP_BUDGET virtual-machine instructions without producing a row it is
- * interrupted. A legitimate statement of this module spends a few dozen
- * instructions per row (a rowid range or a scan of a table, each row returned), so
- * the bound is about work between rows, not about the size of a table: loading a
- * million-row table never trips it, while a query that computes without end (a view
- * over a recursive query, were one to get past index_check_schema()) stops in well under
- * a second and its caller gets -EIO. */
-
-int index_progress(void *ctx)
-{
-    struct pcr_index *idx = ctx;
-    return ++idx->ticks > PCR_INDEX_STEP_BUDGET / PROGRESS_PERIOD;
-}
-
-/* After a statement stopped: say why if it was the budget. */
-static void note_budget(struct pcr_index *idx)
-{
-    if (idx->ticks > PCR_INDEX_STEP_BUDGET / PROGRESS_PERIOD)
-        snprintf(idx->why, sizeof(idx->why),
-                 "a query ran past its work bound (%d SQLite instructions without a row)",
-                 PCR_INDEX_STEP_BUDGET);
-}
-
-int index_step(struct pcr_index *idx, sqlite3_stmt *st)
-{
-    int rc;
-
-    idx->ticks = 0;
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        note_budget(idx);
-    return rc;
-}
-
-/* Preparing may read and parse the schema, which runs statements too. */
-int index_prepare(struct pcr_index *idx, const char *sql, unsigned flags, sqlite3_stmt **st)
-{
-    int rc;
-
-    idx->ticks = 0;
-    rc = sqlite3_prepare_v3(idx->db, sql, -1, flags, st, NULL);
-    if (rc != SQLITE_OK)
-        note_budget(idx);
-    return rc;
-}
-
-int64_t index_pragma_int(struct pcr_index *idx, const char *sql, int *rc)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-
-    *rc = index_prepare(idx, sql, 0, &st);
-    if (*rc == SQLITE_OK) {
-        *rc = index_step(idx, st);
-        if (*rc == SQLITE_ROW) {
-            v = sqlite3_column_int64(st, 0);
-            *rc = SQLITE_OK;
-        }
-    }
-    sqlite3_finalize(st);
-    return v;
 }
 
 /* The reader's SELECTs list the columns of their table in order, so that a row can

@@ -14,10 +14,7 @@
 
 #define PCR_INDEX_APP_ID  0x50435246 /* "PCRF" in PRAGMA application_id */
 #define PCR_INDEX_VERSION 2          /* PRAGMA user_version (2: trailer, sums, quality) */
-/* The work bound of every reader statement: SQLite virtual-machine instructions
- * between two rows (or before the first). Legitimate statements use tens per row;
- * see the comment on index_progress() in index.c and pcrfs(5). */
-#define PCR_INDEX_STEP_BUDGET 20000000
+/* Every reader statement runs under a work bound (PCR_INDEX_STEP_BUDGET, conn.h). */
 
 struct pcr_index;
 

@@ -1,6 +1,6 @@
-/* pcrfs — the index connection's limits and the exact-schema check (see
- * index_internal.h): what an untrusted index.db may make SQLite do, and the rule
- * that it holds exactly the tables pcrfs(5) documents.
+/* pcrfs — the index connection's limits, the schema and the exact-schema check (see
+ * schema.h): what an untrusted index.db may make SQLite do, and the rule that it
+ * holds exactly the tables pcrfs(5) documents.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -8,7 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/internal.h"
-#include "format/index_internal.h"
+#include "format/schema.h"
+
+const char pcr_index_schema[] =
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;"
+    "CREATE TABLE dirs(id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,"
+    " first_child INTEGER NOT NULL, nsubdirs INTEGER NOT NULL,"
+    " first_file INTEGER NOT NULL, nfiles INTEGER NOT NULL);"
+    "CREATE TABLE records(id INTEGER PRIMARY KEY, name TEXT NOT NULL, size INTEGER NOT NULL,"
+    " nimages INTEGER NOT NULL, groups BLOB NOT NULL);"
+    "CREATE TABLE files(id INTEGER PRIMARY KEY, dir INTEGER NOT NULL, name BLOB NOT NULL,"
+    " kind INTEGER NOT NULL, record INTEGER NOT NULL, slot INTEGER NOT NULL,"
+    " nchunks INTEGER NOT NULL, chunks BLOB NOT NULL, size INTEGER NOT NULL,"
+    " width INTEGER NOT NULL, height INTEGER NOT NULL, components INTEGER NOT NULL,"
+    " src_size INTEGER NOT NULL, checksum INTEGER NOT NULL, note TEXT,"
+    " trailer INTEGER NOT NULL, sums BLOB NOT NULL, quality BLOB NOT NULL);" PCR_INDEX_TOKEN_TABLES;
 
 /* ---- the connection: what an untrusted database may make SQLite do ---- */
 
@@ -32,7 +46,7 @@ static const struct {
 /* Before the first statement: the schema is untrusted, so none of its SQL (views,
  * triggers, defaults) may call functions with side effects, views and triggers are
  * off altogether, no extension can be loaded, the schema cannot be written, and
- * every statement is bounded (index_progress(), index.c). */
+ * every statement is bounded (index_progress(), conn.c). */
 int index_harden(struct pcr_index *idx)
 {
     static const struct {

@@ -18,9 +18,30 @@
 #define MAX_PART_SIZE    (UINT64_C(1) << 30)
 #define MAX_CONNECTIONS  256 /* the handle pool of backend/httpxfer.c */
 
+/* The string options, each kept as given and non-empty (what it may hold is checked
+ * where it is used: cache= by the cache, the others by url.c when the store opens). */
+static const char *const str_names[] = {"cache", "endpoint", "region", "profile", "ca_bundle"};
+#define NSTR (sizeof(str_names) / sizeof(str_names[0]))
+
+static int str_index(const char *name)
+{
+    for (size_t i = 0; i < NSTR; i++)
+        if (!strcmp(name, str_names[i]))
+            return (int)i;
+    return -1;
+}
+
+/* Where string option @i of str_names[] is kept in @o. */
+static char **str_slot(struct pcr_store_opts *o, int i)
+{
+    char **slots[NSTR] = {&o->cache, &o->endpoint, &o->region, &o->profile, &o->ca_bundle};
+
+    return slots[i];
+}
+
 int pcr_store_opt_remote_only(const char *name)
 {
-    return !strcmp(name, "cache") || !strcmp(name, "cache_size") || !strcmp(name, "http_timeout") ||
+    return str_index(name) >= 0 || !strcmp(name, "cache_size") || !strcmp(name, "http_timeout") ||
            !strcmp(name, "http_retries") || !strcmp(name, "http_part_size") ||
            !strcmp(name, "http_connections");
 }
@@ -31,7 +52,7 @@ int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, c
     static const char *const readahead_words[] = {"kernel", "record", NULL};
     uint64_t v;
     unsigned w;
-    int rc;
+    int rc, i;
 
     if (!strcmp(name, "bwlimit"))
         return pcr_opt_size(name, val, 0, MAX_BWLIMIT, "bytes/s (0: no limit)", &o->bwlimit, msg,
@@ -41,18 +62,18 @@ int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, c
         o->readahead_record = rc == 0 ? w == 1 : o->readahead_record;
         return rc;
     }
-    if (!strcmp(name, "cache")) {
-        char *dup;
+    if ((i = str_index(name)) >= 0) {
+        char **slot = str_slot(o, i), *dup;
 
         if (!val[0]) {
-            pcr_opt_msg(msg, len, name, val, "want a path");
+            pcr_opt_msg(msg, len, name, val, slot == &o->cache ? "want a path" : "want a value");
             return -1;
         }
         dup = strdup(val);
         if (!dup)
             return -ENOMEM;
-        free(o->cache);
-        o->cache = dup;
+        free(*slot);
+        *slot = dup;
         return 0;
     }
     if (!strcmp(name, "cache_size"))
@@ -84,6 +105,10 @@ void pcr_store_opts_http(const struct pcr_store_opts *o, struct pcr_http_opts *h
     ho->retries = o->http_retries;
     ho->part_size = o->http_part_size;
     ho->connections = o->http_connections;
+    ho->endpoint = o->endpoint;
+    ho->region = o->region;
+    ho->profile = o->profile;
+    ho->ca_bundle = o->ca_bundle;
 }
 
 void pcr_store_opts_apply(const struct pcr_store_opts *o, struct pcr_store *s)
@@ -96,6 +121,8 @@ void pcr_store_opts_apply(const struct pcr_store_opts *o, struct pcr_store *s)
 
 void pcr_store_opts_free(struct pcr_store_opts *o)
 {
-    free(o->cache);
-    o->cache = NULL;
+    for (int i = 0; i < (int)NSTR; i++) {
+        free(*str_slot(o, i));
+        *str_slot(o, i) = NULL;
+    }
 }

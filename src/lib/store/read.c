@@ -23,11 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "pcrfs/tokens.h"
 #include "common/le.h"
 #include "format/record.h"
-#include "store/store_internal.h"
+#include "store/state.h"
 
 enum seg_type {
     SEG_CHUNK, /* bytes of the record */
@@ -884,48 +883,25 @@ static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsign
     return read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, off);
 }
 
-/* ---- one deadline per operation ---- */
-
-/* The start of the calling thread's operation: every request the backend makes for
- * it (open a record, read its header, its bytes, retries) shares one deadline from
- * there (pcr_backend_op_start()). Nested calls keep the outer start. */
-static __thread uint64_t op_start;
-static __thread unsigned op_depth;
-
-uint64_t pcr_backend_op_start(void)
-{
-    return op_depth ? op_start : 0;
-}
-
-static void op_begin(void)
-{
-    struct timespec ts;
-
-    if (op_depth++)
-        return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    op_start = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void op_end(void)
-{
-    op_depth--;
-}
+/* ---- one deadline per operation ----
+ * Each public read call is one operation of its thread: every request the backend
+ * makes for it shares one deadline from its start (pcr_backend_op_begin(),
+ * backend/opstart.c). */
 
 int pcr_handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned level,
                     struct pcr_handle **out)
 {
-    op_begin();
+    pcr_backend_op_begin();
     int ret = handle_open(s, f, level, out);
-    op_end();
+    pcr_backend_op_end();
     return ret;
 }
 
 ssize_t pcr_handle_read(struct pcr_handle *h, void *buf, size_t len, uint64_t off)
 {
-    op_begin();
+    pcr_backend_op_begin();
     ssize_t n = handle_read(h, buf, len, off);
-    op_end();
+    pcr_backend_op_end();
     return n;
 }
 
@@ -936,20 +912,20 @@ ssize_t pcr_store_read(struct pcr_store *s, const struct pcr_file *f, unsigned l
     ssize_t n;
     int ret;
 
-    op_begin(); /* one deadline for the open and the read */
+    pcr_backend_op_begin(); /* one deadline for the open and the read */
     ret = handle_open(s, f, level, &h);
     n = ret ? ret : handle_read(h, buf, len, off);
     if (!ret)
         pcr_handle_close(h);
-    op_end();
+    pcr_backend_op_end();
     return n;
 }
 
 ssize_t pcr_store_pread(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
                         size_t len, uint64_t off)
 {
-    op_begin();
+    pcr_backend_op_begin();
     ssize_t n = store_pread(s, f, level, buf, len, off);
-    op_end();
+    pcr_backend_op_end();
     return n;
 }

@@ -1,6 +1,6 @@
 /* pcrfs — reading a store (see pcrfs/store.h): opening and closing it, the record
  * table, and the records held open from mount to unmount. The ownership essay is in
- * store_internal.h; the tree is in tree.c and the read path in read.c.
+ * state.h; the tree is in tree.c and the read path in read.c.
  */
 #include <errno.h>
 #include <time.h>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "pcrfs/tokens.h"
 #include "format/record.h"
-#include "store/store_internal.h"
+#include "store/state.h"
 
 /* ---- the record table ---- */
 

@@ -1,5 +1,5 @@
 /* pcrfs — the store's tree: the directory table, checked whole at open, and each
- * directory's files, loaded and validated on first use (see store_internal.h).
+ * directory's files, loaded and validated on first use (see state.h).
  */
 #include <errno.h>
 #include <limits.h>
@@ -7,15 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "pcrfs/tokens.h"
-#include "store/store_internal.h"
+#include "store/state.h"
 
 #define ARENA_BLOCK (256 * 1024)
-
-struct arena_block {
-    struct arena_block *next;
-    size_t used, cap;
-    char data[];
-};
 
 static const struct dirfiles empty_dir = {0};
 

@@ -24,6 +24,7 @@
 #include <zstd.h>
 #include <zdict.h>
 #include "pcrfs/tokens.h"
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "common/le.h"
 #include "tokens/tokens_internal.h"

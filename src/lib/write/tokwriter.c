@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "pcrfs/tokens.h"
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "write/writer_internal.h"
 

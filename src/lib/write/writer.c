@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "pcrfs/checksum.h"
 #include "common/internal.h"
 #include "format/record.h"
 #include "write/writer_internal.h"

@@ -1,16 +1,25 @@
-/* pcrfs — what the index module's two files share (index.c: the statements, schema.c:
- * the connection's limits and the exact-schema check); not installed. */
-#ifndef PCRFS_INDEX_INTERNAL_H
-#define PCRFS_INDEX_INTERNAL_H
+/* pcrfs — the connection to index.db that the index module's files share, and the
+ * bound every statement runs under (conn.c); not installed.
+ *
+ * The module stands in three floors, each calling only below it: index.c (opening,
+ * the statements, the rows; format/index.h is its interface to the library) ->
+ * schema.c (schema.h: the connection's hardening, the reference schema and the
+ * exact-schema check) -> conn.c (this header: the connection's state, its tables,
+ * and preparing and stepping a statement under the work bound). This header
+ * includes nothing of the floors above it.
+ */
+#ifndef PCRFS_FORMAT_CONN_H
+#define PCRFS_FORMAT_CONN_H
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sqlite3.h>
-#include "format/index.h"
 
-/* The schema of format PCR_INDEX_VERSION, as the writer creates it (pcrfs(5)). */
-extern const char pcr_index_schema[];
+/* The work bound of every reader statement: SQLite virtual-machine instructions
+ * between two rows (or before the first). Legitimate statements use tens per row;
+ * see the comment on index_progress() in conn.c and pcrfs(5). */
+#define PCR_INDEX_STEP_BUDGET 20000000
 
 /* Statements per tree are laid out as [base + tree]. */
 enum {
@@ -54,27 +63,14 @@ static const char *const table_names[T_COUNT] = {
 };
 #define T_TREE(t, tree) ((t) + 3 * (int)(tree)) /* dirs/records/files of @tree */
 
-/* index.c: statements run under the work bound (see index_progress()). */
+/* conn.c: statements run under the work bound (see index_progress()). */
 #define PROGRESS_PERIOD 1000 /* instructions between two calls of index_progress() */
 int index_progress(void *ctx);
 int index_step(struct pcr_index *idx, sqlite3_stmt *st);
 int index_prepare(struct pcr_index *idx, const char *sql, unsigned flags, sqlite3_stmt **st);
 int64_t index_pragma_int(struct pcr_index *idx, const char *sql, int *rc);
-
-/* schema.c */
-/* Defensive mode, no trusted schema, views, triggers or extensions, limits, and the
- * progress handler. @return 0 or -EIO. */
-int index_harden(struct pcr_index *idx);
-/* Parse the reference schema once (pthread_once). @return 0 or -EIO. */
-int index_ref_init(void);
-/* The index's schema is exactly the reference. @return 0, or -EINVAL with @why. */
-int index_check_schema(struct pcr_index *idx, char *why, size_t len);
-/* A reader SELECT lists exactly table @t's columns, in order. */
-bool index_select_matches(sqlite3_stmt *st, int t);
-/* The first column of the row whose storage class its declared type does not allow,
- * or -1. */
-int index_bad_column(sqlite3_stmt *st, int t);
-/* "column name holds TEXT, want BLOB" */
-void index_describe_bad(sqlite3_stmt *st, int t, int c, char *buf, size_t len);
+/* Why the last call failed: a check of this module, else SQLite's last message.
+ * (Declared in format/index.h too, for the library; schema.c includes only this.) */
+const char *pcr_index_errmsg(struct pcr_index *idx);
 
 #endif

@@ -1,4 +1,5 @@
-/* pcrfs — refurb/ (option refurb=R): partially augmented samples, each served for R
+/* pcrfs — the refurb/ view (option refurb=R; refurbview.c, named apart from the
+ * refurb/ module it calls): partially augmented samples, each served for R
  * consecutive opens (view.h; the refurbishing itself: include/pcrfs/refurb.h).
  *
  * refurb/ mirrors the store's tree; a JPEG a/b.JPEG appears as a/b.JPEG.ppm, a

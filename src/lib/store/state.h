@@ -1,7 +1,9 @@
-/* pcrfs — the store reader's private state, shared by its three files:
+/* pcrfs — the store reader's private state, shared by its three files (a header of
+ * none of them: each includes it, and it calls none of them):
  *   store.c  open and close, the record table, holding records open, counters;
  *   tree.c   the directory table and the lazy loading of each directory's files;
  *   read.c   chunk arithmetic, the read plan, handles and the one read routine.
+ * Their own calls run one way: store.c -> tree.c, read.c -> store.c.
  *
  * Ownership and lifetime (the cache essay). Everything a store hands out lives until
  * pcr_store_close(): nothing is ever evicted, because the store is immutable and the
@@ -20,8 +22,8 @@
  * Names, chunk tables, checksums, notes and quality tables of loaded files live in one arena;
  * handles are the only per-open allocation and belong to whoever opened them.
  */
-#ifndef PCRFS_STORE_INTERNAL_H
-#define PCRFS_STORE_INTERNAL_H
+#ifndef PCRFS_STORE_STATE_H
+#define PCRFS_STORE_STATE_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -91,7 +93,13 @@ struct dir {
     struct dirfiles *files; /* NULL until loaded; set once (release/acquire) */
 };
 
-struct arena_block;
+/* The arena of the names, chunk tables, checksums, notes and quality tables of
+ * loaded files (tree.c): blocks of ARENA_BLOCK bytes or more, freed at close. */
+struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    char data[];
+};
 
 /* A verified checksum block kept from the end of one read of a file for the next
  * (read.c, "Carried blocks"): slots of the store, not of a thread, because the
@@ -175,17 +183,19 @@ void store_free_tree(struct pcr_store *s);
  * backend of the prefix @level needs).
  * @return the record, or NULL (EIO: missing or damaged; logged once). */
 struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned level);
-/* Open (through the backend) the object of record @r, once; see store.c. */
+/* Free the calling thread's read scratch and token cache (thread exit). */
+void store_thread_done(void);
+
+/* store.c */
+/* Open (through the backend) the object of record @r, once. */
 int store_open_record(struct pcr_store *s, struct rec *r);
 /* A record that failed on the network is held as failing for the backend's
- * fail_hold_ms (store.c): store_rec_gate() says -EIO at once while it is held, and
+ * fail_hold_ms: store_rec_gate() says -EIO at once while it is held, and
  * lets ONE caller through to probe it once the hold has passed (the others keep
  * failing at once meanwhile); store_rec_failed() starts a hold, store_rec_ok() ends
  * it. */
 int store_rec_gate(struct pcr_store *s, struct rec *r);
 void store_rec_failed(struct pcr_store *s, struct rec *r);
 void store_rec_ok(struct rec *r);
-/* Free the calling thread's read scratch and token cache (thread exit). */
-void store_thread_done(void);
 
 #endif

@@ -1,0 +1,35 @@
+/* pcrfs — one deadline per reader's operation (include/pcrfs/backend.h).
+ *
+ * The store marks the start and the end of what the calling thread does for a
+ * reader (store/read.c: an open, a read, an open-less read); every request an
+ * object-storage backend makes meanwhile (open a record, read its header, its
+ * bytes, retries) reads the start and shares one deadline from there
+ * (backend/httpxfer.c). The clock lives here, below both, so that the backend never
+ * calls up into the store for it. Nested operations keep the outer start.
+ */
+#include <stdint.h>
+#include <time.h>
+#include "pcrfs/backend.h"
+
+static __thread uint64_t op_start;
+static __thread unsigned op_depth;
+
+uint64_t pcr_backend_op_start(void)
+{
+    return op_depth ? op_start : 0;
+}
+
+void pcr_backend_op_begin(void)
+{
+    struct timespec ts;
+
+    if (op_depth++)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    op_start = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void pcr_backend_op_end(void)
+{
+    op_depth--;
+}
