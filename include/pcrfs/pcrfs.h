@@ -222,6 +222,131 @@ PCRFS_API int pcrfs_node_setxattr(pcrfs_store *s, uint64_t node, const char *nam
  * first, or NULL. @return its length, or -ENOMEM. */
 PCRFS_API ssize_t pcrfs_stats_json_ex(pcrfs_store *s, const char *head, char **out);
 
+/* ---- Inspecting a store: what pcrinfo(1) shows (pcrfs(3)) --------------------------
+ *
+ * Structs that the caller fills in or the library fills out begin with a `size`
+ * member the caller sets to sizeof(the struct) it was compiled with: a later
+ * library adds members at the end and fills in only the ones the caller knows. */
+
+/* pcrfs_summary() renders one JSON object (pcrinfo --json) instead of the text. */
+#define PCRFS_SUMMARY_JSON 0x1u
+/* At most this many thresholds of pcrfs_summary_args (besides 0.90, 0.95, 0.99). */
+#define PCRFS_SUMMARY_MAX_THRESHOLDS 16
+
+struct pcrfs_summary_args {
+    uint32_t size;            /* sizeof(struct pcrfs_summary_args) */
+    uint32_t flags;           /* PCRFS_SUMMARY_* */
+    const double *thresholds; /* more rows of the per-image table, each in (0, 1] */
+    size_t nthresholds;       /* how many (0..PCRFS_SUMMARY_MAX_THRESHOLDS) */
+    uint64_t measured;        /* out: JPEGs with a per-level MS-SSIM (mkpcrfs --quality);
+                               * 0: there is no per-image table, the thresholds did nothing */
+};
+
+/* The store's summary as pcrinfo(1) prints it (malloc()ed, NUL-terminated, the
+ * caller frees it): format, levels, files, records, verbatim files and why, bytes
+ * of the source and of the store, mean bytes per JPEG at each level, the per-image
+ * MS-SSIM table of a store built with mkpcrfs --quality, and the token part.
+ * Reads every file's row of the index: O(files). The text is for people (its
+ * layout may change); programs read the JSON (@a NULL: the text, no thresholds).
+ * A store in object storage has no local files to measure: -ENOTSUP.
+ * @return its length; -EINVAL a bad argument; -ENOTSUP; -EIO; -ENOMEM. */
+PCRFS_API ssize_t pcrfs_summary(pcrfs_store *s, struct pcrfs_summary_args *a, char **out);
+
+/* Kinds of stored file. */
+#define PCRFS_KIND_JPEG     1 /* a progressive JPEG served by scans */
+#define PCRFS_KIND_VERBATIM 2 /* stored as it was: the same bytes at every level */
+#define PCRFS_KIND_TOKENS   3 /* a token grid (tokens/), served as an NPY array */
+/* The most levels a store has (pcrfs(5)). */
+#define PCRFS_MAX_LEVELS 64
+
+struct pcrfs_file_facts {
+    uint32_t size;        /* sizeof(struct pcrfs_file_facts), set by the caller */
+    uint32_t kind;        /* PCRFS_KIND_* */
+    uint64_t file_id;     /* the store's file id (of the token tree for tokens/) */
+    uint64_t record;      /* the record that holds it (1..) */
+    uint64_t source_size; /* bytes of the source file */
+    uint64_t checksum;    /* XXH64 of the bytes served at the top level */
+    uint32_t chunks;      /* its chunks: the scans, and the trailer if any */
+    uint32_t levels;      /* its tree's levels L: entries of level_size */
+    uint32_t width;       /* a JPEG's width and height (a token grid's W and H), */
+    uint32_t height;      /* else 0 */
+    uint32_t components;  /* a JPEG's colour components, else 0 */
+    uint32_t reserved;
+    /* [K - 1]: the bytes served at level K (1..levels) */
+    uint64_t level_size[PCRFS_MAX_LEVELS];
+};
+
+/* The store's files in file-id order, the image files first and then the token
+ * files: file number *@pos (start at 0) in *@f (f->size set) and its path from the
+ * store's root, as the source tree named it (token files as "tokens/PATH.tok", the
+ * name a mount shows), raw bytes, in @path (@pathlen bytes); *@pos then names the
+ * next one, also after -EIO, so that a caller can go on past a damaged row.
+ * @return 1 a file; 0 the end; -ENAMETOOLONG @pathlen too small (*@pos unchanged:
+ *         call again with more); -EIO (pcrfs_errmsg() names the file); -EINVAL. */
+PCRFS_API int pcrfs_file_next(pcrfs_store *s, uint64_t *pos, char *path, size_t pathlen,
+                              struct pcrfs_file_facts *f);
+/* The facts of the file at @path of the tree (scanK/..., full/..., tokens/..., any
+ * view that serves a stored file). @return 0; -ENOENT; -ENOTDIR; -EISDIR; -EINVAL. */
+PCRFS_API int pcrfs_file_facts(pcrfs_store *s, const char *path, struct pcrfs_file_facts *f);
+
+struct pcrfs_verify_result {
+    uint32_t size;        /* sizeof(struct pcrfs_verify_result), set by the caller */
+    uint32_t level;       /* the level the image files were read at (L) */
+    uint64_t files;       /* image files checked */
+    uint64_t decoded;     /* JPEGs among them that decoded as the index says */
+    uint64_t token_files; /* token files checked */
+    uint64_t failures;    /* files that failed */
+    uint32_t tokens;      /* 1: the store has a token tree */
+    uint32_t reserved;
+};
+/* Called by pcrfs_verify() after each file, in the calling thread: its path (as
+ * pcrfs_file_next() gives it; "" when even that could not be read), NULL or why it
+ * failed (one line, e.g. "checksum ..., the index says ..."), and the files done of
+ * @total. A nonzero return stops the verification (-ECANCELED). */
+typedef int (*pcrfs_verify_fn)(const char *path, const char *failure, uint64_t done, uint64_t total,
+                               void *ctx);
+/* Read every file at its top level (image files at L, token files) straight from
+ * the records, check its size and its checksum against the index, and decode every
+ * JPEG and compare its dimensions with the index's. @fn (or NULL) hears of each
+ * file; @r (or NULL) gets the counts.
+ * @return 0 every file is sound; -EBADMSG some file failed (pcrfs_errmsg(): the
+ *         first, "PATH: why"); -ECANCELED; -EINVAL; -ENOMEM. */
+PCRFS_API int pcrfs_verify(pcrfs_store *s, pcrfs_verify_fn fn, void *ctx,
+                           struct pcrfs_verify_result *r);
+
+/* pcrfs_fidelity() renders one JSON object (pcrinfo --fidelity --json) instead of
+ * the text. */
+#define PCRFS_FIDELITY_JSON 0x1u
+
+struct pcrfs_fidelity_args {
+    uint32_t size;    /* sizeof(struct pcrfs_fidelity_args) */
+    uint32_t flags;   /* PCRFS_FIDELITY_* */
+    uint64_t sample;  /* JPEGs to sample, 1..100000 (0: 300) */
+    uint64_t seed;    /* of the sample: the same seed picks the same images anywhere */
+    double threshold; /* in (0, 1] (0: 0.95): the recommended level's mean MS-SSIM */
+    uint32_t jobs;    /* threads, 1..256 (0: 1) */
+    uint32_t reserved;
+    /* Every ~100 ms and once at the end (@final 1), in the calling thread: images
+     * and their top-level bytes done of the sample's. NULL: none. */
+    void (*progress)(uint64_t done, uint64_t total, uint64_t done_bytes, uint64_t total_bytes,
+                     int final, void *ctx);
+    /* Each image that failed (not counted), in sample order after the last
+     * progress: its path (NULL if unknown) and file id, the level and why. */
+    void (*failure)(const char *path, uint64_t file_id, unsigned level, const char *why, void *ctx);
+    void *ctx;
+    uint64_t failures; /* out: images that failed */
+};
+
+/* Measure what each level costs and keeps, as pcrinfo --fidelity prints it (the
+ * report malloc()ed into *@out, text or JSON): a seeded sample of the store's JPEGs,
+ * each read at every level; per level the mean and lowest luma MS-SSIM against the
+ * top level, the mean bytes, the mean CPU time of a full decode, and the lowest
+ * level whose mean MS-SSIM reaches the threshold. Takes about 0.5 s of CPU per
+ * Mpixel of image, shared by a->jobs threads; images over 48 Mpixels are left out.
+ * An image that fails is reported (a->failure, a->failures) and the call goes on.
+ * @return the report's length; -EINVAL a bad argument; -ENOMEM. */
+PCRFS_API ssize_t pcrfs_fidelity(pcrfs_store *s, struct pcrfs_fidelity_args *a, char **out);
+
 /* ---- Options, for a command line that passes them on (pcrfs(1)'s -o) ---- */
 
 #define PCRFS_OPT_PATH   0x1u /* its value is a path (make it absolute before a chdir) */
@@ -238,6 +363,86 @@ PCRFS_API const char *pcrfs_options_help(void);
 /* Is @path_or_url in object storage? 0 no; 1 yes; 2 yes, and it holds credentials
  * (user:password@): never print it. */
 PCRFS_API int pcrfs_is_remote(const char *path_or_url);
+
+/* ---- Building a store (pcrfs(3), BUILDING A STORE; mkpcrfs(1) is a client) ------
+ *
+ * Options are "NAME=VALUE" strings (NULL-ended array; NULL: none), mkpcrfs(1)'s
+ * build options by their long names with '_' for '-': jobs=N, per_record=N,
+ * force=1, scans=default|fast|FILE, drop_markers=1, quality=0|1, created=SECONDS
+ * (the store's time; default now), and the token options tokens=DIR, seit=DATA,
+ * seit_index=, seit_labels=, seit_names=, seit_shape=HxW, codebook=FILE,
+ * tok_coder=, tok_per_shard=N; a part of a planned build takes plan=PLAN and
+ * part=I/N (and jobs, force). Messages name them as mkpcrfs(1) does ("--jobs=0:
+ * ..."). Every message of a build (each bad input, each file stored verbatim) goes
+ * to the pcrfs_set_log() hook, errors at level 0 and warnings at level 1;
+ * pcrfs_errmsg() then holds the first error. A failed or cancelled build leaves
+ * nothing behind (the store is written in a temporary directory beside @out and
+ * renamed into place at the end). A process runs one build at a time; a build
+ * that runs out of memory removes its temporary directory and exits the process
+ * (status 1), as mkpcrfs always did. */
+
+/* The stages a build goes through, in this order (a stage may be absent). */
+#define PCRFS_BUILD_WALK        1 /* the source tree is read: total 0, done = files so far */
+#define PCRFS_BUILD_TOKENS_READ 2 /* token grids read, checked, trained on */
+#define PCRFS_BUILD_TRANSCODE   3 /* images transcoded and written */
+#define PCRFS_BUILD_TOKENS      4 /* token grids written */
+#define PCRFS_BUILD_MERGE       5 /* parts made into one store */
+#define PCRFS_BUILD_COMMIT      6 /* the last chance to cancel: then it is renamed into place */
+
+struct pcrfs_build_progress {
+    unsigned stage;              /* PCRFS_BUILD_* */
+    int final;                   /* 1: the stage's last call (done == total) */
+    uint64_t done, total;        /* files (grids, parts) done and to do (0: not known yet) */
+    uint64_t bytes, total_bytes; /* their source bytes */
+};
+
+/* What a build made, for a caller's report. */
+struct pcrfs_build_result {
+    uint64_t files, dirs; /* source files and directories (of the whole plan for a part) */
+    uint64_t bytes;       /* their source bytes */
+    uint64_t records;     /* records of the store (or of the plan) */
+    unsigned per_record, jobs;
+    uint64_t part, nparts;         /* a part: part I of N (else 0, 0) */
+    uint64_t first_file, end_file; /* a part: its files [first_file, end_file) from 0 */
+    char plan_id[32];              /* a plan or a part: the plan's identity; else "" */
+};
+
+/* @size is sizeof(struct pcrfs_build_cb) (members may be added at the end). Any
+ * function may be NULL. @progress is called in the calling thread, often (at
+ * least every 100 ms while images are transcoded); a nonzero return cancels the
+ * build, which then fails with -ECANCELED. @result is called once, on success,
+ * before the call returns. */
+struct pcrfs_build_cb {
+    size_t size;
+    int (*progress)(const struct pcrfs_build_progress *p, void *ctx);
+    void (*result)(const struct pcrfs_build_result *r, void *ctx);
+};
+
+/* Build the store @out from the image tree @src (NULL: no images, a store of
+ * tokens only, which needs tokens= or seit=); with plan= and part=, @src is NULL
+ * and @out is the part's directory. @return 0; -EINVAL a bad option or value (a
+ * usage error: nothing was read); -EEXIST @out exists (force=1 replaces a pcrfs
+ * store); -ENOTDIR @out is something else; -ECANCELED cancelled; -EBUSY another
+ * build runs in this process; -EIO (or another errno) the build failed (its
+ * messages went to the log hook). */
+PCRFS_API int pcrfs_build(const char *src, const char *out, const char *const *options,
+                          const struct pcrfs_build_cb *cb, void *ctx);
+/* Walk @src and write the plan @plan of a build on many machines (mkpcrfs(1),
+ * --plan): the build options are fixed in it, a part takes none. @return as
+ * pcrfs_build(). */
+PCRFS_API int pcrfs_build_plan(const char *src, const char *plan, const char *const *options,
+                               const struct pcrfs_build_cb *cb, void *ctx);
+/* Make the store @out of the @n part directories @parts, all parts of one plan
+ * (record files are hard-linked on one file system, copied otherwise). Options:
+ * force=1. @return as pcrfs_build(). */
+PCRFS_API int pcrfs_merge(const char *out, const char *const *parts, size_t n,
+                          const char *const *options, const struct pcrfs_build_cb *cb, void *ctx);
+/* Check the build option @name with @value as pcrfs_build() would. @return 0;
+ * -EINVAL a bad value (pcrfs_errmsg()); -ENOENT not a build option. */
+PCRFS_API int pcrfs_build_option_check(const char *name, const char *value);
+/* Check @options together (each value, and that they go together: seit= needs
+ * seit_labels=, ...) without building. @return 0; -EINVAL (pcrfs_errmsg()). */
+PCRFS_API int pcrfs_build_check(const char *const *options);
 
 /* Where the library's messages go (by default nowhere): @fn gets each one, levels
  * 0 error, 1 warning, 2 info, 3 debug, up to @max_level. Call once, before any other

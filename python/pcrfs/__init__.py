@@ -43,11 +43,11 @@ import random
 import re
 import warnings
 
-from .store import ImageFolder, Store
+from .store import ImageFolder, Store, build
 
 __all__ = ["RecordSampler", "find_mount", "info", "stats", "levels", "level", "set_level",
            "records", "file_id", "inode_parts", "pil_loader", "record_keys", "plan_epoch",
-           "rank_indices", "prefetch", "Autotuner", "Store", "ImageFolder"]
+           "rank_indices", "prefetch", "Autotuner", "Store", "ImageFolder", "build"]
 
 _CTL = ".pcrfs"
 _INO_VIEW_SHIFT = 56

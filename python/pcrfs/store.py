@@ -1,6 +1,8 @@
 """pcrfs.Store and pcrfs.ImageFolder: a store's views without a mount, through
-libpcrfs.so (pcrfs(3)) and ctypes.
+libpcrfs.so (pcrfs(3)) and ctypes; and pcrfs.build(), a store built as mkpcrfs
+builds it (pcrfs_build()).
 
+    pcrfs.build("/data/train", "/data/in1k.pcrfs", jobs=8)
     store = pcrfs.Store("/data/in1k.pcrfs")            # or "s3://bucket/in1k"
     ds = pcrfs.ImageFolder(store, view="scan5", transform=...)
     loader = DataLoader(ds, sampler=pcrfs.RecordSampler(ds), num_workers=8)
@@ -21,6 +23,36 @@ _lib = None
 class _Stat(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint64), ("file_id", ctypes.c_uint64),
                 ("is_dir", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+class _SummaryArgs(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("thresholds", ctypes.POINTER(ctypes.c_double)),
+                ("nthresholds", ctypes.c_size_t), ("measured", ctypes.c_uint64)]
+
+
+class _VerifyResult(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("level", ctypes.c_uint32),
+                ("files", ctypes.c_uint64), ("decoded", ctypes.c_uint64),
+                ("token_files", ctypes.c_uint64), ("failures", ctypes.c_uint64),
+                ("tokens", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+_VERIFY_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64,
+                              ctypes.c_uint64, ctypes.c_void_p)
+
+
+class _Facts(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint32), ("kind", ctypes.c_uint32),
+                ("file_id", ctypes.c_uint64), ("record", ctypes.c_uint64),
+                ("source_size", ctypes.c_uint64), ("checksum", ctypes.c_uint64),
+                ("chunks", ctypes.c_uint32), ("levels", ctypes.c_uint32),
+                ("width", ctypes.c_uint32), ("height", ctypes.c_uint32),
+                ("components", ctypes.c_uint32), ("reserved", ctypes.c_uint32),
+                ("level_size", ctypes.c_uint64 * 64)]
+
+
+_KINDS = {1: "jpeg", 2: "verbatim", 3: "tokens"}
 
 
 def _candidates():
@@ -68,8 +100,62 @@ def _load():
     for f in (lib.pcrfs_info_json, lib.pcrfs_stats_json):
         f.argtypes = [c_p, ctypes.POINTER(ctypes.c_void_p)]
         f.restype = ctypes.c_ssize_t
+    lib.pcrfs_summary.argtypes = [c_p, ctypes.POINTER(_SummaryArgs),
+                                  ctypes.POINTER(ctypes.c_void_p)]
+    lib.pcrfs_summary.restype = ctypes.c_ssize_t
+    lib.pcrfs_verify.argtypes = [c_p, _VERIFY_FN, ctypes.c_void_p, ctypes.POINTER(_VerifyResult)]
+    lib.pcrfs_file_facts.argtypes = [c_p, c_char_p, ctypes.POINTER(_Facts)]
     _lib = lib
     return lib
+
+
+class _BuildProgress(ctypes.Structure):
+    _fields_ = [("stage", ctypes.c_uint), ("final", ctypes.c_int), ("done", ctypes.c_uint64),
+                ("total", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("total_bytes", ctypes.c_uint64)]
+
+
+_PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_BuildProgress), ctypes.c_void_p)
+
+
+class _BuildCb(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("progress", _PROGRESS_FN),
+                ("result", ctypes.c_void_p)]
+
+
+# pcrfs.h's PCRFS_BUILD_* stages, by name
+BUILD_STAGES = {1: "walk", 2: "tokens_read", 3: "transcode", 4: "tokens", 5: "merge",
+                6: "commit"}
+
+
+def build(src, out, progress=None, **options):
+    """Build the store @out from the image tree @src (None: tokens only) with
+    pcrfs_build() (pcrfs(3), BUILDING A STORE): what mkpcrfs SRC STORE does.
+    @options: the build options, jobs=4, per_record=256, force=1, scans="fast",
+    quality=1, tokens="/data/tok", ... (True/False become 1/0). @progress, if
+    given, is called as progress(stage, done, total, bytes, total_bytes) with the
+    stage's name (BUILD_STAGES); a true return cancels the build, which then leaves
+    nothing behind and raises OSError(ECANCELED). The build's warnings go nowhere
+    unless the library's log hook is set. Raises OSError on failure."""
+    lib = _load()
+    opts = ["%s=%s" % (k, int(v) if isinstance(v, bool) else v) for k, v in options.items()]
+    arr = (ctypes.c_char_p * (len(opts) + 1))(*[o.encode() for o in opts], None)
+    cb = None
+    if progress is not None:
+        def on_progress(p, _ctx):
+            p = p.contents
+            try:
+                return 1 if progress(BUILD_STAGES.get(p.stage, str(p.stage)), p.done, p.total,
+                                     p.bytes, p.total_bytes) else 0
+            except BaseException:  # never unwind through C: cancel instead
+                return 1
+        cb = _BuildCb(ctypes.sizeof(_BuildCb), _PROGRESS_FN(on_progress), None)
+    lib.pcrfs_build.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                ctypes.POINTER(_BuildCb), ctypes.c_void_p]
+    rc = lib.pcrfs_build(os.fsencode(src) if src is not None else None, os.fsencode(out), arr,
+                         ctypes.byref(cb) if cb is not None else None, None)
+    if rc:
+        _raise(rc, os.fspath(out))
 
 
 def _libc_free(p):
@@ -222,6 +308,55 @@ class Store:
     def stats(self):
         """What a mount's .pcrfs/stats says (this process's counters), as a dict."""
         return self._json(_load().pcrfs_stats_json)
+
+    def summary(self, thresholds=()):
+        """The store's summary (pcrinfo --json), as a dict; @thresholds add rows
+        to the per-image MS-SSIM table of a store built with mkpcrfs --quality."""
+        t = (ctypes.c_double * max(1, len(thresholds)))(*thresholds)
+        a = _SummaryArgs(size=ctypes.sizeof(_SummaryArgs), flags=1, thresholds=t,
+                         nthresholds=len(thresholds))
+        return self._json(lambda h, p: _load().pcrfs_summary(h, ctypes.byref(a), p))
+
+    def facts(self, path):
+        """What the index says of the stored file at @path of the tree (any view's):
+        a dict of kind, file_id, record, source_size, checksum, chunks, width,
+        height, components and level_size (bytes at levels 1..L)."""
+        f = _Facts(size=ctypes.sizeof(_Facts))
+        rc = _load().pcrfs_file_facts(self._handle(), os.fsencode(path), ctypes.byref(f))
+        if rc:
+            _raise(rc, path)
+        d = {k: getattr(f, k) for k in ("file_id", "record", "source_size", "checksum",
+                                        "chunks", "width", "height", "components")}
+        d["kind"] = _KINDS.get(f.kind, "unknown")
+        d["level_size"] = list(f.level_size[:f.levels])
+        return d
+
+    def verify(self, progress=None):
+        """Read every stored file at its top level, check it against the index's
+        checksum and decode every JPEG (pcrinfo --verify). @progress(done, total),
+        if given, is called after each file. Returns a dict of the counts (level,
+        files, decoded, token_files, failures, tokens) and "failed": [(path bytes,
+        why)]; never raises for a damaged file."""
+        failed = []
+
+        def on_file(path, failure, done, total, ctx):
+            if failure is not None:
+                failed.append((path, failure.decode("utf-8", "replace")))
+            if progress is not None:
+                try:
+                    progress(done, total)
+                except Exception:  # noqa: BLE001 - an exception must not cross C
+                    return 1
+            return 0
+
+        r = _VerifyResult(size=ctypes.sizeof(_VerifyResult))
+        rc = _load().pcrfs_verify(self._handle(), _VERIFY_FN(on_file), None, ctypes.byref(r))
+        if rc and rc != -errno.EBADMSG:
+            _raise(rc, "verify")
+        d = {k: getattr(r, k) for k in ("level", "files", "decoded", "token_files", "failures")}
+        d["tokens"] = bool(r.tokens)
+        d["failed"] = failed
+        return d
 
 
 def _reopen(path, options):

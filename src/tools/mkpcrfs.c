@@ -1,93 +1,54 @@
-/* mkpcrfs — build a pcrfs store from an ImageFolder-like tree: the command line,
- * signals, and the order of the phases (mkpcrfs.h says what each does; build.c
- * does it).
+/* mkpcrfs — build a pcrfs store from an ImageFolder-like tree: the command line of
+ * the library's build calls (pcrfs_build(), pcrfs_build_plan(), pcrfs_merge():
+ * pcrfs(3), BUILDING A STORE), with signals, the progress bar and the summary.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
-#include "pcrfs/store.h"
-#include "mkpcrfs.h"
-#include "plan.h"
+#include "pcrfs/pcrfs.h"
 #include "progress.h"
-#include "summary.h"
-#include "tokimport.h"
 #include "tool.h"
-#include "util/optparse.h"
 
 #define DEFAULT_PER_RECORD 1024
-#define MAX_PER_RECORD     (1u << 20)
-#define MAX_JOBS           1024
-#define MAX_SCRIPT_BYTES   (1u << 20) /* a --scans FILE larger than this is refused */
 #define MAX_PARTS          1000000
+#define TOK_PER_SHARD      4096u /* the library's default of tok_per_shard= */
 
 /* What the command line asks for. */
 enum mode { MODE_BUILD, MODE_PLAN, MODE_PART, MODE_MERGE };
 
 struct cmdline {
     enum mode mode;
-    const char *plan;      /* --plan PLAN */
-    uint64_t part, nparts; /* --part I/N */
-    const char *build_opt; /* the first option the plan fixes, if one was given */
-    char **parts;          /* --merge: the parts */
+    const char *src, *store; /* SRC (NULL: none), STORE (the part's OUT) */
+    const char *plan;        /* --plan PLAN */
+    bool part;               /* --part I/N */
+    const char *part_arg;
+    const char *build_opt;    /* the first option the plan fixes, if one was given */
+    const char *const *parts; /* --merge: the parts */
     unsigned nparts_given;
+    bool quiet, progress, verbose, tokens;
+    /* the library's options, "NAME=VALUE" (NULL-ended) */
+    char **opts;
+    uint64_t nopts, optcap;
 };
 
-volatile sig_atomic_t mk_interrupted;
+/* What the build reports back: the progress bar's stage, and the result. */
+struct run {
+    const struct cmdline *cl;
+    unsigned stage; /* the stage the bar shows (0: none) */
+    struct pcrfs_build_result res;
+    bool have_res;
+};
 
-/* The temporary directory, for the allocation failure path (see on_oom()). */
-static char *tmpdir_copy;
-
-/* Out of memory, maybe in a worker while the main thread uses the writer: the
- * writer cannot be aborted safely from here, so remove its directory by path;
- * the process exits right after. (A leftover would also be removed by the next
- * build of the same STORE, as its PID is gone.) */
-static void on_oom(void)
-{
-    if (tmpdir_copy)
-        tool_remove_tree(tmpdir_copy);
-}
+static volatile sig_atomic_t mk_interrupted;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    mk_interrupted = 1;
-}
-
-/* The summary of the new store, read back from it: the same text as pcrinfo's. */
-static int print_summary(const struct build *b, double elapsed)
-{
-    struct pcr_store *s;
-    struct summary *sm;
-    char err[1024] = "";
-    int rc;
-
-    rc = pcr_store_open(b->store, &s, err, sizeof(err));
-    if (rc < 0) {
-        tool_err("%s: the new store does not open: %s", b->store, err);
-        return 1;
-    }
-    rc = summary_compute(s, b->store, NULL, 0, &sm, err, sizeof(err));
-    if (rc < 0) {
-        tool_err("%s", err);
-        pcr_store_close(s);
-        return 1;
-    }
-    summary_print_text(sm, stdout);
-    if (elapsed >= 0)
-        printf("\nbuilt in %.1f s: %.1f images/s, %.1f MB/s of source, %u thread%s\n", elapsed,
-               elapsed > 0 ? (double)b->nfiles / elapsed : 0.0,
-               elapsed > 0 ? (double)b->total_bytes / elapsed / 1e6 : 0.0, b->jobs,
-               b->jobs == 1 ? "" : "s");
-    summary_free(sm);
-    pcr_store_close(s);
-    return 0;
+    mk_interrupted = sig;
 }
 
 static void usage(FILE *f)
@@ -129,7 +90,23 @@ static void usage(FILE *f)
             "  -V, --version         show the version and exit\n"
             "\n",
             DEFAULT_PER_RECORD, MAX_PARTS);
-    tokimport_usage(f);
+    fprintf(f,
+            "Token grids (served as tokens/.../NAME.tok, NumPy <u2 (H, W) arrays):\n"
+            "      --tokens DIR      a tree of per-image .npy files (any depth, integer\n"
+            "                        dtype, values 0..65535); DIR/a/x.npy -> tokens/a/x.tok\n"
+            "      --seit DATA       SeiT's release format: DATA (*data.bin[.gz]) and the\n"
+            "                        index.npy[.gz] beside it; tokens 0..509, read as\n"
+            "                        SeiT's own reader does\n"
+            "      --seit-labels FILE  one label per line (required with --seit)\n"
+            "      --seit-names FILE   one relative path per line: a/x.JPEG -> tokens/a/x.tok\n"
+            "                        (default: tokens/LABEL/K.tok)\n"
+            "      --seit-index FILE the index file, if not beside DATA\n"
+            "      --seit-shape HxW  grid shape of the SeiT data (default 32x32)\n"
+            "      --codebook FILE   a [K, D] float .npy, served as /.pcrfs/codebook.npy\n"
+            "      --tok-coder C     auto (default: the smaller on held-out grids),\n"
+            "                        huffman or zstd-dict\n"
+            "      --tok-per-shard N grids per token shard (default %u)\n",
+            TOK_PER_SHARD);
     fprintf(f, "\n"
                "Exit status: 0 success, 1 failure (nothing is left behind), 2 usage error,\n"
                "130 interrupted. SOURCE_DATE_EPOCH, if set, is the store's creation time.\n"
@@ -144,74 +121,40 @@ enum {
     OPT_NO_QUALITY,
     OPT_PLAN,
     OPT_PART,
-    OPT_MERGE
+    OPT_MERGE,
+    OPT_TOKENS,
+    OPT_SEIT,
+    OPT_SEIT_INDEX,
+    OPT_SEIT_LABELS,
+    OPT_SEIT_NAMES,
+    OPT_SEIT_SHAPE,
+    OPT_CODEBOOK,
+    OPT_CODER,
+    OPT_PER_SHARD,
 };
 
-/* --scans: a preset name, else a file in jpegtran -scans syntax. Exits 2 (usage) if
- * the file cannot be read or is not a valid lossless script. */
-static void load_scripts(const char *arg, struct pcr_scripts *out, char **keep)
+/* Pass --NAME's @value to the library as NAME=@value (@name with '_' for '-'),
+ * checked now, so that a bad value is reported in command-line order (exits 2). */
+static void add_opt(struct cmdline *cl, const char *name, const char *value)
 {
-    const char *base = strrchr(arg, '/');
-    char why[256] = "";
-    char *text;
-    size_t len = 0;
-    FILE *f;
+    size_t n;
+    char *s;
 
-    if (pcr_scripts_preset(arg, out) == 0)
-        return;
-    f = fopen(arg, "rb");
-    if (!f)
-        tool_usage_error("--scans: '%s' is neither 'default', 'fast' nor a readable file: %s", arg,
-                         strerror(errno));
-    text = tool_xmalloc(MAX_SCRIPT_BYTES + 1);
-    len = fread(text, 1, MAX_SCRIPT_BYTES + 1, f);
-    if (ferror(f)) {
-        int e = errno;
-
-        fclose(f);
-        tool_usage_error("--scans: reading %s: %s", arg, strerror(e));
-    }
-    fclose(f);
-    if (len > MAX_SCRIPT_BYTES)
-        tool_usage_error("--scans: %s: larger than %u bytes", arg, MAX_SCRIPT_BYTES);
-    if (pcr_scripts_parse(text, len, base ? base + 1 : arg, out, why, sizeof(why)) < 0)
-        tool_usage_error("--scans: %s: %s", arg, why);
-    text[len] = '\0';
-    if (strlen(text) == len)
-        *keep = text; /* a plan records the script itself */
-    else
-        free(text);
+    /* getopt sets optarg for an option with a required argument; the analyzer
+     * cannot know it */
+    if (!value)
+        value = "";
+    n = strlen(name) + strlen(value) + 2;
+    if (pcrfs_build_option_check(name, value) < 0)
+        tool_usage_error("%s", pcrfs_errmsg());
+    s = tool_xmalloc(n);
+    snprintf(s, n, "%s=%s", name, value);
+    if (cl->nopts + 1 >= cl->optcap)
+        cl->opts = tool_grow(cl->opts, &cl->optcap, 16, sizeof(*cl->opts));
+    cl->opts[cl->nopts++] = s;
+    cl->opts[cl->nopts] = NULL;
 }
 
-/* --part I/N, strictly: two decimal whole numbers, 1 <= I <= N <= MAX_PARTS. */
-static void parse_part(const char *arg, struct cmdline *cl)
-{
-    /* --part has a required argument, so getopt sets optarg (the analyzer takes it
-     * for NULL from another option's `optarg ? optarg : ""`):
-     * NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker) */
-    const char *slash = strchr(arg, '/');
-    char first[32], msg[160];
-
-    /* the strict parser for each number (no sign, space, hex or suffix) */
-    if (!slash || (size_t)(slash - arg) >= sizeof(first))
-        goto bad;
-    memcpy(first, arg, (size_t)(slash - arg));
-    first[slash - arg] = '\0';
-    if (pcr_opt_uint("--part", first, 1, MAX_PARTS, NULL, &cl->part, msg, sizeof(msg)) < 0 ||
-        pcr_opt_uint("--part", slash + 1, 1, MAX_PARTS, NULL, &cl->nparts, msg, sizeof(msg)) < 0)
-        goto bad;
-    if (cl->part > cl->nparts)
-        tool_usage_error("--part=%s: part %" PRIu64 " of %" PRIu64
-                         " does not exist (want 1 <= I <= N)",
-                         arg, cl->part, cl->nparts);
-    return;
-bad:
-    tool_usage_error("--part=%s: want I/N, part I of N: whole numbers, 1 <= I <= N <= %u", arg,
-                     MAX_PARTS);
-}
-
-/* SOURCE_DATE_EPOCH (reproducible-builds.org): the store's "created", so that two
- * builds of one tree match to the byte; set but not a whole number is an error. */
 static int64_t source_date_epoch(void)
 {
     const char *v = getenv("SOURCE_DATE_EPOCH");
@@ -221,18 +164,18 @@ static int64_t source_date_epoch(void)
     return (int64_t)tool_opt_uint("SOURCE_DATE_EPOCH", v, 1, INT64_MAX);
 }
 
-/* The operands of each mode into @b and @cl (exits on usage errors). */
-static void parse_operands(int argc, char **argv, struct build *b, struct cmdline *cl, bool tokens)
+/* The operands of each mode into @cl (exits on usage errors). */
+static void parse_operands(int argc, char **argv, struct cmdline *cl, bool tokens)
 {
     int n = argc - optind;
 
     if (cl->mode == MODE_MERGE) {
-        if (cl->plan || cl->nparts)
+        if (cl->plan || cl->part)
             tool_usage_error("--merge takes no --plan or --part: the parts say their plan");
         if (n < 2)
             tool_usage_error("--merge: missing %s", n ? "PART" : "STORE and PART");
-        b->store = argv[optind];
-        cl->parts = argv + optind + 1;
+        cl->store = argv[optind];
+        cl->parts = (const char *const *)(argv + optind + 1);
         cl->nparts_given = (unsigned)(n - 1);
         return;
     }
@@ -240,7 +183,7 @@ static void parse_operands(int argc, char **argv, struct build *b, struct cmdlin
         if (n != 1)
             tool_usage_error(n ? "too many arguments: '%s'" : "missing OUT, the part's directory",
                              n ? argv[optind + 1] : "");
-        b->store = argv[optind];
+        cl->store = argv[optind];
         return;
     }
     if (cl->mode == MODE_PLAN) {
@@ -250,30 +193,32 @@ static void parse_operands(int argc, char **argv, struct build *b, struct cmdlin
                              argv[optind + 1]);
         if (n == 0 && !tokens)
             tool_usage_error("missing SRC");
-        b->src = n ? argv[optind] : NULL;
+        cl->src = n ? argv[optind] : NULL;
     } else {
         if (n < (tokens ? 1 : 2))
             tool_usage_error("missing %s", n == 0 && !tokens ? "SRC and STORE" : "STORE");
         if (n > 2)
             tool_usage_error("too many arguments: '%s'", argv[optind + 2]);
         /* With tokens, SRC may be omitted (or "-"): a store of tokens only. */
-        b->src = n == 2 ? argv[optind] : NULL;
-        b->store = argv[argc - 1];
+        cl->src = n == 2 ? argv[optind] : NULL;
+        cl->store = argv[argc - 1];
     }
-    if (b->src && strcmp(b->src, "-") == 0) {
+    if (cl->src && strcmp(cl->src, "-") == 0) {
         if (!tokens)
             tool_usage_error("SRC '-' means no images (a store of tokens only) and needs "
                              "--tokens or --seit; to build from a directory named '-', "
                              "write ./-");
-        b->src = NULL;
+        cl->src = NULL;
     }
 }
 
-/* The command line into @b, @topts and @cl (exits on --help, --version and usage
- * errors). @return true if tokens are to be imported. */
-static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_opts *topts,
-                       struct cmdline *cl)
+/* The command line into @cl (exits on --help, --version and usage errors). */
+static void parse_args(int argc, char **argv, struct cmdline *cl)
 {
+    /* the token options: the library's names, in the order of the OPT_ values */
+    static const char *const tokname[] = {"tokens",      "seit",       "seit_index",
+                                          "seit_labels", "seit_names", "seit_shape",
+                                          "codebook",    "tok_coder",  "tok_per_shard"};
     static const struct option longopts[] = {
         {"jobs", required_argument, NULL, 'j'},
         {"per-record", required_argument, NULL, 'n'},
@@ -290,350 +235,245 @@ static bool parse_args(int argc, char **argv, struct build *b, struct tokimport_
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
-        TOKIMPORT_LONGOPTS,
+        {"tokens", required_argument, NULL, OPT_TOKENS},
+        {"seit", required_argument, NULL, OPT_SEIT},
+        {"seit-index", required_argument, NULL, OPT_SEIT_INDEX},
+        {"seit-labels", required_argument, NULL, OPT_SEIT_LABELS},
+        {"seit-names", required_argument, NULL, OPT_SEIT_NAMES},
+        {"seit-shape", required_argument, NULL, OPT_SEIT_SHAPE},
+        {"codebook", required_argument, NULL, OPT_CODEBOOK},
+        {"tok-coder", required_argument, NULL, OPT_CODER},
+        {"tok-per-shard", required_argument, NULL, OPT_PER_SHARD},
         {NULL, 0, NULL, 0},
     };
-    bool force_progress = false, tokens, merge = false;
-    const char *scans_arg = "default";
-    uint64_t tokcap = 0;
-    long ncpu;
+    bool force_progress = false, merge = false;
+    char num[32];
+    int64_t created;
     int c;
 
-    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    b->jobs = ncpu > 0 ? (ncpu > MAX_JOBS ? MAX_JOBS : (unsigned)ncpu) : 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":j:n:fqvhV", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':
-            b->jobs = (unsigned)tool_opt_uint("--jobs", optarg, 1, MAX_JOBS);
+            add_opt(cl, "jobs", optarg);
             break;
         case 'n':
-            b->per_record = (unsigned)tool_opt_uint("--per-record", optarg, 1, MAX_PER_RECORD);
+            add_opt(cl, "per_record", optarg);
             cl->build_opt = cl->build_opt ? cl->build_opt : "--per-record";
             break;
         case 'f':
-            b->force = true;
+            add_opt(cl, "force", "1");
             break;
         case OPT_DROP_MARKERS:
-            b->drop_markers = true;
+            add_opt(cl, "drop_markers", "1");
             cl->build_opt = cl->build_opt ? cl->build_opt : "--drop-markers";
             break;
         case OPT_SCANS:
-            scans_arg = optarg;
+            add_opt(cl, "scans", optarg);
             cl->build_opt = cl->build_opt ? cl->build_opt : "--scans";
             break;
         case OPT_QUALITY:
         case OPT_NO_QUALITY:
-            b->quality = c == OPT_QUALITY;
+            add_opt(cl, "quality", c == OPT_QUALITY ? "1" : "0");
             cl->build_opt = cl->build_opt ? cl->build_opt : argv[optind - 1];
             break;
         case OPT_PLAN:
             cl->plan = optarg;
             break;
         case OPT_PART:
-            parse_part(optarg, cl);
+            if (pcrfs_build_option_check("part", optarg) < 0)
+                tool_usage_error("%s", pcrfs_errmsg());
+            cl->part = true;
+            cl->part_arg = optarg;
             break;
         case OPT_MERGE:
             merge = true;
             break;
         case 'q':
-            b->quiet = true;
+            cl->quiet = true;
             break;
         case OPT_PROGRESS:
             force_progress = true;
             break;
         case 'v':
-            b->verbose = true;
+            cl->verbose = true;
             break;
         case 'h':
             usage(stdout);
             exit(0);
         case 'V':
-            printf("mkpcrfs (pcrfs) %s\n", PCR_VERSION);
+            printf("mkpcrfs (pcrfs) %s\n", pcrfs_version());
             exit(0);
         default:
-            if (!tokimport_option(topts, c, optarg))
+            if (c < OPT_TOKENS || c > OPT_PER_SHARD)
                 tool_getopt_error(c, argv);
-            /* kept as given, for a plan */
-            if (b->ntokopts == tokcap)
-                b->tokopts = tool_grow(b->tokopts, &tokcap, 8, sizeof(*b->tokopts));
-            b->tokopts[b->ntokopts].code = c;
-            b->tokopts[b->ntokopts++].value = tool_xstrdup(optarg ? optarg : "");
+            add_opt(cl, tokname[c - OPT_TOKENS], optarg);
+            cl->tokens = cl->tokens || c == OPT_TOKENS || c == OPT_SEIT;
             cl->build_opt = cl->build_opt ? cl->build_opt : argv[optind - 1];
         }
     }
-    cl->mode = merge ? MODE_MERGE : cl->nparts ? MODE_PART : cl->plan ? MODE_PLAN : MODE_BUILD;
+    cl->mode = merge ? MODE_MERGE : cl->part ? MODE_PART : cl->plan ? MODE_PLAN : MODE_BUILD;
     if (cl->mode == MODE_PART && !cl->plan)
         tool_usage_error("--part needs --plan PLAN");
     if ((cl->mode == MODE_PART || cl->mode == MODE_MERGE) && cl->build_opt)
         tool_usage_error("%s: a %s takes the build options from the plan", cl->build_opt,
                          cl->mode == MODE_PART ? "part" : "merge");
-    tokens = tokimport_enabled(topts);
-    parse_operands(argc, argv, b, cl, tokens);
-    load_scripts(scans_arg, &b->scripts, &b->scans_text);
-    if (cl->mode == MODE_PLAN && strncmp(b->scripts.name, "file:", 5) == 0 && !b->scans_text)
-        tool_usage_error("--scans: %s: holds a NUL byte, which a plan cannot record", scans_arg);
-    b->created = source_date_epoch();
-    b->progress = force_progress || (!b->quiet && isatty(STDERR_FILENO));
-    return tokens;
+    /* the options together (--seit without --seit-labels, ...) */
+    if (cl->opts && pcrfs_build_check((const char *const *)cl->opts) < 0)
+        tool_usage_error("%s", pcrfs_errmsg());
+    parse_operands(argc, argv, cl, cl->tokens);
+    if (cl->mode == MODE_PART) {
+        add_opt(cl, "plan", cl->plan);
+        add_opt(cl, "part", cl->part_arg);
+    }
+    created = source_date_epoch();
+    if (created && cl->mode != MODE_MERGE && cl->mode != MODE_PART) {
+        snprintf(num, sizeof(num), "%" PRId64, created);
+        add_opt(cl, "created", num);
+    }
+    cl->progress = force_progress || (!cl->quiet && isatty(STDERR_FILENO));
 }
 
-/* Signals and SRC. @return 0, or -1 (reported). */
-static int start_src(struct build *b)
+/* The summary of the new store, read back from it through the public API
+ * (pcrfs_summary()): the same text as pcrinfo's. */
+static int print_summary(const struct cmdline *cl, const struct run *r, double elapsed)
 {
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    /* SA_RESTART: the library's write()s restart; the flag is checked between steps. */
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
-    b->srcfd = b->src ? open(b->src, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    if (b->src && b->srcfd < 0) {
-        tool_err("%s: %s", b->src, strerror(errno));
-        return -1;
-    }
-    if (pthread_mutex_init(&b->lock, NULL) || pthread_cond_init(&b->space_cv, NULL) ||
-        pthread_cond_init(&b->done_cv, NULL)) {
-        tool_err("cannot initialise threads");
-        return -1;
-    }
-    return 0;
-}
-
-/* The writer (the temporary store) and the directories the walk must not enter.
- * @return 0, or -1 (reported; nothing was created). */
-static int start_writer(struct build *b, const struct pcr_writer_opts *wopts)
-{
-    char err[1024] = "";
+    pcrfs_store *ps;
+    char *text = NULL;
+    ssize_t n;
     int rc;
 
-    rc = pcr_writer_create(b->store, wopts, &b->w, err, sizeof(err));
+    rc = pcrfs_open(cl->store, NULL, &ps);
     if (rc < 0) {
-        if (rc == -EEXIST)
-            tool_err("%s: already exists (--force replaces a pcrfs store)", b->store);
-        else if ((rc == -ENOTDIR || rc == -EINVAL) && err[0])
-            tool_err("%s", err);
-        else if (rc == -ENOTDIR || rc == -EINVAL)
-            tool_err("%s: exists and is not a pcrfs store; not replacing it", b->store);
-        else
-            tool_err("creating %s: %s", b->store, err[0] ? err : strerror(-rc));
-        return -1;
+        tool_err("%s: the new store does not open: %s", cl->store, pcrfs_errmsg());
+        return 1;
     }
-    tmpdir_copy = strdup(pcr_writer_tmpdir(b->w));
-    tool_oom_hook = on_oom;
-    {
-        struct stat st;
-
-        if (stat(pcr_writer_tmpdir(b->w), &st) == 0) {
-            b->exclude[b->nexclude].dev = st.st_dev;
-            b->exclude[b->nexclude].ino = st.st_ino;
-            b->exclude[b->nexclude++].store = false;
-        }
-        if (stat(b->store, &st) == 0) {
-            b->exclude[b->nexclude].dev = st.st_dev;
-            b->exclude[b->nexclude].ino = st.st_ino;
-            b->exclude[b->nexclude++].store = true;
-        }
+    n = pcrfs_summary(ps, NULL, &text);
+    if (n < 0) {
+        tool_err("%s", pcrfs_errmsg());
+        pcrfs_close(ps);
+        return 1;
     }
+    fwrite(text, 1, (size_t)n, stdout);
+    if (elapsed >= 0)
+        printf("\nbuilt in %.1f s: %.1f images/s, %.1f MB/s of source, %u thread%s\n", elapsed,
+               elapsed > 0 ? (double)r->res.files / elapsed : 0.0,
+               elapsed > 0 ? (double)r->res.bytes / elapsed / 1e6 : 0.0, r->res.jobs,
+               r->res.jobs == 1 ? "" : "s");
+    free(text);
+    pcrfs_close(ps);
     return 0;
 }
 
-/* mkpcrfs --plan PLAN SRC: the walk, written down. @return the exit status. */
-static int write_plan(struct build *b, const char *plan)
+/* The library's progress: the bar for the stages that have a total; a nonzero
+ * return (SIGINT, SIGTERM) cancels the build, which then leaves nothing behind. */
+static int on_progress(const struct pcrfs_build_progress *p, void *ctx)
+{
+    struct run *r = ctx;
+
+    if (p->stage == PCRFS_BUILD_TOKENS_READ || p->stage == PCRFS_BUILD_TRANSCODE ||
+        p->stage == PCRFS_BUILD_TOKENS) {
+        if (p->stage != r->stage) {
+            progress_start(r->cl->progress, p->total, p->total_bytes);
+            r->stage = p->stage;
+        }
+        progress_update(p->done, p->bytes, p->final != 0);
+        if (p->final) {
+            progress_finish();
+            r->stage = 0;
+        }
+    }
+    return mk_interrupted != 0;
+}
+
+static void on_result(const struct pcrfs_build_result *res, void *ctx)
+{
+    struct run *r = ctx;
+
+    r->res = *res;
+    r->have_res = true;
+}
+
+/* The report of a successful run. @return the exit status. */
+static int report(const struct cmdline *cl, const struct run *r, double elapsed)
 {
     struct tool_buf esc = {0};
+    int status = 0;
 
-    if (!b->force && access(plan, F_OK) == 0) {
-        tool_err("%s: already exists (--force replaces it)", tool_escaped(&esc, plan));
-        tool_buf_free(&esc);
-        return 1;
-    }
-    if (!b->created)
-        b->created = (int64_t)time(NULL); /* every part's store gets the plan's time */
-    if (build_walk(b) < 0)
-        return mk_interrupted ? 130 : 1;
-    if (plan_write(b, plan) < 0)
-        return 1;
-    if (!b->quiet)
+    if (cl->quiet)
+        return 0;
+    if (cl->mode == MODE_PLAN)
         printf("%s: %" PRIu64 " files in %" PRIu64 " directories, %" PRIu64
                " records of %u; %.1f MB of source\n",
-               tool_escaped(&esc, plan), b->nfiles, b->ndirs,
-               (b->nfiles + b->per_record - 1) / b->per_record, b->per_record,
-               (double)b->total_bytes / 1e6);
+               tool_escaped(&esc, cl->plan), r->res.files, r->res.dirs, r->res.records,
+               r->res.per_record, (double)r->res.bytes / 1e6);
+    else if (cl->mode == MODE_PART)
+        printf("part %" PRIu64 " of %" PRIu64 " of plan %s: files %" PRIu64 "..%" PRIu64
+               " (%" PRIu64 "), built in %.1f s\n",
+               r->res.part, r->res.nparts, r->res.plan_id, r->res.first_file + 1, r->res.end_file,
+               r->res.end_file - r->res.first_file, elapsed);
+    else
+        status = print_summary(cl, r, cl->mode == MODE_MERGE ? -1 : elapsed);
     tool_buf_free(&esc);
-    return 0;
-}
-
-/* A part: the plan into @b, the part's range of records and files into @range, and
- * the token options for part 1 (which carries the token tree). @return 0 or -1
- * (reported). */
-static int read_part(struct build *b, const struct cmdline *cl, struct tokimport_opts *topts,
-                     struct pcr_writer_opts *wopts, struct pcr_part_info *range)
-{
-    if (plan_read(b, cl->plan) < 0)
-        return -1;
-    pcr_part_range(b->nfiles, b->per_record, cl->part, cl->nparts, range);
-    b->fbegin = range->first_file;
-    b->fend = range->first_file + range->files;
-    for (unsigned k = 0; cl->part == 1 && k < b->ntokopts; k++)
-        if (!tokimport_option(topts, b->tokopts[k].code, b->tokopts[k].value)) {
-            tool_err("%s: a token option this mkpcrfs does not know (%d)", cl->plan,
-                     b->tokopts[k].code);
-            return -1;
-        }
-    wopts->part = true;
-    wopts->part_first_file = range->first_file;
-    wopts->part_first_record = range->first_record;
-    wopts->part_files = range->files;
-    return 0;
-}
-
-/* The part keys (pcrfs/writer.h, struct pcr_part_info). @return 0 or a negative errno. */
-static int set_part_meta(struct build *b, const struct pcr_part_info *r)
-{
-    const uint64_t v[] = {r->index, r->count, r->first_file, r->files, r->first_record, r->records};
-    static const char *const key[] = {"part.index", "part.count",        "part.first_file",
-                                      "part.files", "part.first_record", "part.records"};
-    char num[32];
-    int rc = pcr_writer_set_meta(b->w, "part.plan", b->plan_id);
-
-    for (unsigned k = 0; rc == 0 && k < sizeof(v) / sizeof(v[0]); k++) {
-        snprintf(num, sizeof(num), "%" PRIu64, v[k]);
-        rc = pcr_writer_set_meta(b->w, key[k], num);
-    }
-    return rc;
+    return status;
 }
 
 int main(int argc, char **argv)
 {
-    /* --quality is opt-in: the build takes 8 to 17 times the CPU with it (mkpcrfs(1)) */
-    struct build b = {.per_record = DEFAULT_PER_RECORD, .quality = false, .srcfd = -1};
-    struct tokimport_opts topts = {0};
-    struct tokimport *tok = NULL;
     struct cmdline cl = {0};
-    struct pcr_part_info range = {0};
-    bool tokens;
-    struct pcr_writer_opts wopts = {0};
-    sigset_t block, old;
-    char err[1024] = "";
+    struct run r = {.cl = &cl};
+    const struct pcrfs_build_cb cb = {
+        .size = sizeof(cb), .progress = on_progress, .result = on_result};
+    static const char *const none[] = {NULL};
+    const char *const *opts;
+    struct sigaction sa;
     double t0 = tool_now();
-    int rc, status = 0;
+    int rc, status;
 
     tool_prog = "mkpcrfs";
-    tokens = parse_args(argc, argv, &b, &topts, &cl);
-    tool_log_init(b.verbose);
-    if (cl.mode == MODE_MERGE) {
-        if (start_src(&b) < 0) {
-            status = 1;
-            goto out;
-        }
-        status = merge_run(&b, cl.parts, cl.nparts_given) < 0 ? (mk_interrupted ? 130 : 1) : 0;
-        if (status == 0 && !b.quiet)
-            status = print_summary(&b, -1);
-        goto out;
-    }
-    if (cl.mode == MODE_PART) {
-        if (read_part(&b, &cl, &topts, &wopts, &range) < 0) {
-            status = 1; /* what the plan reader took is freed at out */
-            goto out;
-        }
-        tokens = tokimport_enabled(&topts);
-    }
-    if (start_src(&b) < 0) {
-        status = 1;
-        goto out;
-    }
-    if (cl.mode == MODE_PLAN) {
-        status = write_plan(&b, cl.plan);
-        goto out;
-    }
-    wopts.levels = b.scripts.levels;
-    wopts.script = b.scripts.name;
-    wopts.force = b.force;
-    wopts.created = b.created;
-    if (start_writer(&b, &wopts) < 0)
-        return 1;
+    parse_args(argc, argv, &cl);
+    tool_log_init(cl.verbose);
+    opts = cl.opts ? (const char *const *)cl.opts : none;
 
-    if (tokens) {
-        topts.progress = b.progress;
-        topts.skip[0] = b.store;
-        topts.skip[1] = pcr_writer_tmpdir(b.w);
-        if (tokimport_scan(&topts, &mk_interrupted, &tok) < 0)
-            goto failed;
-    }
-    /* a part has its tree from the plan; a whole build walks SRC */
-    if (cl.mode == MODE_BUILD) {
-        if (build_walk(&b) < 0)
-            goto failed;
-        b.fend = b.nfiles;
-    }
-    rc = build_add_dirs(&b);
-    if (rc < 0) {
-        tool_err("writing %s: %s", b.store, strerror(-rc));
-        goto failed;
-    }
-    rc = build_transcode(&b);
-    if (rc < 0)
-        goto failed;
-    if (tok && tokimport_write(tok, b.w) < 0)
-        goto failed;
-    rc = build_set_meta(&b);
-    if (rc == 0 && cl.mode == MODE_PART)
-        rc = set_part_meta(&b, &range);
-    if (rc < 0) {
-        tool_err("writing %s: %s", b.store, strerror(-rc));
-        goto failed;
-    }
-    if (mk_interrupted)
-        goto failed;
-    /* The commit is short and all or nothing: let it end, then honour nothing more. */
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    sigprocmask(SIG_BLOCK, &block, &old);
-    rc = pcr_writer_finish(b.w, err, sizeof(err));
-    b.w = NULL;
-    tool_oom_hook = NULL;
-    if (rc < 0) {
-        tool_err("writing %s: %s", b.store, strerror(-rc));
-        if (err[0])
-            tool_err("%s", err);
-        status = 1;
-        goto out;
-    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    /* SA_RESTART: the library's write()s restart; the flag is seen at its next
+     * progress call. */
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    if (cl.mode == MODE_MERGE)
+        rc = pcrfs_merge(cl.store, cl.parts, cl.nparts_given, opts, &cb, &r);
+    else if (cl.mode == MODE_PLAN)
+        rc = pcrfs_build_plan(cl.src, cl.plan, opts, &cb, &r);
+    else
+        rc = pcrfs_build(cl.src, cl.store, opts, &cb, &r);
+    progress_finish();
+    /* A signal during the commit (short, all or nothing) is honoured after it, as
+     * the default action would have been. */
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    if (!b.quiet && cl.mode == MODE_PART)
-        printf("part %" PRIu64 " of %" PRIu64 " of plan %s: files %" PRIu64 "..%" PRIu64
-               " (%" PRIu64 "), built in %.1f s\n",
-               cl.part, cl.nparts, b.plan_id, b.fbegin + 1, b.fend, b.fend - b.fbegin,
-               tool_now() - t0);
-    else if (!b.quiet)
-        status = print_summary(&b, tool_now() - t0);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        tool_err("writing the summary: %s", strerror(errno));
-        status = 1;
-    }
-    goto out;
-
-failed:
-    progress_finish();
-    tool_oom_hook = NULL;
-    if (b.w)
-        pcr_writer_abort(b.w);
-    status = 1;
-    if (mk_interrupted) {
-        tool_err("interrupted; nothing was written");
+    if (rc == 0 && mk_interrupted)
+        raise(mk_interrupted);
+    if (rc == -EINVAL) /* a usage error: nothing was read */
+        tool_usage_error("%s", pcrfs_errmsg());
+    if (rc == -ECANCELED) {
+        if (cl.mode == MODE_BUILD || cl.mode == MODE_PART)
+            tool_err("interrupted; nothing was written");
         status = 130;
+    } else if (rc < 0) {
+        status = 1; /* the library's messages said why */
+    } else {
+        status = report(&cl, &r, tool_now() - t0);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            tool_err("writing the summary: %s", strerror(errno));
+            status = 1;
+        }
     }
-out:
-    tokimport_free(tok);
-    free(tmpdir_copy);
-    build_free(&b);
+    for (uint64_t i = 0; i < cl.nopts; i++)
+        free(cl.opts[i]);
+    free(cl.opts);
     return status;
 }

@@ -1,5 +1,6 @@
-/* pcrinfo — inspect, verify and extract a pcrfs store through the store library:
- * the command line and the summary (pcrinfo.h says where the other modes are).
+/* pcrinfo — inspect, verify and extract a pcrfs store through the library's public
+ * API (pcrfs(3)): the command line and the summary (pcrinfo.h says where the other
+ * modes are).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -8,7 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 #include "pcrinfo.h"
-#include "summary.h"
 #include "util/optparse.h"
 
 enum mode {
@@ -92,7 +92,7 @@ struct opts {
     const char *path;      /* STORE */
     bool verbose;
     struct fid_args fa;
-    double thresholds[SUMMARY_MAX_THRESHOLDS]; /* --threshold, for the summary */
+    double thresholds[PCRFS_SUMMARY_MAX_THRESHOLDS]; /* --threshold, for the summary */
     size_t nthresholds;
 };
 
@@ -157,8 +157,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
                     tool_usage_error("--threshold=%s: given twice", optarg);
             /* --fidelity takes the last one; the summary has a row for each */
             fa.threshold = d;
-            if (o->nthresholds == SUMMARY_MAX_THRESHOLDS - 3)
-                tool_usage_error("at most %d --threshold options", SUMMARY_MAX_THRESHOLDS - 3);
+            if (o->nthresholds == PCRFS_SUMMARY_MAX_THRESHOLDS)
+                tool_usage_error("at most %d --threshold options", PCRFS_SUMMARY_MAX_THRESHOLDS);
             o->thresholds[o->nthresholds++] = d;
             thr_opt = true;
             break;
@@ -228,13 +228,34 @@ static void parse_args(int argc, char **argv, struct opts *o)
     o->fa = fa;
 }
 
+/* The summary (--json: as JSON). @return the exit status. */
+static int do_summary(pcrfs_store *ps, const struct opts *o)
+{
+    struct pcrfs_summary_args sa = {.size = sizeof(sa),
+                                    .flags = o->mode == MODE_JSON ? PCRFS_SUMMARY_JSON : 0,
+                                    .thresholds = o->thresholds,
+                                    .nthresholds = o->nthresholds};
+    char *text = NULL;
+    ssize_t n = pcrfs_summary(ps, &sa, &text);
+
+    if (n < 0) {
+        tool_err("%s", pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror((int)-n));
+        return 1;
+    }
+    if (o->nthresholds && !sa.measured)
+        tool_warn("--threshold: %s has no per-image quality data (mkpcrfs --quality "
+                  "makes it): no rows added",
+                  o->path);
+    fwrite(text, 1, (size_t)n, stdout);
+    free(text);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {0};
     const char *path;
-    struct pcr_store *s = NULL;
     pcrfs_store *ps = NULL;
-    char err[1024] = "";
     unsigned level;
     int rc;
 
@@ -243,28 +264,19 @@ int main(int argc, char **argv)
     path = o.path;
     tool_log_init(o.verbose);
 
-    /* --cat and --extract read the tree a mount shows, through the public API
-     * (pcrfs(3)) as any client would; the other modes look inside the store */
-    if (o.mode == MODE_CAT || o.mode == MODE_EXTRACT) {
-        rc = pcrfs_open(path, NULL, &ps);
-        if (rc < 0) {
-            tool_err("%s", pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror(-rc));
-            return 1;
-        }
-        level = pcrfs_levels(ps);
-    } else {
-        rc = pcr_store_open(path, &s, err, sizeof(err));
-        if (rc < 0) {
-            tool_err("%s", err[0] ? err : strerror(-rc));
-            return 1;
-        }
-        level = pcr_store_levels(s);
+    /* every mode reads the store through the public API (pcrfs(3)), as any client
+     * would: --cat and --extract the tree a mount shows, the others the stored
+     * files and the index's facts */
+    rc = pcrfs_open(path, NULL, &ps);
+    if (rc < 0) {
+        tool_err("%s", pcrfs_errmsg()[0] ? pcrfs_errmsg() : strerror(-rc));
+        return 1;
     }
+    level = pcrfs_levels(ps);
     if (o.level_arg && o.level != PCR_OPT_LEVEL_FULL) {
         if (o.level < 1 || o.level > level) {
             char msg[512];
 
-            pcr_store_close(s);
             pcrfs_close(ps);
             pcr_opt_msg(msg, sizeof(msg), "--level", o.level_arg,
                         "want a level of this store: 1..%u or full", level);
@@ -275,32 +287,14 @@ int main(int argc, char **argv)
 
     switch (o.mode) {
     case MODE_SUMMARY:
-    case MODE_JSON: {
-        struct summary *sm;
-
-        rc = summary_compute(s, path, o.thresholds, o.nthresholds, &sm, err, sizeof(err));
-        if (rc < 0) {
-            tool_err("%s", err);
-            rc = 1;
-            break;
-        }
-        if (o.nthresholds && !summary_nmeasured(sm))
-            tool_warn("--threshold: %s has no per-image quality data (mkpcrfs --quality "
-                      "makes it): no rows added",
-                      path);
-        if (o.mode == MODE_JSON)
-            summary_print_json(sm, stdout);
-        else
-            summary_print_text(sm, stdout);
-        summary_free(sm);
-        rc = 0;
+    case MODE_JSON:
+        rc = do_summary(ps, &o);
         break;
-    }
     case MODE_VERIFY:
-        rc = do_verify(s);
+        rc = do_verify(ps);
         break;
     case MODE_LIST:
-        rc = do_list(s);
+        rc = do_list(ps);
         break;
     case MODE_CAT:
         rc = do_cat(ps, o.arg, level);
@@ -309,10 +303,9 @@ int main(int argc, char **argv)
         rc = do_extract(ps, path, o.arg, level);
         break;
     case MODE_FIDELITY:
-        rc = do_fidelity(s, &o.fa);
+        rc = do_fidelity(ps, &o.fa);
         break;
     }
-    pcr_store_close(s);
     pcrfs_close(ps);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         tool_err("writing to standard output: %s", strerror(errno));

@@ -1,8 +1,9 @@
-/* pcrinfo — what its parts share: the command line (pcrinfo.c) runs one mode; the
- * modes that read files (--list, --verify, --cat, --extract) are in pcrinfo_files.c,
- * --fidelity in pcrinfo_fidelity.c. Everything goes through the public API
- * (pcrfs/store.h), exactly as the FUSE driver does, so a store that pcrinfo
- * --verify accepts is one the driver serves correctly.
+/* pcrinfo — what its parts share: the command line and the summary (pcrinfo.c)
+ * run one mode; the modes that read files (--list, --verify, --cat, --extract) and
+ * --fidelity are in pcrinfo_files.c. Everything goes through the public API
+ * (pcrfs/pcrfs.h, pcrfs(3)) alone, as the FUSE driver does: pcrinfo links
+ * libpcrfs.so, which exports nothing else, so a store that pcrinfo --verify
+ * accepts is one the library serves, and any other user can do what it does.
  */
 #ifndef PCRFS_TOOLS_PCRINFO_H
 #define PCRFS_TOOLS_PCRINFO_H
@@ -11,7 +12,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "pcrfs/pcrfs.h"
-#include "pcrfs/store.h"
 #include "tool.h"
 
 #define FID_SAMPLE    300 /* default --sample */
@@ -19,12 +19,9 @@
 #define FID_THRESHOLD 0.95 /* PCR: levels with MS-SSIM >= 0.95 keep accuracy */
 #define MAX_JOBS      256
 
-/* The path of file @id into @b (raw bytes). @return 0 or a negative errno. */
-int file_path(struct pcr_store *s, uint64_t id, struct tool_buf *b);
-
 /* Each mode: @return the exit status (0, or 1 with the messages printed). */
-int do_list(struct pcr_store *s);
-int do_verify(struct pcr_store *s);
+int do_list(pcrfs_store *ps);
+int do_verify(pcrfs_store *ps);
 int do_cat(pcrfs_store *ps, const char *path, unsigned level);
 /* --extract: refuses a DEST inside @store (its path); on failure or interrupt
  * removes DEST whole (or says it could not); exit 130 when interrupted. */
@@ -38,6 +35,6 @@ struct fid_args {
     bool json;
     bool progress; /* the progress line on stderr (a terminal, no -q) */
 };
-int do_fidelity(struct pcr_store *s, const struct fid_args *a);
+int do_fidelity(pcrfs_store *ps, const struct fid_args *a);
 
 #endif

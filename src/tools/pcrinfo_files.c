@@ -1,5 +1,6 @@
 /* pcrinfo — the modes that read a store's files: --list, --verify (every file at the
- * highest level against its checksum, every JPEG decoded), --cat and --extract.
+ * highest level against its checksum, every JPEG decoded: pcrfs_verify()), --cat,
+ * --extract, and --fidelity (pcrfs_fidelity()).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,76 +15,53 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "pcrfs/checksum.h"
-#include "pcrfs/jpeg.h"
 #include "pcrfs/pcrfs.h"
 #include "pcrinfo.h"
+#include "progress.h"
 
 #define IO_CHUNK (1u << 20)
 
-int file_path(struct pcr_store *s, uint64_t id, struct tool_buf *b)
+static const char *kind_name(uint32_t k)
 {
-    ssize_t n;
-
-    tool_buf_reserve(b, 255);
-    while ((n = pcr_store_path(s, id, b->s, b->cap)) == -ENAMETOOLONG)
-        tool_buf_reserve(b, b->cap * 2);
-    if (n < 0)
-        return (int)n;
-    b->len = (size_t)n;
-    return 0;
+    return k == PCRFS_KIND_JPEG       ? "jpeg"
+           : k == PCRFS_KIND_VERBATIM ? "verbatim"
+           : k == PCRFS_KIND_TOKENS   ? "tokens"
+                                      : "unknown";
 }
 
-static const char *kind_name(enum pcr_kind k)
+/* The next file of @ps (pcrfs_file_next()), its path in @path (grown as needed).
+ * @return as pcrfs_file_next(), never -ENAMETOOLONG. */
+static int next_file(pcrfs_store *ps, uint64_t *pos, struct tool_buf *path,
+                     struct pcrfs_file_facts *f)
 {
-    return k == PCR_KIND_JPEG       ? "jpeg"
-           : k == PCR_KIND_VERBATIM ? "verbatim"
-           : k == PCR_KIND_TOKENS   ? "tokens"
-                                    : "unknown";
+    int rc;
+
+    tool_buf_reserve(path, 255);
+    while ((rc = pcrfs_file_next(ps, pos, path->s, path->cap, f)) == -ENAMETOOLONG)
+        tool_buf_reserve(path, path->cap * 2);
+    path->len = rc == 1 ? strlen(path->s) : 0;
+    return rc;
 }
 
-/* The token tree of @s (the files a mount serves under tokens/) in *@t, or NULL
- * when the store holds none. @return 0, or -1 with a message (a damaged tree). */
-static int open_tokens(struct pcr_store *s, struct pcr_store **t)
-{
-    char err[512] = "";
-    int e = pcr_store_open_tokens(s, t, err, sizeof(err));
-
-    if (e == 0 || e == -ENOENT) {
-        if (e)
-            *t = NULL;
-        return 0;
-    }
-    *t = NULL;
-    tool_err("tokens/: %s", err[0] ? err : strerror(-e));
-    return -1;
-}
-
-/* One line per file of @s, its paths under @prefix. @return 0 or 1 (reported). */
-static int list_tree(struct pcr_store *s, const char *prefix)
+int do_list(pcrfs_store *ps)
 {
     struct tool_buf path = {0}, esc = {0};
-    unsigned levels = pcr_store_levels(s), k;
-    uint64_t n = pcr_store_nfiles(s), id;
-    int rc = 0;
+    struct pcrfs_file_facts f = {.size = sizeof(f)};
+    uint64_t pos = 0;
+    int rc = 0, e;
 
-    for (id = 1; id <= n; id++) {
-        const struct pcr_file *f;
-        struct pcr_file_info fi;
-        int e;
-
-        if ((e = pcr_store_file(s, id, &f)) < 0 || (e = file_path(s, id, &path)) < 0) {
-            tool_err("%sfile %" PRIu64 ": %s", prefix, id, strerror(-e));
+    /* the image files, then the token files (tokens/PATH.tok), by file id */
+    while ((e = next_file(ps, &pos, &path, &f)) != 0) {
+        if (e < 0) {
+            tool_err("%s", pcrfs_errmsg());
+            if (e != -EIO)
+                return 1;
             rc = 1;
             continue;
         }
-        pcr_file_info(f, &fi);
-        tool_buf_reset(&esc);
-        tool_escape(&esc, prefix, strlen(prefix));
-        tool_escape(&esc, path.s, path.len);
-        printf("%s\t%s\t%u\t", esc.s, kind_name(fi.kind), fi.nchunks);
-        for (k = 1; k <= levels; k++)
-            printf("%s%" PRIu64, k > 1 ? " " : "", pcr_file_size(f, k));
+        printf("%s\t%s\t%u\t", tool_escaped(&esc, path.s), kind_name(f.kind), f.chunks);
+        for (unsigned k = 1; k <= f.levels && k <= PCRFS_MAX_LEVELS; k++)
+            printf("%s%" PRIu64, k > 1 ? " " : "", f.level_size[k - 1]);
         putchar('\n');
     }
     tool_buf_free(&path);
@@ -91,142 +69,86 @@ static int list_tree(struct pcr_store *s, const char *prefix)
     return rc;
 }
 
-int do_list(struct pcr_store *s)
+/* Each file --verify checked: a line for each that failed. */
+static int on_verified(const char *path, const char *failure, uint64_t done, uint64_t total,
+                       void *ctx)
 {
-    struct pcr_store *t;
-    int rc = list_tree(s, "");
+    struct tool_buf *esc = ctx;
 
-    if (open_tokens(s, &t) < 0)
-        return 1;
-    if (t) {
-        rc |= list_tree(t, "tokens/");
-        pcr_store_close(t);
-    }
-    return rc;
+    (void)done;
+    (void)total;
+    if (failure)
+        printf("FAILED %s%s%s\n", tool_escaped(esc, path), path[0] ? ": " : "", failure);
+    return 0;
 }
 
-struct verify_counts {
-    uint64_t files, failures, decoded;
-};
-
-/* Read every file of @s (the image tree, or the token tree with @prefix "tokens/")
- * at its highest level, check its size and its XXH64, decode every JPEG. */
-static void verify_tree(struct pcr_store *s, const char *prefix, struct verify_counts *c)
+int do_verify(pcrfs_store *ps)
 {
-    struct tool_buf path = {0}, esc = {0};
-    unsigned L = pcr_store_levels(s);
-    uint64_t n = pcr_store_nfiles(s), id, failures = 0, decoded = 0;
-    uint8_t *buf = NULL;
-    size_t cap = 0;
+    struct pcrfs_verify_result r = {.size = sizeof(r)};
+    struct tool_buf esc = {0};
+    int rc = pcrfs_verify(ps, on_verified, &esc, &r);
 
-    for (id = 1; id <= n; id++) {
-        const struct pcr_file *f;
-        struct pcr_file_info fi;
-        struct pcr_jpeg_info ji;
-        char why[512] = "";
-        uint64_t size, sum;
-        ssize_t got;
-        int e;
-
-        if ((e = file_path(s, id, &path)) < 0) {
-            printf("FAILED file %" PRIu64 ": %s\n", id, strerror(-e));
-            failures++;
-            continue;
-        }
-        tool_buf_reset(&esc);
-        tool_escape(&esc, prefix, strlen(prefix));
-        tool_escape(&esc, path.s, path.len);
-        if ((e = pcr_store_file(s, id, &f)) < 0) {
-            printf("FAILED %s: %s\n", esc.s, strerror(-e));
-            failures++;
-            continue;
-        }
-        pcr_file_info(f, &fi);
-        size = pcr_file_size(f, L);
-        if (size > SIZE_MAX / 2) {
-            printf("FAILED %s: size %" PRIu64 " out of range\n", esc.s, size);
-            failures++;
-            continue;
-        }
-        if (size + 1 > cap) {
-            uint8_t *p = realloc(buf, (size_t)size + 1);
-
-            if (!p) {
-                printf("FAILED %s: out of memory for %" PRIu64 " bytes\n", esc.s, size);
-                failures++;
-                continue;
-            }
-            buf = p;
-            cap = (size_t)size + 1;
-        }
-        /* Ask for one byte more than the index says: a read that returns it would
-         * mean the size is wrong. */
-        got = pcr_store_read(s, f, L, buf, (size_t)size + 1, 0);
-        if (got < 0) {
-            printf("FAILED %s: read: %s\n", esc.s, strerror((int)-got));
-            failures++;
-            continue;
-        }
-        if ((uint64_t)got != size) {
-            printf("FAILED %s: read %zd bytes, the index says %" PRIu64 "\n", esc.s, got, size);
-            failures++;
-            continue;
-        }
-        sum = pcr_xxh64(buf, (size_t)got);
-        if (sum != fi.checksum) {
-            printf("FAILED %s: checksum %016" PRIx64 ", the index says %016" PRIx64 "\n", esc.s,
-                   sum, fi.checksum);
-            failures++;
-            continue;
-        }
-        if (fi.kind != PCR_KIND_JPEG)
-            continue;
-        e = pcr_jpeg_decode(buf, (size_t)got, NULL, NULL, &ji, why, sizeof(why));
-        if (e < 0) {
-            printf("FAILED %s: does not decode: %s\n", esc.s, why[0] ? why : strerror(-e));
-            failures++;
-            continue;
-        }
-        if (ji.width != fi.width || ji.height != fi.height || ji.components != fi.components) {
-            printf("FAILED %s: decodes as %ux%u, %u components; the index says %ux%u, %u\n", esc.s,
-                   ji.width, ji.height, ji.components, fi.width, fi.height, fi.components);
-            failures++;
-            continue;
-        }
-        decoded++;
+    tool_buf_free(&esc);
+    if (rc < 0 && rc != -EBADMSG) {
+        tool_err("%s", pcrfs_errmsg());
+        return 1;
     }
-    c->files += n;
-    c->failures += failures;
-    c->decoded += decoded;
-    free(buf);
-    tool_buf_free(&path);
+    printf("verified %" PRIu64 " files at level %u (%" PRIu64 " JPEGs decoded)", r.files, r.level,
+           r.decoded);
+    if (r.tokens)
+        printf(" and %" PRIu64 " token files", r.token_files);
+    printf(": %" PRIu64 " failure%s\n", r.failures, r.failures == 1 ? "" : "s");
+    return r.failures ? 1 : 0;
+}
+
+/* --fidelity's progress line (on a terminal, as mkpcrfs's build shows it). */
+static void on_fid_progress(uint64_t done, uint64_t total, uint64_t done_bytes,
+                            uint64_t total_bytes, int final, void *ctx)
+{
+    const struct fid_args *a = ctx;
+
+    if (done == 0 && !final)
+        progress_start(a->progress, total, total_bytes);
+    progress_update(done, done_bytes, final != 0);
+    if (final)
+        progress_finish();
+}
+
+/* An image --fidelity could not measure: a message on stderr. */
+static void on_fid_failure(const char *path, uint64_t id, unsigned level, const char *why,
+                           void *ctx)
+{
+    struct tool_buf esc = {0};
+
+    (void)ctx;
+    if (path)
+        tool_err("%s: level %u: %s", tool_escaped(&esc, path), level, why);
+    else
+        tool_err("file %" PRIu64 ": level %u: %s", id, level, why);
     tool_buf_free(&esc);
 }
 
-int do_verify(struct pcr_store *s)
+int do_fidelity(pcrfs_store *ps, const struct fid_args *a)
 {
-    struct verify_counts img = {0}, tok = {0};
-    struct pcr_store *t = NULL;
-    char err[512];
-    int e;
+    struct pcrfs_fidelity_args fa = {.size = sizeof(fa),
+                                     .flags = a->json ? PCRFS_FIDELITY_JSON : 0,
+                                     .sample = a->sample,
+                                     .seed = a->seed,
+                                     .threshold = a->threshold,
+                                     .jobs = a->jobs,
+                                     .progress = on_fid_progress,
+                                     .failure = on_fid_failure,
+                                     .ctx = (void *)a};
+    char *text = NULL;
+    ssize_t n = pcrfs_fidelity(ps, &fa, &text);
 
-    verify_tree(s, "", &img);
-    /* the token tree too: each .tok file decoded and checked like any file */
-    e = pcr_store_open_tokens(s, &t, err, sizeof(err));
-    if (e == 0) {
-        verify_tree(t, "tokens/", &tok);
-        pcr_store_close(t);
-    } else if (e != -ENOENT) {
-        printf("FAILED tokens/: %s\n", err);
-        tok.failures++;
+    if (n < 0) {
+        tool_err("%s", pcrfs_errmsg());
+        return 1;
     }
-    printf("verified %" PRIu64 " files at level %u (%" PRIu64 " JPEGs decoded)", img.files,
-           pcr_store_levels(s), img.decoded);
-    if (t)
-        printf(" and %" PRIu64 " token files", tok.files);
-    printf(": %" PRIu64 " failure%s\n", img.failures + tok.failures,
-           img.failures + tok.failures == 1 ? "" : "s");
-    return img.failures + tok.failures ? 1 : 0;
+    fwrite(text, 1, (size_t)n, stdout);
+    free(text);
+    return fa.failures ? 1 : 0;
 }
 
 static int write_all(int fd, const uint8_t *p, size_t n)

@@ -1,6 +1,5 @@
 /* pcrfs tools — shared helpers (see tool.h). */
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -11,7 +10,6 @@
 #include <unistd.h>
 #include "tool.h"
 #include "util/optparse.h"
-#include "util/utf8.h"
 
 const char *tool_prog = "pcrfs";
 
@@ -70,48 +68,10 @@ void tool_oom(void)
     exit(1);
 }
 
-void *tool_xmalloc(size_t n)
+/* util/xalloc.h's failures end here, with the program's name. */
+static void oom_hook(void)
 {
-    return tool_xrealloc(NULL, n);
-}
-
-void *tool_xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n ? n : 1);
-    if (!p)
-        tool_oom();
-    return p;
-}
-
-char *tool_xstrdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-
-    return memcpy(tool_xmalloc(n), s, n);
-}
-
-void *tool_grow(void *p, uint64_t *cap, uint64_t first, size_t size)
-{
-    uint64_t ncap = *cap ? *cap * 2 : first;
-
-    if (ncap > SIZE_MAX / size)
-        tool_oom(); /* cannot be allocated anyway */
-    p = tool_xrealloc(p, (size_t)ncap * size);
-    *cap = ncap;
-    return p;
-}
-
-char *tool_join(const char *rel, const char *name)
-{
-    size_t a = strlen(rel), n = strlen(name);
-    char *p = tool_xmalloc(a + n + 2);
-
-    if (a) {
-        memcpy(p, rel, a);
-        p[a++] = '/';
-    }
-    memcpy(p + a, name, n + 1);
-    return p;
+    tool_oom();
 }
 
 void tool_err(const char *fmt, ...)
@@ -160,17 +120,18 @@ void tool_getopt_error(int c, char **argv)
     tool_usage_error("unrecognized option '%s'", word);
 }
 
-static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
+/* The library's messages (pcrfs_set_log(): 0 error, 1 warning, 2 info, 3 debug). */
+static void log_hook(int level, const char *msg, void *ctx)
 {
     (void)ctx;
     switch (level) {
-    case PCR_LOG_ERR:
+    case 0:
         tool_err("%s", msg);
         break;
-    case PCR_LOG_WARN:
+    case 1:
         tool_warn("%s", msg);
         break;
-    case PCR_LOG_INFO:
+    case 2:
         tool_err("%s", msg);
         break;
     default:
@@ -181,104 +142,8 @@ static void log_hook(enum pcr_log_level level, const char *msg, void *ctx)
 
 void tool_log_init(bool verbose)
 {
-    pcr_log_set_hook(log_hook, NULL, verbose ? PCR_LOG_DEBUG : PCR_LOG_WARN);
-}
-
-void tool_buf_reset(struct tool_buf *b)
-{
-    b->len = 0;
-    if (b->s)
-        b->s[0] = '\0';
-}
-
-void tool_buf_reserve(struct tool_buf *b, size_t len)
-{
-    if (len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        char *s;
-
-        while (cap < len + 1)
-            cap *= 2;
-        s = tool_xrealloc(b->s, cap);
-        if (!b->s)
-            s[0] = '\0';
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
-void tool_buf_add(struct tool_buf *b, const void *data, size_t len)
-{
-    tool_buf_reserve(b, b->len + len);
-    memcpy(b->s + b->len, data, len);
-    b->len += len;
-    b->s[b->len] = '\0';
-}
-
-void tool_buf_free(struct tool_buf *b)
-{
-    free(b->s);
-    b->s = NULL;
-    b->len = b->cap = 0;
-}
-
-/* Length of the well-formed UTF-8 sequence at @p (at most @n bytes) encoding a
- * printable code point, or 0. What is not UTF-8 (pcr_utf8_seq()) and the C1
- * controls are rejected: they would print misleadingly. */
-static size_t utf8_printable(const unsigned char *p, size_t n)
-{
-    uint32_t cp;
-    size_t len = pcr_utf8_seq(p, n, &cp);
-
-    return len > 0 && cp >= 0xA0 ? len : 0;
-}
-
-void tool_escape(struct tool_buf *b, const char *name, size_t len)
-{
-    const unsigned char *p = (const unsigned char *)name;
-    size_t i = 0;
-
-    while (i < len) {
-        size_t run = i;
-
-        /* Copy printable runs in one go. */
-        while (run < len) {
-            size_t u;
-
-            if (p[run] >= 0x20 && p[run] < 0x7F && p[run] != '\\') {
-                run++;
-                continue;
-            }
-            if (p[run] >= 0x80 && (u = utf8_printable(p + run, len - run)) > 0) {
-                run += u;
-                continue;
-            }
-            break;
-        }
-        if (run > i) {
-            tool_buf_add(b, p + i, run - i);
-            i = run;
-            continue;
-        }
-        if (p[i] == '\\') {
-            tool_buf_add(b, "\\\\", 2);
-        } else {
-            char hex[5];
-
-            snprintf(hex, sizeof(hex), "\\x%02x", p[i]);
-            tool_buf_add(b, hex, 4);
-        }
-        i++;
-    }
-    if (!b->s)
-        tool_buf_add(b, "", 0);
-}
-
-const char *tool_escaped(struct tool_buf *b, const char *name)
-{
-    tool_buf_reset(b);
-    tool_escape(b, name, strlen(name));
-    return b->s;
+    pcr_oom_hook = oom_hook;
+    pcrfs_set_log(log_hook, NULL, verbose ? 3 : 1);
 }
 
 void tool_opt_check(int rc, const char *msg)
@@ -302,92 +167,4 @@ double tool_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-const char *tool_human_bytes(uint64_t n, char *buf, size_t len)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)n;
-    unsigned u = 0;
-
-    while (v >= 1024 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
-        v /= 1024;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%llu B", (unsigned long long)n);
-    else
-        snprintf(buf, len, "%.1f %s", v, unit[u]);
-    return buf;
-}
-
-/* Never change a source tree, not even its access times where the kernel lets us say so:
- * O_NOATIME is refused (EPERM) on files we do not own, then open without it. */
-int tool_open_noatime(int dirfd, const char *path, int flags)
-{
-    int fd = openat(dirfd, path, flags | O_NOATIME);
-
-    if (fd < 0 && errno == EPERM)
-        fd = openat(dirfd, path, flags);
-    return fd;
-}
-
-/* Open @rel (relative to @base) with @flags. A path longer than the kernel takes
- * at once (deep trees) is opened one component at a time; intermediate components
- * are followed like the walk followed them (symlinks included). */
-int tool_open_rel(int base, const char *rel, int flags)
-{
-    char *copy, *p, *slash;
-    int cur, fd, e;
-
-    if (!rel[0])
-        rel = ".";
-    fd = tool_open_noatime(base, rel, flags);
-    if (fd >= 0 || errno != ENAMETOOLONG)
-        return fd;
-    copy = tool_xstrdup(rel);
-    cur = base;
-    p = copy;
-    while ((slash = strchr(p, '/')) != NULL) {
-        int nfd;
-
-        *slash = '\0';
-        nfd = openat(cur, p, O_PATH | O_DIRECTORY | O_CLOEXEC);
-        e = errno;
-        if (cur != base)
-            close(cur);
-        if (nfd < 0) {
-            free(copy);
-            errno = e;
-            return -1;
-        }
-        cur = nfd;
-        p = slash + 1;
-    }
-    fd = tool_open_noatime(cur, p, flags);
-    e = errno;
-    if (cur != base)
-        close(cur);
-    free(copy);
-    errno = e;
-    return fd;
-}
-
-static int remove_err; /* the first error of tool_remove_tree() */
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    if ((flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && !remove_err)
-        remove_err = -errno;
-    return 0;
-}
-
-int tool_remove_tree(const char *path)
-{
-    remove_err = 0;
-    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && !remove_err)
-        remove_err = -errno;
-    return remove_err;
 }

@@ -14,7 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include "pcrfs/log.h"
+#include "pcrfs/pcrfs.h"
+#include "util/fsio.h"
+#include "util/sbuf.h"
+#include "util/xalloc.h"
 
 /* The program name used as the prefix of every message ("mkpcrfs"). */
 extern const char *tool_prog;
@@ -25,16 +28,24 @@ extern void (*tool_oom_hook)(void);
 /* Print "PROG: out of memory", run tool_oom_hook and exit 1. */
 void tool_oom(void) __attribute__((noreturn));
 
-/* Allocation that exits on failure (tool_oom()); a size of 0 allocates one byte,
- * so the result is never NULL. */
-void *tool_xmalloc(size_t n);
-void *tool_xrealloc(void *p, size_t n);
-char *tool_xstrdup(const char *s);
-/* Grow the array @p of @size-byte elements: *@cap doubles (becomes @first when 0).
- * @return the reallocated array. */
-void *tool_grow(void *p, uint64_t *cap, uint64_t first, size_t size);
-/* "REL/NAME" (or NAME when REL is "", the root), malloc()ed. */
-char *tool_join(const char *rel, const char *name);
+/* Allocation that exits on failure (tool_oom()), growable strings, displayable
+ * names and source files: the tools' names for src/util's (xalloc.h, sbuf.h,
+ * fsio.h), which the store library's build pipeline shares. */
+#define tool_xmalloc      pcr_xmalloc
+#define tool_xrealloc     pcr_xrealloc
+#define tool_xstrdup      pcr_xstrdup
+#define tool_grow         pcr_xgrow
+#define tool_join         pcr_path_join
+#define tool_buf          pcr_sbuf
+#define tool_buf_reset    pcr_sbuf_reset
+#define tool_buf_add      pcr_sbuf_add
+#define tool_buf_reserve  pcr_sbuf_reserve
+#define tool_buf_free     pcr_sbuf_free
+#define tool_escape       pcr_escape
+#define tool_escaped      pcr_escaped
+#define tool_open_noatime pcr_open_noatime
+#define tool_open_rel     pcr_open_rel
+#define tool_remove_tree  pcr_remove_tree
 
 /* "PROG: MESSAGE\n" on stderr. */
 void tool_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -57,25 +68,6 @@ void tool_log_init(bool verbose);
 void tool_status_show(const char *line);
 void tool_status_clear(void);
 
-/* A growable string, for escaped names and paths. */
-struct tool_buf {
-    char *s;
-    size_t len, cap;
-};
-void tool_buf_reset(struct tool_buf *b);
-void tool_buf_add(struct tool_buf *b, const void *data, size_t len);
-/* Make room for a string of @len bytes (plus its NUL). */
-void tool_buf_reserve(struct tool_buf *b, size_t len);
-void tool_buf_free(struct tool_buf *b);
-
-/* Append @len bytes of @name to @b in displayable form: well-formed UTF-8 other
- * than control characters is kept, every other byte becomes "\xNN" and a
- * backslash becomes "\\", so a name that is not text (or holds a newline or a tab)
- * still prints on one line and different names never print the same. */
-void tool_escape(struct tool_buf *b, const char *name, size_t len);
-/* Reset @b, escape the NUL-terminated @name into it and return b->s. */
-const char *tool_escaped(struct tool_buf *b, const char *name);
-
 /* The value @s of option @name ("--jobs") as a whole number in [@min, @max], in the
  * strict syntax every program shares (util/optparse.h); anything else is a usage
  * error, "PROG: --jobs=0: want a whole number 1..256" (exits 2). */
@@ -86,18 +78,5 @@ void tool_opt_check(int rc, const char *msg);
 
 /* Monotonic seconds. */
 double tool_now(void);
-
-/* "12.3 MiB" style size into @buf. */
-const char *tool_human_bytes(uint64_t n, char *buf, size_t len);
-
-/* Open without touching access times where the kernel allows (O_NOATIME falls back
- * when refused), and open a path relative to @base that may be longer than the
- * kernel takes at once. Both return a descriptor or -1 with errno. */
-int tool_open_noatime(int dirfd, const char *path, int flags);
-/* Remove the tree @path (a directory and everything under it, or a file) without
- * following symbolic links. Not thread-safe. @return 0, or the first negative
- * errno met (the rest is still attempted). */
-int tool_remove_tree(const char *path);
-int tool_open_rel(int base, const char *rel, int flags);
 
 #endif

@@ -71,23 +71,28 @@ def walk_store(store, rel=""):
     return out
 
 
+def make_stores(cls, awkward=False):
+    """cls.src (a generated dataset, with @awkward files), cls.store of it and
+    cls.store_qt, with a quality table and a token tree (q90/ q95/ q99/ of their
+    own and tokens/), under cls.tmp."""
+    cls.src = os.path.join(cls.tmp, "src")
+    common.make_dataset(cls.src, classes=3, per_class=5, seed=7, awkward=awkward)
+    cls.store = os.path.join(cls.tmp, "store")
+    mu.build_store(cls.src, cls.store, per_record=4)
+    tok = os.path.join(cls.tmp, "tok")
+    mu.run([mu.PYTHON, os.path.join(mu.SRCROOT, "tests", "gen", "mktokens.py"), "--seed",
+            "5", "-k", "391", "--grid", "16", "tree", cls.src, tok], check=0)
+    cls.store_qt = os.path.join(cls.tmp, "store-qt")
+    mu.run([mu.program("MKPCRFS"), "-q", "-n", "4", "--quality", "--tokens", tok, cls.src,
+            cls.store_qt], check=0)
+
+
 class LibraryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="pcrfs-lib-")
         os.chmod(cls.tmp, 0o755)  # nobody reads the store
-        cls.src = os.path.join(cls.tmp, "src")
-        common.make_dataset(cls.src, classes=3, per_class=5, seed=7)
-        cls.store = os.path.join(cls.tmp, "store")
-        mu.build_store(cls.src, cls.store, per_record=4)
-        # a store with a quality table and a token tree: q90/ q95/ q99/ of their own
-        # and tokens/
-        tok = os.path.join(cls.tmp, "tok")
-        mu.run([mu.PYTHON, os.path.join(mu.SRCROOT, "tests", "gen", "mktokens.py"), "--seed",
-                "5", "-k", "391", "--grid", "16", "tree", cls.src, tok], check=0)
-        cls.store_qt = os.path.join(cls.tmp, "store-qt")
-        mu.run([mu.program("MKPCRFS"), "-q", "-n", "4", "--quality", "--tokens", tok, cls.src,
-                cls.store_qt], check=0)
+        make_stores(cls)
         for d, dirs, files in os.walk(cls.tmp):
             for n in dirs:
                 os.chmod(os.path.join(d, n), 0o755)

@@ -92,4 +92,10 @@ struct inst *api_inst(pcrfs_store *s);
 int api_file_open_view(struct inst *in, const struct pcr_view *v, const struct pcr_file *f,
                        uint64_t node, struct pcrfs_file **out);
 
+/* path.c: this process's instance of @s and the stored file @f at @path of the
+ * tree, served by view @v (its store: in->store or in->tokstore), for the
+ * inspection calls (inspect.c). @return 0 or -errno (the message set). */
+int api_file_at(pcrfs_store *s, const char *path, struct inst **in, const struct pcr_view **v,
+                const struct pcr_file **f);
+
 #endif

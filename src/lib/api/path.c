@@ -231,3 +231,15 @@ int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *f
     *file_id = fi.id;
     return 0;
 }
+
+int api_file_at(pcrfs_store *s, const char *path, struct inst **in, const struct pcr_view **v,
+                const struct pcr_file **f)
+{
+    struct target t;
+    int rc = file_at(s, path, &t);
+
+    *in = rc ? NULL : t.in;
+    *v = rc ? NULL : t.v;
+    *f = rc ? NULL : t.f;
+    return rc;
+}

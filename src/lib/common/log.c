@@ -26,7 +26,7 @@ void pcr_log_set_hook(pcr_log_fn fn, void *ctx, enum pcr_log_level max_level)
 
 void pcr_log(enum pcr_log_level level, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[4096]; /* a message may quote a long escaped path */
     va_list ap;
 
     if (!log_fn || level > log_max)

@@ -1,11 +1,10 @@
-/* pcrfs tools — what the parts of the token import share (not the interface: that
+/* pcrfs build — what the parts of the token import share (not the interface: that
  * is tokimport.h). The import is in four files by concern:
  *   tokimport.c        options, the in-memory tree and its numbering, pass 2 (write)
  *   tokimport_npy.c    --tokens DIR: the walk (walk.h) and reading one .npy grid
  *   tokimport_seit.c   --seit: SeiT's release files turned into the tree
  *   tokimport_train.c  pass 1: every grid read and checked, the model trained,
  *                      --codebook
- * and toksum.c, the token part of the store summary.
  *
  * Both sources are first turned into the same in-memory tree (struct tdir / tfile,
  * in discovery order), then numbered once the way pcrfs/writer.h wants it: a
@@ -14,13 +13,13 @@
  * can change the byte order of two names ("a.npy" < "a.o.npy" but "a.o.tok" <
  * "a.tok"), and SeiT names arrive in any order.
  */
-#ifndef PCRFS_TOOLS_TOKIMPORT_INT_H
-#define PCRFS_TOOLS_TOKIMPORT_INT_H
+#ifndef PCRFS_BUILD_TOKIMPORT_INT_H
+#define PCRFS_BUILD_TOKIMPORT_INT_H
 
 #include <stdint.h>
 #include <sys/types.h>
-#include "tokimport.h"
-#include "tool.h"
+#include "build/build_internal.h"
+#include "build/tokimport.h"
 
 #define MAX_REPORTED 20         /* bad items (and skipped files) listed one by one */
 #define SHARD_TOKENS (1u << 24) /* tokens held in memory for one shard: 32 MiB */
@@ -47,14 +46,14 @@ struct tfile {
     uint64_t dir;  /* index of its directory */
     char *name;    /* final name, "x.tok" (--tokens: the source is "x.npy") */
     uint64_t seit; /* --seit: the image number */
-    uint64_t size; /* source bytes (for the progress bar) */
+    uint64_t size; /* source bytes (for the progress callback) */
     unsigned h, w; /* from pass 1 */
     uint64_t hash; /* of the grid read in pass 1, to catch a file changed since */
 };
 
 struct tokimport {
     struct tokimport_opts o;     /* as given, per_shard defaulted */
-    volatile sig_atomic_t *stop; /* set by the caller's signal handler */
+    volatile sig_atomic_t *stop; /* o.rep->cancel: the caller cancelled */
     int rootfd;                  /* --tokens DIR, else -1 */
     struct pcr_seit *seit;       /* --seit, else NULL */
     struct tdir *dirs;           /* [0] is the root; in discovery order */
@@ -63,7 +62,7 @@ struct tokimport {
     uint64_t nfiles, filecap;
     uint64_t *dorder;      /* final directory id - 1 -> index in dirs */
     uint64_t *forder;      /* final file id - 1 -> index in files */
-    uint64_t total_bytes;  /* source bytes of all grids (progress bar) */
+    uint64_t total_bytes;  /* source bytes of all grids (progress callback) */
     uint64_t total_tokens; /* sum of H*W (sizes the shard buffer) */
     uint64_t bad, skipped; /* items reported as bad / skipped so far */
     struct {               /* directories never entered (STORE, its temp dir) */
@@ -79,7 +78,7 @@ struct tokimport {
     struct pcr_tok_train_report rep; /* what training saw (meta keys) */
     uint8_t *codebook;               /* --codebook file's bytes */
     size_t codebook_len;
-    struct tool_buf esc, path; /* message buffers */
+    struct pcr_sbuf esc, path; /* message buffers */
 };
 
 /* Append a directory (named @name, child of @parent; @rel its path under --tokens
@@ -123,11 +122,5 @@ int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t 
                  uint16_t *grid, size_t cap, unsigned *h, unsigned *w);
 /* --seit: open the release files and build the tree. @return 0 (bad names counted); -1. */
 int ti_seit_tree(struct tokimport *t);
-
-/* Bytes and number of the files in @path/tokens/ (also of a store being written,
- * from its temporary directory). */
-uint64_t ti_tokens_dir_bytes(const char *path, uint64_t *nfiles);
-/* A number from the meta table (NAN if absent or not a number: never trusted). */
-void ti_meta_num(struct pcr_store *s, const char *key, double *out);
 
 #endif

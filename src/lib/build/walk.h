@@ -1,4 +1,4 @@
-/* pcrfs tools — the source-tree walker of mkpcrfs (the image tree) and of
+/* pcrfs build — the source-tree walker of mkpcrfs (the image tree) and of
  * mkpcrfs --tokens (a tree of .npy files).
  *
  * One set of rules for both: breadth-first, any depth (each directory is reopened by
@@ -13,8 +13,8 @@
  * What the entries become is the caller's business, through callbacks; so is what
  * an error means (mkpcrfs stops at the first, the token import reports them all).
  */
-#ifndef PCRFS_TOOLS_WALK_H
-#define PCRFS_TOOLS_WALK_H
+#ifndef PCRFS_BUILD_WALK_H
+#define PCRFS_BUILD_WALK_H
 
 #include <signal.h>
 #include <stdbool.h>
@@ -49,7 +49,7 @@ struct walk_opts {
     int rootfd;            /* the tree's root, open (O_RDONLY | O_DIRECTORY) */
     const char *root_name; /* the root as the user named it */
     /* Messages name an entry ROOT/REL (true) or REL alone (false; the root itself is
-     * then ROOT). Either way the text is escaped (tool_escape()). */
+     * then ROOT). Either way the text is escaped (pcr_escape()). */
     bool prefix_root;
     struct {
         dev_t dev;
@@ -57,7 +57,7 @@ struct walk_opts {
         bool warn; /* say "not entering X: it is STORE" (else silently) */
     } exclude[WALK_MAX_EXCLUDE];
     unsigned nexclude;
-    volatile sig_atomic_t *stop; /* polled between entries (SIGINT); may be NULL */
+    volatile sig_atomic_t *stop; /* polled between entries (the caller cancelled); may be NULL */
 };
 
 /* Walk the tree. @return 0 done; -1 a callback said stop; -2 *stop was set. */

@@ -1,4 +1,4 @@
-/* pcrfs tools — mkpcrfs --tokens DIR: the walk of a tree of .npy files (walk.h, the
+/* pcrfs build — mkpcrfs --tokens DIR: the walk of a tree of .npy files (walk.h, the
  * same walker and rules as the image tree) and reading one grid (see
  * tokimport_int.h).
  */
@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "tokimport_int.h"
-#include "walk.h"
+#include "build/tokimport_int.h"
+#include "build/walk.h"
 
 static bool ends_npy(const char *name)
 {
@@ -37,8 +37,12 @@ static void on_skip(void *ctx, const char *what, const char *why)
 static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
                   const struct stat *st)
 {
+    struct tokimport *t = ctx;
+
     (void)st;
-    ti_new_dir(ctx, parent, name, rel);
+    ti_new_dir(t, parent, name, rel);
+    /* the caller's chance to cancel (the walk polls the flag) */
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_WALK, t->nfiles, 0, t->total_bytes, 0, false);
     return 0;
 }
 
@@ -60,6 +64,7 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
     *name = NULL;
     f->size = (uint64_t)st->st_size;
     t->total_bytes += f->size;
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_WALK, t->nfiles, 0, t->total_bytes, 0, false);
     return 0;
 }
 
@@ -72,7 +77,7 @@ int ti_npy_walk(struct tokimport *t)
 
     t->rootfd = open(t->o.npy_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (t->rootfd < 0) {
-        tool_err("--tokens %s: %s", tool_escaped(&t->esc, t->o.npy_dir), strerror(errno));
+        pcr_bld_err("--tokens %s: %s", pcr_escaped(&t->esc, t->o.npy_dir), strerror(errno));
         return -1;
     }
     o.rootfd = t->rootfd;
@@ -85,8 +90,8 @@ int ti_npy_walk(struct tokimport *t)
     ti_new_dir(t, 0, "", "");
     rc = walk_tree(&o, &ops);
     if (t->skipped > MAX_REPORTED)
-        tool_warn("skipped %" PRIu64 " more entries of %s that are not .npy files",
-                  t->skipped - MAX_REPORTED, tool_escaped(&t->esc, t->o.npy_dir));
+        pcr_bld_warn("skipped %" PRIu64 " more entries of %s that are not .npy files",
+                     t->skipped - MAX_REPORTED, pcr_escaped(&t->esc, t->o.npy_dir));
     return rc == -2 ? -2 : rc;
 }
 
@@ -99,7 +104,7 @@ int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *g
     size_t len = 0;
     int fd, rc;
 
-    fd = tool_open_noatime(dfd, ti_npy_name(f, name, sizeof(name)), O_RDONLY | O_CLOEXEC);
+    fd = pcr_open_noatime(dfd, ti_npy_name(f, name, sizeof(name)), O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
         ti_bad(t, "%s: %s", ti_src_desc(t, f), strerror(errno));
         if (fd >= 0)
@@ -115,7 +120,7 @@ int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *g
     /* One byte more than the size, to see a file that grew. */
     if ((size_t)st.st_size + 1 > t->bufcap) {
         t->bufcap = (size_t)st.st_size + 1;
-        t->buf = tool_xrealloc(t->buf, t->bufcap);
+        t->buf = pcr_xrealloc(t->buf, t->bufcap);
     }
     for (;;) {
         ssize_t r = read(fd, t->buf + len, t->bufcap - len);

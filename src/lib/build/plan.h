@@ -1,4 +1,4 @@
-/* mkpcrfs — the plan of a build made on many machines (mkpcrfs(1), "Building on
+/* pcrfs build — the plan of a build made on many machines (mkpcrfs(1), "Building on
  * many machines").
  *
  * A plan fixes a build: the options, the image tree as the walk numbered it (every
@@ -29,7 +29,7 @@
 #ifndef PCRFS_TOOLS_PLAN_H
 #define PCRFS_TOOLS_PLAN_H
 
-#include "mkpcrfs.h"
+#include "build/build_internal.h"
 
 /* Write the plan of the walked build @b to @path (atomically: a temporary file
  * beside it, renamed). @return 0 or -1 (reported). */

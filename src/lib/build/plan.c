@@ -1,4 +1,4 @@
-/* mkpcrfs — writing and reading a build plan (see plan.h). */
+/* pcrfs build — writing and reading a build plan (see plan.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -8,8 +8,7 @@
 #include <unistd.h>
 #include "pcrfs/checksum.h"
 #include "pcrfs/store.h"
-#include "plan.h"
-#include "tool.h"
+#include "build/plan.h"
 
 #define PLAN_MAGIC "pcrfs-plan 1"
 #define MAX_LINE   (4u << 20) /* longer lines (a huge --scans text) are refused */
@@ -19,7 +18,7 @@
 struct out {
     FILE *f;
     struct pcr_xxh64 h;
-    struct tool_buf line;
+    struct pcr_sbuf line;
 };
 
 static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -33,7 +32,7 @@ static void put(struct out *o, const char *fmt, ...)
     va_start(ap, fmt);
     n = vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    tool_buf_add(&o->line, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+    pcr_sbuf_add(&o->line, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
 /* A name or value: every byte up to space, '%' and DEL as %XX, so that a line
@@ -48,20 +47,20 @@ static void put_esc(struct out *o, const char *s, size_t len)
         if (c <= ' ' || c == '%' || c == 0x7f) {
             char e[3] = {'%', hex[c >> 4], hex[c & 15]};
 
-            tool_buf_add(&o->line, e, 3);
+            pcr_sbuf_add(&o->line, e, 3);
         } else {
-            tool_buf_add(&o->line, &s[i], 1);
+            pcr_sbuf_add(&o->line, &s[i], 1);
         }
     }
 }
 
 static void end_line(struct out *o)
 {
-    tool_buf_add(&o->line, "\n", 1);
-    /* tool_buf keeps a NUL after its bytes: len is the text's */
+    pcr_sbuf_add(&o->line, "\n", 1);
+    /* pcr_sbuf keeps a NUL after its bytes: len is the text's */
     pcr_xxh64_update(&o->h, o->line.s, o->line.len);
     fwrite(o->line.s, 1, o->line.len, o->f);
-    tool_buf_reset(&o->line);
+    pcr_sbuf_reset(&o->line);
 }
 
 int plan_write(const struct build *b, const char *path)
@@ -71,10 +70,10 @@ int plan_write(const struct build *b, const char *path)
     int e = 0;
 
     if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
-        tool_oom();
+        pcr_oom();
     o.f = fopen(tmp, "wx");
     if (!o.f) {
-        tool_err("%s: %s", tmp, strerror(errno));
+        pcr_bld_err("%s: %s", tmp, strerror(errno));
         free(tmp);
         return -1;
     }
@@ -142,10 +141,10 @@ int plan_write(const struct build *b, const char *path)
     if (!e && rename(tmp, path) != 0)
         e = errno;
     if (e) {
-        tool_err("writing %s: %s", path, strerror(e));
+        pcr_bld_err("writing %s: %s", path, strerror(e));
         unlink(tmp);
     }
-    tool_buf_free(&o.line);
+    pcr_sbuf_free(&o.line);
     free(tmp);
     return e ? -1 : 0;
 }
@@ -166,8 +165,8 @@ struct in {
 /* "PLAN:LINE: WHAT"; @return -1. */
 static int bad(struct in *in, const char *what)
 {
-    tool_err("%s:%" PRIu64 ": %s (not a plan mkpcrfs --plan wrote, or damaged)", in->path,
-             in->lineno, what);
+    pcr_bld_err("%s:%" PRIu64 ": %s (not a plan mkpcrfs --plan wrote, or damaged)", in->path,
+                in->lineno, what);
     return -1;
 }
 
@@ -255,7 +254,7 @@ static char *key_str(struct in *in, const char *key)
 {
     if (next_line(in, 2) != 2 || strcmp(in->tok[0], key) != 0 || !unescape(in->tok[1]))
         return NULL;
-    return tool_xstrdup(in->tok[1]);
+    return pcr_xstrdup(in->tok[1]);
 }
 
 static int read_options(struct in *in, struct build *b)
@@ -268,9 +267,9 @@ static int read_options(struct in *in, struct build *b)
         strcmp(in->tok[1], "mkpcrfs") != 0)
         return bad(in, "want \"made_by mkpcrfs VERSION\"");
     if (strcmp(in->tok[2], PCR_VERSION) != 0) {
-        tool_err("%s: planned by mkpcrfs %s; this is mkpcrfs %s (build every part with the "
-                 "version that made the plan)",
-                 in->path, in->tok[2], PCR_VERSION);
+        pcr_bld_err("%s: planned by mkpcrfs %s; this is mkpcrfs %s (build every part with the "
+                    "version that made the plan)",
+                    in->path, in->tok[2], PCR_VERSION);
         return -1;
     }
 
@@ -297,7 +296,7 @@ static int read_options(struct in *in, struct build *b)
             pcr_scripts_parse(in->tok[3], strlen(in->tok[3]), in->tok[2], &b->scripts, why,
                               sizeof(why)) < 0)
             return bad(in, why[0] ? why : "bad scan script");
-        b->scans_text = tool_xstrdup(in->tok[3]);
+        b->scans_text = pcr_xstrdup(in->tok[3]);
     } else {
         return bad(in, "want \"scans preset NAME\" or \"scans file LABEL TEXT\"");
     }
@@ -326,9 +325,9 @@ static int read_tokopts(struct in *in, struct build *b, uint64_t *ndirs)
             !num(in->tok[1], INT32_MAX, &code) || !unescape(in->tok[2]))
             return bad(in, "want \"tokopt CODE VALUE\" or \"dirs D\"");
         if (b->ntokopts == cap)
-            b->tokopts = tool_grow(b->tokopts, &cap, 8, sizeof(*b->tokopts));
+            b->tokopts = pcr_xgrow(b->tokopts, &cap, 8, sizeof(*b->tokopts));
         b->tokopts[b->ntokopts].code = (int)code;
-        b->tokopts[b->ntokopts++].value = tool_xstrdup(in->tok[2]);
+        b->tokopts[b->ntokopts++].value = pcr_xstrdup(in->tok[2]);
     }
 }
 
@@ -336,7 +335,7 @@ static int read_dirs(struct in *in, struct build *b, uint64_t ndirs)
 {
     if (ndirs < 1)
         return bad(in, "no root directory");
-    b->dirs = tool_grow(NULL, &b->dircap, ndirs, sizeof(*b->dirs));
+    b->dirs = pcr_xgrow(NULL, &b->dircap, ndirs, sizeof(*b->dirs));
     for (uint64_t d = 0; d < ndirs; d++) {
         struct dnode *n = &b->dirs[d];
         uint64_t v[5];
@@ -355,8 +354,8 @@ static int read_dirs(struct in *in, struct build *b, uint64_t ndirs)
         n->nsubdirs = v[2];
         n->first_file = v[3];
         n->nfiles = v[4];
-        n->name = tool_xstrdup(in->tok[6]);
-        n->rel = d == 0 ? tool_xstrdup("") : tool_join(b->dirs[v[0] - 1].rel, n->name);
+        n->name = pcr_xstrdup(in->tok[6]);
+        n->rel = d == 0 ? pcr_xstrdup("") : pcr_path_join(b->dirs[v[0] - 1].rel, n->name);
         b->ndirs++;
     }
     return 0;
@@ -368,7 +367,7 @@ static int read_files(struct in *in, struct build *b)
 
     if (key_num(in, "files", (uint64_t)1 << 40, &nfiles))
         return -1;
-    b->files = tool_grow(NULL, &b->filecap, nfiles ? nfiles : 1, sizeof(*b->files));
+    b->files = pcr_xgrow(NULL, &b->filecap, nfiles ? nfiles : 1, sizeof(*b->files));
     for (uint64_t i = 0; i < nfiles; i++) {
         struct fnode *f = &b->files[i];
         uint64_t mt;
@@ -385,7 +384,7 @@ static int read_files(struct in *in, struct build *b)
             return bad(in, "a file outside every directory's range");
         f->dir = d + 1;
         f->mtime_ns = (int64_t)mt;
-        f->name = tool_xstrdup(in->tok[3]);
+        f->name = pcr_xstrdup(in->tok[3]);
         b->nfiles++;
         b->total_bytes += f->size;
     }
@@ -402,7 +401,7 @@ int plan_read(struct build *b, const char *path)
 
     in.f = fopen(path, "re");
     if (!in.f) {
-        tool_err("%s: %s", path, strerror(errno));
+        pcr_bld_err("%s: %s", path, strerror(errno));
         return -1;
     }
     pcr_xxh64_init(&in.h);

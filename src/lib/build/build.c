@@ -1,5 +1,5 @@
-/* mkpcrfs — the build: the walk of SRC, the transcoding pipeline and the build's
- * meta keys (phases 1 and 2 and the first half of 3; see mkpcrfs.h). */
+/* pcrfs build — the walk of SRC, the transcoding pipeline and the build's meta
+ * keys (phases 1 and 2 and the first half of 3; see build_internal.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -10,10 +10,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "mkpcrfs.h"
-#include "progress.h"
-#include "tool.h"
-#include "walk.h"
+#include "build/build_internal.h"
+#include "common/internal.h"
+#include "build/walk.h"
 
 /* Records a worker may run ahead of the one being written, plus that one. */
 #define WINDOW 3
@@ -43,7 +42,7 @@ static const char *fmt_ns(int64_t ns, char buf[32])
 static int on_error(void *ctx, const char *msg)
 {
     (void)ctx;
-    tool_err("%s", msg);
+    pcr_bld_err("%s", msg);
     return -1; /* a source we cannot read entirely is not built from */
 }
 
@@ -51,7 +50,7 @@ static void on_skip(void *ctx, const char *what, const char *why)
 {
     struct build *b = ctx;
 
-    tool_warn("skipped %s: %s", what, why);
+    pcr_bld_warn("skipped %s: %s", what, why);
     b->skipped++;
 }
 
@@ -72,13 +71,15 @@ static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
 
     (void)st;
     if (b->ndirs == b->dircap)
-        b->dirs = tool_grow(b->dirs, &b->dircap, 64, sizeof(*b->dirs));
+        b->dirs = pcr_xgrow(b->dirs, &b->dircap, 64, sizeof(*b->dirs));
     c = &b->dirs[b->ndirs++];
     memset(c, 0, sizeof(*c));
     c->parent = parent + 1;
-    c->name = tool_xstrdup(name);
-    c->rel = tool_xstrdup(rel);
+    c->name = pcr_xstrdup(name);
+    c->rel = pcr_xstrdup(rel);
     b->dirs[parent].nsubdirs++;
+    /* the caller's chance to cancel (the walk polls the flag) */
+    pcr_bld_progress(b->rep, PCRFS_BUILD_WALK, b->nfiles, 0, b->total_bytes, 0, false);
     return 0;
 }
 
@@ -89,14 +90,14 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
 
     /* Fail now rather than an hour into the transcode. */
     if (faccessat(dfd, *name, R_OK, AT_EACCESS) < 0) {
-        struct tool_buf esc = {0};
+        struct pcr_sbuf esc = {0};
 
-        tool_err("cannot read %s: %s", tool_escaped(&esc, rel), strerror(errno));
-        tool_buf_free(&esc);
+        pcr_bld_err("cannot read %s: %s", pcr_escaped(&esc, rel), strerror(errno));
+        pcr_sbuf_free(&esc);
         return -1;
     }
     if (b->nfiles == b->filecap)
-        b->files = tool_grow(b->files, &b->filecap, 64, sizeof(*b->files));
+        b->files = pcr_xgrow(b->files, &b->filecap, 64, sizeof(*b->files));
     b->files[b->nfiles].dir = d + 1;
     b->files[b->nfiles].name = *name;
     b->files[b->nfiles].size = (uint64_t)st->st_size;
@@ -105,6 +106,7 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
     b->nfiles++;
     b->dirs[d].nfiles++;
     b->total_bytes += (uint64_t)st->st_size;
+    pcr_bld_progress(b->rep, PCRFS_BUILD_WALK, b->nfiles, 0, b->total_bytes, 0, false);
     return 0;
 }
 
@@ -116,13 +118,13 @@ int build_walk(struct build *b)
                                  .begin = on_begin,
                                  .dir = on_dir,
                                  .file = on_file};
-    struct walk_opts o = {.rootfd = b->srcfd, .root_name = b->src, .stop = &mk_interrupted};
+    struct walk_opts o = {.rootfd = b->srcfd, .root_name = b->src, .stop = &b->rep->cancel};
 
-    b->dirs = tool_grow(NULL, &b->dircap, 64, sizeof(*b->dirs));
+    b->dirs = pcr_xgrow(NULL, &b->dircap, 64, sizeof(*b->dirs));
     memset(&b->dirs[0], 0, sizeof(b->dirs[0]));
     b->dirs[0].parent = PCR_ROOT_DIR;
-    b->dirs[0].name = tool_xstrdup("");
-    b->dirs[0].rel = tool_xstrdup("");
+    b->dirs[0].name = pcr_xstrdup("");
+    b->dirs[0].rel = pcr_xstrdup("");
     b->ndirs = 1;
     if (b->srcfd < 0)
         return 0; /* tokens only: the image tree is its root */
@@ -271,16 +273,16 @@ static int stream_read(void *arg, uint64_t off, uint8_t *buf, size_t n)
 {
     struct stream *c = arg;
     const struct build *b = c->b;
-    struct tool_buf esc = {0};
+    struct pcr_sbuf esc = {0};
     struct stat st;
     size_t got = 0;
     uint8_t extra;
     int rc = 0;
 
     if (off == 0) {
-        c->fd = tool_open_rel(b->srcfd, c->rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        c->fd = pcr_open_rel(b->srcfd, c->rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (c->fd < 0 || fstat(c->fd, &st) < 0) {
-            snprintf(c->msg, sizeof(c->msg), "cannot open %s: %s", tool_escaped(&esc, c->rel),
+            snprintf(c->msg, sizeof(c->msg), "cannot open %s: %s", pcr_escaped(&esc, c->rel),
                      strerror(errno));
             rc = -errno;
             goto out;
@@ -294,7 +296,7 @@ static int stream_read(void *arg, uint64_t off, uint8_t *buf, size_t n)
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0) {
-            snprintf(c->msg, sizeof(c->msg), "reading %s: %s", tool_escaped(&esc, c->rel),
+            snprintf(c->msg, sizeof(c->msg), "reading %s: %s", pcr_escaped(&esc, c->rel),
                      k < 0 ? strerror(errno) : "it shrank while being read");
             rc = k < 0 ? -errno : -ESTALE;
             goto out;
@@ -310,11 +312,11 @@ static int stream_read(void *arg, uint64_t off, uint8_t *buf, size_t n)
     }
     if (c->changed && b->planned) {
         snprintf(c->msg, sizeof(c->msg), "%s: changed since the plan (while being read)",
-                 tool_escaped(&esc, c->rel));
+                 pcr_escaped(&esc, c->rel));
         rc = -ESTALE;
     }
 out:
-    tool_buf_free(&esc);
+    pcr_sbuf_free(&esc);
     return rc;
 }
 
@@ -323,8 +325,8 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     const struct fnode *f = &b->files[i];
     const struct pcr_transcode_opts topts = {.drop_markers = b->drop_markers,
                                              .scripts = &b->scripts};
-    struct tool_buf esc = {0};
-    char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+    struct pcr_sbuf esc = {0};
+    char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
     uint8_t *src = NULL, *out = NULL;
     size_t len = 0, outlen = 0;
     struct stat st;
@@ -338,15 +340,15 @@ static int process(struct build *b, uint64_t i, struct slot *s)
         struct stat after;
 
         /* O_NONBLOCK: if the file was replaced by a FIFO since the walk, do not hang. */
-        fd = tool_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+        fd = pcr_open_rel(b->srcfd, rel, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0) {
             rc = -errno;
-            fail(b, "cannot open %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+            fail(b, "cannot open %s: %s", pcr_escaped(&esc, rel), strerror(-rc));
             goto out;
         }
         if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
             rc = -EINVAL;
-            fail(b, "%s: no longer a regular file", tool_escaped(&esc, rel));
+            fail(b, "%s: no longer a regular file", pcr_escaped(&esc, rel));
             close(fd);
             goto out;
         }
@@ -355,7 +357,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
             fail(b,
                  "%s: changed since the plan (size %" PRIu64 ", modified %s; the plan has %" PRIu64
                  ", %s)",
-                 tool_escaped(&esc, rel), (uint64_t)st.st_size, fmt_ns(build_mtime_ns(&st), t1),
+                 pcr_escaped(&esc, rel), (uint64_t)st.st_size, fmt_ns(build_mtime_ns(&st), t1),
                  f->size, fmt_ns(f->mtime_ns, t2));
             close(fd);
             goto out;
@@ -372,14 +374,14 @@ static int process(struct build *b, uint64_t i, struct slot *s)
         }
         close(fd);
         if (rc != 0) {
-            fail(b, "reading %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+            fail(b, "reading %s: %s", pcr_escaped(&esc, rel), strerror(-rc));
             goto out;
         }
         s->changed = (uint64_t)after.st_size != len || after.st_size != st.st_size ||
                      build_mtime_ns(&after) != build_mtime_ns(&st);
         if (s->changed && b->planned) {
             rc = -ESTALE;
-            fail(b, "%s: changed since the plan (while being read)", tool_escaped(&esc, rel));
+            fail(b, "%s: changed since the plan (while being read)", pcr_escaped(&esc, rel));
             free(src);
             goto out;
         }
@@ -403,7 +405,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
             if (!p) {
                 free(out);
                 free(src);
-                fail(b, "transcoding %s: %s", tool_escaped(&esc, rel), strerror(ENOMEM));
+                fail(b, "transcoding %s: %s", pcr_escaped(&esc, rel), strerror(ENOMEM));
                 rc = -ENOMEM;
                 goto out;
             }
@@ -426,7 +428,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
         snprintf(s->note, sizeof(s->note), "transcoded file does not split: %s", strerror(-rc));
         free(out);
     } else if (rc != -EINVAL) {
-        fail(b, "transcoding %s: %s", tool_escaped(&esc, rel), strerror(-rc));
+        fail(b, "transcoding %s: %s", pcr_escaped(&esc, rel), strerror(-rc));
         free(src);
         goto out;
     }
@@ -438,7 +440,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     rc = 0;
 out:
     free(rel);
-    tool_buf_free(&esc);
+    pcr_sbuf_free(&esc);
     return rc;
 }
 
@@ -470,15 +472,16 @@ static void *worker(void *arg)
     }
 }
 
-/* Wait for slot @i; draws the progress bar meanwhile. @return 0, or -1 if the
+/* Wait for slot @i; reports progress meanwhile (the caller may cancel). @return 0, or -1 if the
  * build stops (failure or signal). */
-static int wait_slot(struct build *b, uint64_t i, uint64_t done_files, uint64_t done_bytes)
+static int wait_slot(struct build *b, uint64_t i, uint64_t done_files, uint64_t done_bytes,
+                     uint64_t total_files, uint64_t total_bytes)
 {
     struct slot *s = &b->slots[i % b->nslots];
     bool done;
 
     pthread_mutex_lock(&b->lock);
-    while (!s->done && !b->failed && !mk_interrupted) {
+    while (!s->done && !b->failed && !b->rep->cancel) {
         struct timespec ts;
 
         /* Wake up regularly to see signals and keep the ETA moving. */
@@ -490,7 +493,8 @@ static int wait_slot(struct build *b, uint64_t i, uint64_t done_files, uint64_t 
         }
         pthread_cond_timedwait(&b->done_cv, &b->lock, &ts);
         pthread_mutex_unlock(&b->lock);
-        progress_update(done_files, done_bytes, false);
+        pcr_bld_progress(b->rep, PCRFS_BUILD_TRANSCODE, done_files, total_files, done_bytes,
+                         total_bytes, false);
         pthread_mutex_lock(&b->lock);
     }
     done = s->done;
@@ -513,8 +517,9 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
     sigset_t block, old;
     unsigned t, started = 0;
 
-    /* Signals are for the main thread: workers inherit this mask, so a read() in a
-     * worker is never interrupted, and the main thread sees the flag at once. */
+    /* Signals are for the calling thread: workers inherit this mask, so a read() in a
+     * worker is never interrupted, and the caller's handler runs in the thread that
+     * calls its progress callback. */
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
@@ -524,7 +529,7 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
 
         if (e) {
             if (t == 0)
-                tool_err("cannot start a thread: %s", strerror(e));
+                pcr_bld_err("cannot start a thread: %s", strerror(e));
             break; /* fewer threads still work */
         }
         started++;
@@ -536,10 +541,10 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
 /* @return 0; -1 failed (message printed); -2 interrupted. */
 int build_transcode(struct build *b)
 {
-    struct pcr_item *items = tool_xmalloc(sizeof(*items) * b->per_record);
-    struct stream *streams = tool_xmalloc(sizeof(*streams) * b->per_record);
-    struct tool_buf esc = {0};
-    pthread_t *tids = tool_xmalloc(sizeof(*tids) * b->jobs);
+    struct pcr_item *items = pcr_xmalloc(sizeof(*items) * b->per_record);
+    struct stream *streams = pcr_xmalloc(sizeof(*streams) * b->per_record);
+    struct pcr_sbuf esc = {0};
+    pthread_t *tids = pcr_xmalloc(sizeof(*tids) * b->jobs);
     uint64_t done_bytes = 0, lo, i;
     unsigned t, started;
     int rc = 0;
@@ -556,12 +561,12 @@ int build_transcode(struct build *b)
         b->nslots = nfiles ? nfiles : 1;
     b->slots = calloc(b->nslots, sizeof(*b->slots));
     if (!b->slots) {
-        tool_err("out of memory");
+        pcr_bld_err("out of memory");
         free(items);
         free(tids);
         return -1;
     }
-    progress_start(b->progress, nfiles, total_bytes);
+    pcr_bld_progress(b->rep, PCRFS_BUILD_TRANSCODE, 0, nfiles, 0, total_bytes, false);
 
     started = start_workers(b, tids);
     if (!started) {
@@ -579,26 +584,26 @@ int build_transcode(struct build *b)
             struct slot *s = &b->slots[i % b->nslots];
             const struct fnode *f = &b->files[i];
 
-            if (wait_slot(b, i, i - b->fbegin, done_bytes) < 0) {
+            if (wait_slot(b, i, i - b->fbegin, done_bytes, nfiles, total_bytes) < 0) {
                 rc = -1;
                 break;
             }
             if (s->changed) {
-                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+                char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
 
-                tool_warn("%s changed while being read, %d times: stored as last read",
-                          tool_escaped(&esc, rel), READ_ATTEMPTS);
+                pcr_bld_warn("%s changed while being read, %d times: stored as last read",
+                             pcr_escaped(&esc, rel), READ_ATTEMPTS);
                 free(rel);
             }
             if (s->kind == PCR_KIND_VERBATIM) {
-                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+                char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
 
-                tool_warn("stored verbatim: %s: %s", tool_escaped(&esc, rel), s->note);
+                pcr_bld_warn("stored verbatim: %s: %s", pcr_escaped(&esc, rel), s->note);
                 free(rel);
             } else if (b->quality && !s->has_quality) {
-                char *rel = tool_join(b->dirs[f->dir - 1].rel, f->name);
+                char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
 
-                tool_warn("no per-level MS-SSIM for %s: %s", tool_escaped(&esc, rel), s->note);
+                pcr_bld_warn("no per-level MS-SSIM for %s: %s", pcr_escaped(&esc, rel), s->note);
                 free(rel);
                 b->unmeasured++;
             }
@@ -621,7 +626,7 @@ int build_transcode(struct build *b)
                 struct stream *c = &streams[i - lo];
 
                 *c = (struct stream){.b = b,
-                                     .rel = tool_join(b->dirs[f->dir - 1].rel, f->name),
+                                     .rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name),
                                      .fd = -1,
                                      .size = s->len,
                                      .mtime_ns = s->mtime_ns};
@@ -631,9 +636,10 @@ int build_transcode(struct build *b)
             }
             filled = i - lo + 1;
             done_bytes += s->src_size;
-            progress_update(i + 1 - b->fbegin, done_bytes, false);
+            pcr_bld_progress(b->rep, PCRFS_BUILD_TRANSCODE, i + 1 - b->fbegin, nfiles, done_bytes,
+                             total_bytes, false);
         }
-        if (mk_interrupted)
+        if (b->rep->cancel)
             rc = -2;
         if (rc == 0) {
             int e = pcr_writer_add_record(b->w, items, (unsigned)(hi - lo));
@@ -647,16 +653,17 @@ int build_transcode(struct build *b)
                 if (c->msg[0] && !why)
                     why = c->msg;
                 else if (c->changed && e == 0)
-                    tool_warn("%s changed while being read: stored as read",
-                              tool_escaped(&esc, c->rel));
+                    pcr_bld_warn("%s changed while being read: stored as read",
+                                 pcr_escaped(&esc, c->rel));
             }
             if (e < 0 && why) {
-                tool_err("%s", why);
+                pcr_bld_err("%s", why);
                 rc = -1;
             } else if (e < 0) {
-                tool_err("writing %s: %s", b->store, strerror(-e));
-                if (b->verbose && pcr_writer_error(b->w)[0])
-                    tool_err("%s", pcr_writer_error(b->w));
+                pcr_bld_err("writing %s: %s", b->store, strerror(-e));
+                /* the details, for a verbose log */
+                if (pcr_writer_error(b->w)[0])
+                    pcr_log(PCR_LOG_INFO, "%s", pcr_writer_error(b->w));
                 rc = -1;
             }
         }
@@ -684,7 +691,8 @@ int build_transcode(struct build *b)
         pthread_mutex_unlock(&b->lock);
     }
     if (rc == 0)
-        progress_update(nfiles, done_bytes, true);
+        pcr_bld_progress(b->rep, PCRFS_BUILD_TRANSCODE, nfiles, nfiles, done_bytes, total_bytes,
+                         true);
 
     stop_workers(b);
     for (t = 0; t < started; t++)
@@ -694,17 +702,16 @@ int build_transcode(struct build *b)
         free(b->slots[i].data);
         b->slots[i].data = NULL;
     }
-    progress_finish();
     if (b->failed) {
-        tool_err("%s", b->errmsg);
+        pcr_bld_err("%s", b->errmsg);
         rc = -1;
     }
-    if (mk_interrupted)
+    if (b->rep->cancel)
         rc = -2;
     free(items);
     free(streams);
     free(tids);
-    tool_buf_free(&esc);
+    pcr_sbuf_free(&esc);
     return rc;
 }
 

@@ -1,11 +1,11 @@
-/* mkpcrfs --merge STORE PART...: check that the parts are all the parts of one plan,
- * then make STORE of them (the library does the copying: pcr_writer_add_part()). */
+/* pcrfs_merge() (mkpcrfs --merge STORE PART...): check that the parts are all the parts of one
+ * plan, then make STORE of them (the library does the copying: pcr_writer_add_part()). */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mkpcrfs.h"
-#include "tool.h"
+#include "build/build_internal.h"
 
 struct part {
     const char *dir;
@@ -22,7 +22,7 @@ static int by_index(const void *a, const void *b)
 /* Name the parts missing from @p (sorted, no duplicate) in one line. */
 static void report_missing(const struct part *p, unsigned n)
 {
-    struct tool_buf list = {0};
+    struct pcr_sbuf list = {0};
     uint64_t count = p[0].info.count, have = 0, missing = count - n, shown = 0;
     char num[32];
 
@@ -32,13 +32,13 @@ static void report_missing(const struct part *p, unsigned n)
             continue;
         }
         snprintf(num, sizeof(num), "%s%" PRIu64, shown ? ", " : "", k);
-        tool_buf_add(&list, num, strlen(num));
+        pcr_sbuf_add(&list, num, strlen(num));
         shown++;
     }
-    tool_err("missing part%s %s%s of %" PRIu64 " (plan %s): nothing was written",
-             missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count,
-             p[0].info.plan);
-    tool_buf_free(&list);
+    pcr_bld_err("missing part%s %s%s of %" PRIu64 " (plan %s): nothing was written",
+                missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count,
+                p[0].info.plan);
+    pcr_sbuf_free(&list);
 }
 
 /* The parts' infos into @p, checked: one plan, each index once, all there.
@@ -49,29 +49,31 @@ static int check_parts(struct part *p, unsigned n)
 
     for (unsigned i = 0; i < n; i++) {
         if (pcr_part_read_info(p[i].dir, &p[i].info, err, sizeof(err)) < 0) {
-            tool_err("%s", err);
+            pcr_bld_err("%s", err);
             return -1;
         }
         if (strcmp(p[i].info.plan, p[0].info.plan) != 0 || p[i].info.count != p[0].info.count) {
-            struct tool_buf e1 = {0}, e2 = {0};
+            struct pcr_sbuf e1 = {0}, e2 = {0};
 
-            tool_err("%s: part %" PRIu64 " of %" PRIu64 " of another plan (%s; %s is of plan %s)",
-                     tool_escaped(&e1, p[i].dir), p[i].info.index, p[i].info.count, p[i].info.plan,
-                     tool_escaped(&e2, p[0].dir), p[0].info.plan);
-            tool_buf_free(&e1);
-            tool_buf_free(&e2);
+            pcr_bld_err("%s: part %" PRIu64 " of %" PRIu64
+                        " of another plan (%s; %s is of plan %s)",
+                        pcr_escaped(&e1, p[i].dir), p[i].info.index, p[i].info.count,
+                        p[i].info.plan, pcr_escaped(&e2, p[0].dir), p[0].info.plan);
+            pcr_sbuf_free(&e1);
+            pcr_sbuf_free(&e2);
             return -1;
         }
     }
     qsort(p, n, sizeof(*p), by_index);
     for (unsigned i = 1; i < n; i++) {
         if (p[i].info.index == p[i - 1].info.index) {
-            struct tool_buf e1 = {0}, e2 = {0};
+            struct pcr_sbuf e1 = {0}, e2 = {0};
 
-            tool_err("part %" PRIu64 " of %" PRIu64 " given twice: %s and %s", p[i].info.index,
-                     p[i].info.count, tool_escaped(&e1, p[i - 1].dir), tool_escaped(&e2, p[i].dir));
-            tool_buf_free(&e1);
-            tool_buf_free(&e2);
+            pcr_bld_err("part %" PRIu64 " of %" PRIu64 " given twice: %s and %s", p[i].info.index,
+                        p[i].info.count, pcr_escaped(&e1, p[i - 1].dir),
+                        pcr_escaped(&e2, p[i].dir));
+            pcr_sbuf_free(&e1);
+            pcr_sbuf_free(&e2);
             return -1;
         }
     }
@@ -82,9 +84,9 @@ static int check_parts(struct part *p, unsigned n)
     return 0;
 }
 
-int merge_run(struct build *b, char **dirs, unsigned n)
+int merge_run(struct build *b, const char *const *dirs, unsigned n)
 {
-    struct part *p = tool_xmalloc(sizeof(*p) * n);
+    struct part *p = pcr_xmalloc(sizeof(*p) * n);
     struct pcr_writer_opts wopts = {.force = b->force};
     char err[1024] = "";
     int rc = -1;
@@ -97,25 +99,29 @@ int merge_run(struct build *b, char **dirs, unsigned n)
     rc = pcr_writer_create(b->store, &wopts, &b->w, err, sizeof(err));
     if (rc < 0) {
         if (rc == -EEXIST)
-            tool_err("%s: already exists (--force replaces a pcrfs store)", b->store);
+            pcr_bld_err("%s: already exists (--force replaces a pcrfs store)", b->store);
         else
-            tool_err("creating %s: %s", b->store, err[0] ? err : strerror(-rc));
+            pcr_bld_err("creating %s: %s", b->store, err[0] ? err : strerror(-rc));
+        b->err = rc == -EEXIST || rc == -ENOTDIR ? rc : 0;
         rc = -1;
         goto out;
     }
-    for (unsigned i = 0; i < n && !mk_interrupted; i++) {
+    for (unsigned i = 0; i < n; i++) {
+        if (pcr_bld_progress(b->rep, PCRFS_BUILD_MERGE, i, n, 0, 0, false))
+            break;
         rc = pcr_writer_add_part(b->w, p[i].dir, i == 0, err, sizeof(err));
         if (rc < 0) {
-            tool_err("merging %s", err);
+            pcr_bld_err("merging %s", err);
             goto fail;
         }
     }
-    if (mk_interrupted)
+    if (b->rep->cancel || pcr_bld_progress(b->rep, PCRFS_BUILD_MERGE, n, n, 0, 0, true) ||
+        pcr_bld_progress(b->rep, PCRFS_BUILD_COMMIT, 0, 0, 0, 0, true))
         goto fail;
     rc = pcr_writer_finish(b->w, err, sizeof(err));
     b->w = NULL;
     if (rc < 0) {
-        tool_err("writing %s: %s", b->store, err[0] ? err : strerror(-rc));
+        pcr_bld_err("writing %s: %s", b->store, err[0] ? err : strerror(-rc));
         rc = -1;
     }
     goto out;

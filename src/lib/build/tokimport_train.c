@@ -1,4 +1,4 @@
-/* pcrfs tools — pass 1 of the token import: every grid read and checked, the model
+/* pcrfs build — pass 1 of the token import: every grid read and checked, the model
  * trained on all of them, and --codebook read and checked (see tokimport_int.h).
  */
 #include <errno.h>
@@ -11,8 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "progress.h"
-#include "tokimport_int.h"
+#include "build/tokimport_int.h"
 
 static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
 {
@@ -23,16 +22,16 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
     /* SeiT images in file order: the data is read sequentially and messages come in
      * image order. (Files of a --tokens tree are already grouped by directory.) */
     if (t->seit) {
-        by_image = tool_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
+        by_image = pcr_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
         for (i = 0; i < t->nfiles; i++)
             by_image[t->files[i].seit] = i;
     }
-    progress_start(t->o.progress, t->nfiles, t->total_bytes);
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, 0, t->nfiles, 0, t->total_bytes, false);
     for (i = 0; i < t->nfiles; i++) {
         struct tfile *f = &t->files[by_image ? by_image[i] : i];
         unsigned h, w;
 
-        if (*t->stop) {
+        if (t->o.rep->cancel) {
             rc = -2;
             break;
         }
@@ -49,16 +48,17 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
         f->hash = ti_grid_hash(t->grid, h, w);
         t->total_tokens += (uint64_t)h * w;
         if (!t->bad && pcr_tok_trainer_add(tr, t->grid, h, w) < 0)
-            tool_oom();
+            pcr_oom();
         done_bytes += f->size;
-        progress_update(i + 1, done_bytes, false);
+        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, i + 1, t->nfiles, done_bytes,
+                         t->total_bytes, false);
     }
     if (dfd >= 0)
         close(dfd);
     free(by_image);
     if (rc == 0)
-        progress_update(t->nfiles, done_bytes, true);
-    progress_finish();
+        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, t->nfiles, t->nfiles, done_bytes,
+                         t->total_bytes, true);
     return rc;
 }
 
@@ -108,25 +108,25 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
     if (t->codebook) {
         if (pcr_npy_parse(t->codebook, t->codebook_len, &a, why, sizeof(why)) < 0 ||
             pcr_npy_check_codebook(&a, min_entries, why, sizeof(why)) < 0) {
-            tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), why);
+            pcr_bld_err("--codebook %s: %s", pcr_escaped(&t->esc, path), why);
             return -1;
         }
         return 0;
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &st) < 0) {
-        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), strerror(errno));
+        pcr_bld_err("--codebook %s: %s", pcr_escaped(&t->esc, path), strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_CODEBOOK_BYTES) {
         close(fd);
-        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path),
-                 S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
+        pcr_bld_err("--codebook %s: %s", pcr_escaped(&t->esc, path),
+                    S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
         return -1;
     }
-    t->codebook = tool_xmalloc((size_t)st.st_size + 1);
+    t->codebook = pcr_xmalloc((size_t)st.st_size + 1);
     for (;;) {
         ssize_t r = read(fd, t->codebook + len, (size_t)st.st_size + 1 - len);
 
@@ -136,7 +136,7 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
             int e = errno;
 
             close(fd);
-            tool_err("--codebook %s: read: %s", tool_escaped(&t->esc, path), strerror(e));
+            pcr_bld_err("--codebook %s: read: %s", pcr_escaped(&t->esc, path), strerror(e));
             return -1;
         }
         if (r == 0 || (len += (size_t)r) > (size_t)st.st_size)
@@ -144,26 +144,24 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
     }
     close(fd);
     if (len > (size_t)st.st_size) {
-        tool_err("--codebook %s: the file grew while it was read", tool_escaped(&t->esc, path));
+        pcr_bld_err("--codebook %s: the file grew while it was read", pcr_escaped(&t->esc, path));
         return -1;
     }
     t->codebook_len = len;
     if ((kind = codebook_kind(t, t->codebook, len)) != NULL) {
-        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), kind);
+        pcr_bld_err("--codebook %s: %s", pcr_escaped(&t->esc, path), kind);
         return -1;
     }
     if (pcr_npy_parse(t->codebook, len, &a, why, sizeof(why)) < 0 ||
         pcr_npy_check_codebook(&a, min_entries, why, sizeof(why)) < 0) {
-        tool_err("--codebook %s: %s", tool_escaped(&t->esc, path), why);
+        pcr_bld_err("--codebook %s: %s", pcr_escaped(&t->esc, path), why);
         return -1;
     }
     return 0;
 }
 
-int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
-                   struct tokimport **out)
+int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out)
 {
-    static volatile sig_atomic_t never;
     struct tokimport *t = calloc(1, sizeof(*t));
     struct pcr_tok_train_opts to = {0};
     struct pcr_tok_trainer *tr = NULL;
@@ -172,12 +170,12 @@ int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
     int rc;
 
     if (!t)
-        tool_oom();
+        pcr_oom();
     *out = NULL;
     t->o = *o;
     if (!t->o.per_shard)
         t->o.per_shard = TOKIMPORT_PER_SHARD;
-    t->stop = stop ? stop : &never;
+    t->stop = &o->rep->cancel;
     t->rootfd = -1;
     for (unsigned k = 0; k < 2; k++) {
         struct stat st;
@@ -195,33 +193,33 @@ int tokimport_scan(const struct tokimport_opts *o, volatile sig_atomic_t *stop,
         ti_number_tree(t);
     src = o->npy_dir ? o->npy_dir : o->seit_data;
     if (rc == 0 && t->bad == 0 && t->nfiles == 0) {
-        tool_err("%s: no token grid found%s", tool_escaped(&t->esc, src),
-                 o->npy_dir ? " (no .npy file)" : "");
+        pcr_bld_err("%s: no token grid found%s", pcr_escaped(&t->esc, src),
+                    o->npy_dir ? " (no .npy file)" : "");
         rc = -1;
     }
     if (rc == 0) {
-        t->grid = tool_xmalloc((size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
+        t->grid = pcr_xmalloc((size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
         to.coder = o->coder;
         if (pcr_tok_trainer_new(&to, &tr) < 0)
-            tool_oom();
+            pcr_oom();
         rc = train(t, tr);
     }
     if (rc == 0 && t->bad) {
         if (t->bad > MAX_REPORTED)
-            tool_err("... and %" PRIu64 " more", t->bad - MAX_REPORTED);
-        tool_err("%" PRIu64 " bad token %s in %s%s", t->bad, t->bad == 1 ? "input" : "inputs",
-                 tool_escaped(&t->esc, src),
-                 /* every image failing is the sign of a wrong shape */
-                 t->seit && !o->seit_h && t->bad == t->nfiles
-                     ? " (SeiT grids are taken as 32x32: see --seit-shape)"
-                     : "");
+            pcr_bld_err("... and %" PRIu64 " more", t->bad - MAX_REPORTED);
+        pcr_bld_err("%" PRIu64 " bad token %s in %s%s", t->bad, t->bad == 1 ? "input" : "inputs",
+                    pcr_escaped(&t->esc, src),
+                    /* every image failing is the sign of a wrong shape */
+                    t->seit && !o->seit_h && t->bad == t->nfiles
+                        ? " (SeiT grids are taken as 32x32: see --seit-shape)"
+                        : "");
         rc = -1;
     }
     if (rc == 0) {
         rc = pcr_tok_trainer_finish(tr, &t->model, &t->rep, err, sizeof(err));
         tr = NULL;
         if (rc < 0) {
-            tool_err("training the token model: %s", err[0] ? err : strerror(-rc));
+            pcr_bld_err("training the token model: %s", err[0] ? err : strerror(-rc));
             rc = -1;
         }
     }

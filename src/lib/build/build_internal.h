@@ -1,4 +1,6 @@
-/* mkpcrfs — what the command line (mkpcrfs.c) and the build (build.c) share.
+/* pcrfs build — what the parts of the build pipeline share (not installed; the
+ * interface is pcrfs_build(), pcrfs_build_plan() and pcrfs_merge() of
+ * include/pcrfs/pcrfs.h, in src/lib/api/build.c; run.c orders the phases).
  *
  * Three phases:
  *  1. Walk SRC (walk.h) and number the tree the way pcrfs/writer.h requires
@@ -15,7 +17,7 @@
  *     records of images whatever the speed of the disk.
  *  3. Record the build options, commit (the writer renames the temporary
  *     directory into place), then open the new store and print its summary with the
- *     same code as pcrinfo.
+ *     same code as pcrinfo (the caller: mkpcrfs).
  * A planned build (plan.h) splits this: --plan runs phase 1 and writes the tree
  * down; --part reads it back instead of walking and runs phases 2 and 3 over its
  * range of records [fbegin, fend) with a part writer; --merge (merge.c) makes the
@@ -25,8 +27,8 @@
  * and written to the store between phases 2 and 3. With tokens SRC may be left
  * out: the image tree is then its root alone.
  */
-#ifndef PCRFS_TOOLS_MKPCRFS_H
-#define PCRFS_TOOLS_MKPCRFS_H
+#ifndef PCRFS_BUILD_INTERNAL_H
+#define PCRFS_BUILD_INTERNAL_H
 
 #include <pthread.h>
 #include <signal.h>
@@ -35,7 +37,31 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include "pcrfs/jpeg.h"
+#include "pcrfs/pcrfs.h"
 #include "pcrfs/writer.h"
+#include "util/fsio.h"
+#include "util/sbuf.h"
+#include "util/xalloc.h"
+
+/* Where a build reports to: the caller's callbacks, and the cancel flag every
+ * loop polls (set when the progress callback returns nonzero). */
+struct pcr_bld_report {
+    const struct pcrfs_build_cb *cb; /* NULL: nothing to call */
+    void *ctx;
+    volatile sig_atomic_t cancel;
+};
+
+/* Tell the caller where stage @stage stands (see struct pcrfs_build_progress).
+ * @return nonzero if the build is cancelled (now or before). */
+int pcr_bld_progress(struct pcr_bld_report *r, unsigned stage, uint64_t done, uint64_t total,
+                     uint64_t bytes, uint64_t total_bytes, bool final);
+/* A message of the build to the log hook: an error (the first one of this thread
+ * is kept for pcrfs_errmsg(): pcr_bld_first_error()), a warning. */
+void pcr_bld_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void pcr_bld_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Forget this thread's first error; the first error since ("" if none). */
+void pcr_bld_clear_error(void);
+const char *pcr_bld_first_error(void);
 
 struct dnode {
     uint64_t parent; /* id of the parent (the root: 1) */
@@ -86,7 +112,8 @@ struct build {
     const char *src, *store;
     int srcfd;
     unsigned jobs, per_record;
-    bool force, drop_markers, quiet, progress, verbose;
+    bool force, drop_markers;
+    struct pcr_bld_report *rep;
     bool quality; /* measure each JPEG's MS-SSIM per level (--quality / --no-quality) */
     struct pcr_scripts scripts; /* --scans: what every JPEG is transcoded with */
     char *scans_text;           /* a --scans FILE's text (NULL for a preset), for a plan */
@@ -132,10 +159,8 @@ struct build {
     bool stop;     /* interrupted or failed: workers leave */
     bool failed;
     char errmsg[1024]; /* first worker failure */
+    int err;           /* what the build returns when it fails, if not -EIO (-EEXIST...) */
 };
-
-/* Set by SIGINT/SIGTERM (mkpcrfs.c); polled between steps. */
-extern volatile sig_atomic_t mk_interrupted;
 
 /* Phase 1: the tree, into b->dirs and b->files. @return 0; -1 failed (reported). */
 int build_walk(struct build *b);
@@ -146,9 +171,9 @@ int build_transcode(struct build *b);
 /* The build options as meta keys. @return 0 or a negative errno. */
 int build_set_meta(struct build *b);
 void build_free(struct build *b);
-/* mkpcrfs --merge: make b->store of the part directories @dirs (merge.c).
+/* pcrfs_merge(): make b->store of the part directories @dirs (merge.c).
  * @return 0 or -1 (reported; nothing was written). */
-int merge_run(struct build *b, char **dirs, unsigned n);
+int merge_run(struct build *b, const char *const *dirs, unsigned n);
 /* The modification time of @st in nanoseconds since the epoch. */
 int64_t build_mtime_ns(const struct stat *st);
 

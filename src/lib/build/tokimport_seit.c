@@ -1,4 +1,4 @@
-/* pcrfs tools — mkpcrfs --seit: SeiT's release files (pcr_seit_open()) turned into
+/* pcrfs build — mkpcrfs --seit: SeiT's release files (pcr_seit_open()) turned into
  * the token tree (see tokimport_int.h).
  */
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "tokimport_int.h"
+#include "build/tokimport_int.h"
 
 static int cmp_name_idx(const void *a, const void *b, void *ctx)
 {
@@ -55,8 +55,8 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
 {
     uint64_t i = 0, cls = 0, mixed = 0, renumbered = 0, renum_cls = 0, renum_label = 0;
     size_t root = n ? common_root(names, order, n) : 0;
-    /* names come from the file: escaped for the terminal (tool_escape()) */
-    struct tool_buf first_mixed = {0}, first_renum = {0}, where = {0};
+    /* names come from the file: escaped for the terminal (pcr_escape()) */
+    struct pcr_sbuf first_mixed = {0}, first_renum = {0}, where = {0};
 
     while (i < n) {
         const char *nm = names[order[i]] + root, *slash = strchr(nm, '/');
@@ -78,9 +78,9 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
         }
         if (clen) {
             if (!one && mixed++ == 0) {
-                tool_escape(&first_mixed, nm, clen);
+                pcr_escape(&first_mixed, nm, clen);
             } else if (one && label != cls && renumbered++ == 0) {
-                tool_escape(&first_renum, nm, clen);
+                pcr_escape(&first_renum, nm, clen);
                 renum_cls = cls;
                 renum_label = label;
             }
@@ -88,24 +88,25 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
         }
         i = j;
     }
-    tool_buf_add(&where, "", 0);
+    pcr_sbuf_add(&where, "", 0);
     if (root) {
-        tool_buf_add(&where, " under tokens/", 14);
-        tool_escape(&where, names[order[0]], root - 1);
+        pcr_sbuf_add(&where, " under tokens/", 14);
+        pcr_escape(&where, names[order[0]], root - 1);
     }
     if (mixed)
-        tool_warn("%s: %" PRIu64 " class director%s%s hold%s images of several labels (the "
-                  "first: '%s'); DatasetFolder's labels will differ from SeiT's",
-                  tool_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies", where.s,
-                  mixed == 1 ? "s" : "", first_mixed.s);
+        pcr_bld_warn("%s: %" PRIu64 " class director%s%s hold%s images of several labels (the "
+                     "first: '%s'); DatasetFolder's labels will differ from SeiT's",
+                     pcr_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies",
+                     where.s, mixed == 1 ? "s" : "", first_mixed.s);
     else if (renumbered)
-        tool_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
-                  " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
-                  tool_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
-                  renum_label, renumbered, renumbered == 1 ? "" : "es", renumbered == 1 ? "s" : "");
-    tool_buf_free(&first_mixed);
-    tool_buf_free(&first_renum);
-    tool_buf_free(&where);
+        pcr_bld_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
+                     " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
+                     pcr_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
+                     renum_label, renumbered, renumbered == 1 ? "" : "es",
+                     renumbered == 1 ? "s" : "");
+    pcr_sbuf_free(&first_mixed);
+    pcr_sbuf_free(&first_renum);
+    pcr_sbuf_free(&where);
 }
 
 /* Bytes SeiT's encoder does not write but its reader accepts are read as its reader
@@ -119,13 +120,14 @@ static void warn_odd(struct tokimport *t)
     n = pcr_seit_odd(t->seit, &first, &kinds);
     if (!n)
         return;
-    tool_warn("%s: %" PRIu64 " image%s (the first: image %" PRIu64 ") hold%s %s%s%s; read as "
-              "SeiT's reader reads them (a run of 255 bytes is one escape, a final 255 is "
-              "dropped)",
-              tool_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first, n == 1 ? "s" : "",
-              kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
-              kinds == (PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE) ? " or " : "",
-              kinds & PCR_SEIT_TRAILING_ESCAPE ? "a 255 byte at the end" : "");
+    pcr_bld_warn("%s: %" PRIu64 " image%s (the first: image %" PRIu64 ") hold%s %s%s%s; read as "
+                 "SeiT's reader reads them (a run of 255 bytes is one escape, a final 255 is "
+                 "dropped)",
+                 pcr_escaped(&t->esc, t->o.seit_data), n, n == 1 ? "" : "s", first,
+                 n == 1 ? "s" : "",
+                 kinds & PCR_SEIT_REPEATED_ESCAPE ? "a 255 byte after a 255" : "",
+                 kinds == (PCR_SEIT_REPEATED_ESCAPE | PCR_SEIT_TRAILING_ESCAPE) ? " or " : "",
+                 kinds & PCR_SEIT_TRAILING_ESCAPE ? "a 255 byte at the end" : "");
 }
 
 int ti_seit_tree(struct tokimport *t)
@@ -151,16 +153,16 @@ int ti_seit_tree(struct tokimport *t)
     rc = pcr_seit_open(&paths, &so, &t->seit, err, sizeof(err));
     if (rc) {
         /* the index is looked for by pcrfs's rule, not SeiT's (pcr_seit_paths) */
-        tool_err("%s%s", err[0] ? err : strerror(-rc),
-                 !paths.index && (strstr(err, "no index file") || strstr(err, "no 'data.bin'"))
-                     ? "; name it with --seit-index"
-                     : "");
+        pcr_bld_err("%s%s", err[0] ? err : strerror(-rc),
+                    !paths.index && (strstr(err, "no index file") || strstr(err, "no 'data.bin'"))
+                        ? "; name it with --seit-index"
+                        : "");
         return -1;
     }
     n = pcr_seit_count(t->seit);
     warn_odd(t);
-    names = tool_xmalloc((n ? n : 1) * sizeof(*names));
-    order = tool_xmalloc((n ? n : 1) * sizeof(*order));
+    names = pcr_xmalloc((n ? n : 1) * sizeof(*names));
+    order = pcr_xmalloc((n ? n : 1) * sizeof(*order));
     for (i = 0; i < n; i++) {
         struct pcr_seit_item it;
 
@@ -168,7 +170,7 @@ int ti_seit_tree(struct tokimport *t)
             ti_bad(t, "SeiT image %" PRIu64 ": name too long", i);
             buf[0] = '\0';
         }
-        names[i] = tool_xstrdup(buf);
+        names[i] = pcr_xstrdup(buf);
         order[i] = i;
         pcr_seit_item(t->seit, i, &it);
         t->total_bytes += it.length;
@@ -219,7 +221,7 @@ int ti_seit_tree(struct tokimport *t)
         tn = ti_tok_name(p);
         if (!tn) {
             ti_bad(t, "SeiT image %" PRIu64 ": the name '%s' is too long with .tok", order[i],
-                   tool_escaped(&t->esc, p));
+                   pcr_escaped(&t->esc, p));
             break;
         }
         ti_new_file(t, dir, tn)->seit = order[i];

@@ -1,10 +1,11 @@
-/* pcrfs tools — importing token grids (see tokimport.h; tokimport_int.h says how
+/* pcrfs build — importing token grids (see tokimport.h; tokimport_int.h says how
  * the import is split): the options, the in-memory tree and its numbering, and pass 2,
  * which writes every grid into shards.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,8 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "progress.h"
-#include "tokimport_int.h"
+#include "build/tokimport_int.h"
 #include "util/optparse.h"
 
 /* ---- options --------------------------------------------------------------------- */
@@ -45,219 +45,76 @@ static int parse_shape(const char *s, unsigned *h, unsigned *w)
     return 0;
 }
 
-bool tokimport_option(struct tokimport_opts *o, int c, const char *arg)
+int tokimport_option(struct tokimport_opts *o, int c, const char *arg, char *msg, size_t len)
 {
     static const char *const coders[] = {"auto", "huffman", "zstd-dict", NULL};
     static const enum pcr_tok_coder coder_of[] = {PCR_TOK_AUTO, PCR_TOK_HUFFMAN, PCR_TOK_ZSTD_DICT};
-    char msg[512];
+    uint64_t v = 0;
     unsigned w = 0;
 
     switch (c) {
     case TOKIMPORT_OPT_TOKENS:
         o->npy_dir = arg;
-        return true;
+        return 1;
     case TOKIMPORT_OPT_SEIT:
         o->seit_data = arg;
-        return true;
+        return 1;
     case TOKIMPORT_OPT_SEIT_INDEX:
         o->seit_index = arg;
-        return true;
+        return 1;
     case TOKIMPORT_OPT_SEIT_LABELS:
         o->seit_labels = arg;
-        return true;
+        return 1;
     case TOKIMPORT_OPT_SEIT_NAMES:
         o->seit_names = arg;
-        return true;
+        return 1;
     case TOKIMPORT_OPT_SEIT_SHAPE:
         if (parse_shape(arg, &o->seit_h, &o->seit_w) < 0) {
-            pcr_opt_msg(msg, sizeof(msg), "--seit-shape", arg,
+            pcr_opt_msg(msg, len, "--seit-shape", arg,
                         "want HxW or N (N x N), sides 1..%u, at most %u tokens", PCR_TOK_MAX_SIDE,
                         PCR_TOK_MAX_TOKENS);
-            tool_usage_error("%s", msg);
+            return -1;
         }
-        return true;
+        return 1;
     case TOKIMPORT_OPT_CODEBOOK:
         o->codebook = arg;
-        return true;
+        return 1;
     case TOKIMPORT_OPT_CODER:
-        tool_opt_check(pcr_opt_word("--tok-coder", arg, coders, &w, msg, sizeof(msg)), msg);
+        if (pcr_opt_word("--tok-coder", arg, coders, &w, msg, len) != 0)
+            return -1;
         o->coder = coder_of[w];
-        return true;
+        return 1;
     case TOKIMPORT_OPT_PER_SHARD:
-        o->per_shard = (unsigned)tool_opt_uint("--tok-per-shard", arg, 1, 1u << 20);
-        return true;
+        if (pcr_opt_uint("--tok-per-shard", arg, 1, 1u << 20, NULL, &v, msg, len) != 0)
+            return -1;
+        o->per_shard = (unsigned)v;
+        return 1;
     }
-    return false;
+    return 0;
+}
+
+int tokimport_check(const struct tokimport_opts *o, char *msg, size_t len)
+{
+    const char *why = NULL;
+
+    if (o->npy_dir && o->seit_data)
+        why = "--tokens and --seit cannot be used together";
+    else if (o->seit_data && !o->seit_labels)
+        why = "--seit needs --seit-labels FILE";
+    else if (!o->seit_data && (o->seit_labels || o->seit_names || o->seit_index || o->seit_h))
+        why = "--seit-labels, --seit-names, --seit-index and --seit-shape apply only with --seit";
+    else if (!o->npy_dir && !o->seit_data && (o->codebook || o->coder || o->per_shard))
+        why = "--codebook, --tok-coder and --tok-per-shard need --tokens or --seit";
+    if (why) {
+        snprintf(msg, len, "%s", why);
+        return -1;
+    }
+    return 0;
 }
 
 bool tokimport_enabled(const struct tokimport_opts *o)
 {
-    if (o->npy_dir && o->seit_data)
-        tool_usage_error("--tokens and --seit cannot be used together");
-    if (o->seit_data && !o->seit_labels)
-        tool_usage_error("--seit needs --seit-labels FILE");
-    if (!o->seit_data && (o->seit_labels || o->seit_names || o->seit_index || o->seit_h))
-        tool_usage_error("--seit-labels, --seit-names, --seit-index and --seit-shape apply "
-                         "only with --seit");
-    if (!o->npy_dir && !o->seit_data && (o->codebook || o->coder || o->per_shard))
-        tool_usage_error("--codebook, --tok-coder and --tok-per-shard need --tokens or --seit");
     return o->npy_dir || o->seit_data;
-}
-
-void tokimport_usage(FILE *f)
-{
-    fprintf(f,
-            "Token grids (served as tokens/.../NAME.tok, NumPy <u2 (H, W) arrays):\n"
-            "      --tokens DIR      a tree of per-image .npy files (any depth, integer\n"
-            "                        dtype, values 0..65535); DIR/a/x.npy -> tokens/a/x.tok\n"
-            "      --seit DATA       SeiT's release format: DATA (*data.bin[.gz]) and the\n"
-            "                        index.npy[.gz] beside it; tokens 0..509, read as\n"
-            "                        SeiT's own reader does\n"
-            "      --seit-labels FILE  one label per line (required with --seit)\n"
-            "      --seit-names FILE   one relative path per line: a/x.JPEG -> tokens/a/x.tok\n"
-            "                        (default: tokens/LABEL/K.tok)\n"
-            "      --seit-index FILE the index file, if not beside DATA\n"
-            "      --seit-shape HxW  grid shape of the SeiT data (default 32x32)\n"
-            "      --codebook FILE   a [K, D] float .npy, served as /.pcrfs/codebook.npy\n"
-            "      --tok-coder C     auto (default: the smaller on held-out grids),\n"
-            "                        huffman or zstd-dict\n"
-            "      --tok-per-shard N grids per token shard (default %u)\n",
-            TOKIMPORT_PER_SHARD);
-}
-
-/* ---- helpers ---------------------------------------------------------------------- */
-
-static void push(uint64_t **v, uint64_t *n, uint64_t *cap, uint64_t x)
-{
-    if (*n == *cap)
-        *v = tool_grow(*v, cap, 4, sizeof(**v));
-    (*v)[(*n)++] = x;
-}
-
-uint64_t ti_new_dir(struct tokimport *t, uint64_t parent, const char *name, const char *rel)
-{
-    struct tdir *d;
-
-    if (t->ndirs == t->dircap)
-        t->dirs = tool_grow(t->dirs, &t->dircap, 64, sizeof(*t->dirs));
-    d = &t->dirs[t->ndirs];
-    memset(d, 0, sizeof(*d));
-    d->name = tool_xstrdup(name);
-    d->rel = rel ? tool_xstrdup(rel) : NULL;
-    d->parent = parent;
-    if (t->ndirs)
-        push(&t->dirs[parent].kids, &t->dirs[parent].nkids, &t->dirs[parent].kidcap, t->ndirs);
-    return t->ndirs++;
-}
-
-struct tfile *ti_new_file(struct tokimport *t, uint64_t dir, char *name)
-{
-    struct tfile *f;
-
-    if (t->nfiles == t->filecap)
-        t->files = tool_grow(t->files, &t->filecap, 256, sizeof(*t->files));
-    f = &t->files[t->nfiles];
-    memset(f, 0, sizeof(*f));
-    f->dir = dir;
-    f->name = name;
-    push(&t->dirs[dir].files, &t->dirs[dir].nfiles, &t->dirs[dir].filecap, t->nfiles);
-    t->nfiles++;
-    return f;
-}
-
-/* FNV-1a over the shape and the values: a grid read twice must give the same. */
-uint64_t ti_grid_hash(const uint16_t *g, unsigned h, unsigned w)
-{
-    uint64_t x = 0xcbf29ce484222325ull;
-    size_t n = (size_t)h * w;
-
-    x = (x ^ h) * 0x100000001b3ull;
-    x = (x ^ w) * 0x100000001b3ull;
-    for (size_t i = 0; i < n; i++)
-        x = (x ^ g[i]) * 0x100000001b3ull;
-    return x;
-}
-
-/* The final name of a source name: its last extension (if any; leading dots do not
- * start one, as in Python's os.path.splitext) replaced by ".tok". NULL if too long. */
-char *ti_tok_name(const char *base)
-{
-    const char *p = base, *dot;
-    size_t stem;
-    char *out;
-
-    while (*p == '.')
-        p++;
-    dot = strrchr(p, '.');
-    stem = dot ? (size_t)(dot - base) : strlen(base);
-    if (stem + 4 > 255)
-        return NULL;
-    out = tool_xmalloc(stem + 5);
-    memcpy(out, base, stem);
-    memcpy(out + stem, ".tok", 5);
-    return out;
-}
-
-/* DIR/REL/NAME of an .npy source, escaped for display (valid until the next call). */
-const char *ti_npy_path(struct tokimport *t, const char *rel, const char *name)
-{
-    tool_buf_reset(&t->path);
-    tool_buf_add(&t->path, t->o.npy_dir, strlen(t->o.npy_dir));
-    if (rel && rel[0]) {
-        tool_buf_add(&t->path, "/", 1);
-        tool_buf_add(&t->path, rel, strlen(rel));
-    }
-    if (name) {
-        tool_buf_add(&t->path, "/", 1);
-        tool_buf_add(&t->path, name, strlen(name));
-    }
-    return tool_escaped(&t->esc, t->path.s);
-}
-
-/* The source of a --tokens file: its name with ".tok" back to ".npy". */
-const char *ti_npy_name(const struct tfile *f, char *buf, size_t len)
-{
-    size_t n = strlen(f->name);
-
-    snprintf(buf, len, "%.*s.npy", (int)(n - 4), f->name);
-    return buf;
-}
-
-/* Where a file's grid comes from, for messages (valid until the next call). */
-const char *ti_src_desc(struct tokimport *t, const struct tfile *f)
-{
-    char name[8192], head[64];
-
-    if (!t->seit)
-        return ti_npy_path(t, t->dirs[f->dir].rel, ti_npy_name(f, name, sizeof(name)));
-    if (pcr_seit_name(t->seit, f->seit, name, sizeof(name)) < 0)
-        name[0] = '\0';
-    snprintf(head, sizeof(head), "SeiT image %" PRIu64 " (", f->seit);
-    tool_buf_reset(&t->path);
-    tool_buf_add(&t->path, head, strlen(head));
-    tool_escape(&t->path, name, strlen(name));
-    tool_buf_add(&t->path, ")", 1);
-    return t->path.s;
-}
-
-/* One bad item: reported while few, counted always. */
-void ti_bad(struct tokimport *t, const char *fmt, ...)
-{
-    char line[4096];
-    va_list ap;
-
-    if (t->bad++ >= MAX_REPORTED)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    tool_err("%s", line);
-}
-
-void ti_skipped(struct tokimport *t, const char *what, const char *why)
-{
-    if (t->skipped++ < MAX_REPORTED)
-        tool_warn("skipped %s: %s", what, why);
 }
 
 int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t *cur,
@@ -267,7 +124,7 @@ int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t 
         char err[1024];
 
         if (pcr_seit_grid(t->seit, f->seit, grid, err, sizeof(err)) < 0) {
-            ti_bad(t, "%s: %s", tool_escaped(&t->esc, t->o.seit_data), err);
+            ti_bad(t, "%s: %s", pcr_escaped(&t->esc, t->o.seit_data), err);
             return -1;
         }
         pcr_seit_shape(t->seit, h, w);
@@ -277,7 +134,7 @@ int ti_read_grid(struct tokimport *t, const struct tfile *f, int *dfd, uint64_t 
         if (*dfd >= 0)
             close(*dfd);
         *cur = f->dir;
-        *dfd = tool_open_rel(t->rootfd, t->dirs[*cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        *dfd = pcr_open_rel(t->rootfd, t->dirs[*cur].rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (*dfd < 0)
             ti_bad(t, "cannot open directory %s: %s", ti_npy_path(t, t->dirs[*cur].rel, NULL),
                    strerror(errno));
@@ -309,17 +166,17 @@ static const char *tok_path(struct tokimport *t, uint64_t d, const char *name)
     uint64_t chain[256];
     unsigned n = 0;
 
-    tool_buf_reset(&t->path);
-    tool_buf_add(&t->path, "tokens", 6);
+    pcr_sbuf_reset(&t->path);
+    pcr_sbuf_add(&t->path, "tokens", 6);
     for (uint64_t x = d; x != 0 && n < 256; x = t->dirs[x].parent)
         chain[n++] = x;
     while (n--) {
-        tool_buf_add(&t->path, "/", 1);
-        tool_escape(&t->path, t->dirs[chain[n]].name, strlen(t->dirs[chain[n]].name));
+        pcr_sbuf_add(&t->path, "/", 1);
+        pcr_escape(&t->path, t->dirs[chain[n]].name, strlen(t->dirs[chain[n]].name));
     }
     if (name) {
-        tool_buf_add(&t->path, "/", 1);
-        tool_escape(&t->path, name, strlen(name));
+        pcr_sbuf_add(&t->path, "/", 1);
+        pcr_escape(&t->path, name, strlen(name));
     }
     return t->path.s;
 }
@@ -327,7 +184,7 @@ static const char *tok_path(struct tokimport *t, uint64_t d, const char *name)
 /* Two entries of one directory with the same final name. */
 static void clash(struct tokimport *t, uint64_t d, const char *name, const char *a, const char *b)
 {
-    char *where = tool_xstrdup(tok_path(t, d, name));
+    char *where = pcr_xstrdup(tok_path(t, d, name));
 
     ti_bad(t, "%s: two entries would have this name: %s and %s", where, a, b);
     free(where);
@@ -346,8 +203,8 @@ void ti_number_tree(struct tokimport *t)
     uint64_t nd = 1, nf = 0, q;
     char a[4200], b[4200];
 
-    t->dorder = tool_xmalloc(t->ndirs * sizeof(*t->dorder));
-    t->forder = tool_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*t->forder));
+    t->dorder = pcr_xmalloc(t->ndirs * sizeof(*t->dorder));
+    t->forder = pcr_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*t->forder));
     t->dorder[0] = 0;
     t->dirs[0].id = 1;
     for (q = 0; q < nd; q++) {
@@ -408,10 +265,14 @@ static int set_meta_fmt(struct pcr_writer *w, const char *key, const char *fmt, 
 static int write_meta(struct tokimport *t, struct pcr_writer *w)
 {
     const struct pcr_tok_train_report *r = &t->rep;
-    uint64_t nshards, bytes = ti_tokens_dir_bytes(pcr_writer_tmpdir(w), &nshards);
-    uint64_t blobs = bytes - nshards * PCR_TOKSHARD_HEADER;
+    char dir[PATH_MAX];
+    uint64_t nshards, bytes, blobs;
     size_t model_len = 0;
     int rc;
+
+    snprintf(dir, sizeof(dir), "%s/tokens", pcr_writer_tmpdir(w));
+    bytes = pcr_dir_bytes(dir, &nshards);
+    blobs = bytes - nshards * PCR_TOKSHARD_HEADER;
 
     pcr_tok_model_blob(t->model, &model_len);
     if ((rc = set_meta_fmt(w, "tok_source", "%s:%s", t->o.npy_dir ? "npy" : "seit",
@@ -464,8 +325,8 @@ static int flush_shard(struct pcr_writer *w, const struct pcr_tok_item *items, u
         return 0;
     rc = pcr_writer_add_tok_shard(w, items, n);
     if (rc < 0) {
-        tool_err("writing the token shards: %s",
-                 pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
+        pcr_bld_err("writing the token shards: %s",
+                    pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
         return -1;
     }
     return 0;
@@ -473,7 +334,7 @@ static int flush_shard(struct pcr_writer *w, const struct pcr_tok_item *items, u
 
 int tokimport_write(struct tokimport *t, struct pcr_writer *w)
 {
-    struct pcr_tok_item *items = tool_xmalloc(t->o.per_shard * sizeof(*items));
+    struct pcr_tok_item *items = pcr_xmalloc(t->o.per_shard * sizeof(*items));
     size_t poolcap = t->total_tokens < SHARD_TOKENS ? (size_t)t->total_tokens : SHARD_TOKENS;
     uint16_t *pool;
     uint64_t k, cur = UINT64_MAX, done_bytes = 0;
@@ -482,23 +343,23 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
     int dfd = -1, rc;
 
     /* a grid never exceeds PCR_TOK_MAX_TOKENS <= SHARD_TOKENS, so one always fits */
-    pool = tool_xmalloc((poolcap ? poolcap : 1) * sizeof(*pool));
+    pool = pcr_xmalloc((poolcap ? poolcap : 1) * sizeof(*pool));
     rc = pcr_writer_set_tok_model(w, t->model);
     if (rc == 0)
         rc = write_dirs(t, w);
     if (rc < 0) {
-        tool_err("writing the token tree: %s",
-                 pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
+        pcr_bld_err("writing the token tree: %s",
+                    pcr_writer_error(w)[0] ? pcr_writer_error(w) : strerror(-rc));
         rc = -1;
         goto out;
     }
-    progress_start(t->o.progress, t->nfiles, t->total_bytes);
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS, 0, t->nfiles, 0, t->total_bytes, false);
     for (k = 0; k < t->nfiles; k++) {
         struct tfile *f = &t->files[t->forder[k]];
         size_t need = (size_t)f->h * f->w;
         unsigned h = 0, wd = 0;
 
-        if (*t->stop) {
+        if (t->o.rep->cancel) {
             rc = -2;
             goto out;
         }
@@ -532,25 +393,26 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
         };
         used += need;
         done_bytes += f->size;
-        progress_update(k + 1, done_bytes, false);
+        pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS, k + 1, t->nfiles, done_bytes, t->total_bytes,
+                         false);
     }
     if (flush_shard(w, items, n) < 0) {
         rc = -1;
         goto out;
     }
-    progress_update(t->nfiles, done_bytes, true);
+    pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS, t->nfiles, t->nfiles, done_bytes, t->total_bytes,
+                     true);
     if (t->codebook && pcr_writer_set_blob(w, "codebook", t->codebook, t->codebook_len) < 0) {
-        tool_err("writing the codebook: %s", pcr_writer_error(w));
+        pcr_bld_err("writing the codebook: %s", pcr_writer_error(w));
         rc = -1;
         goto out;
     }
     rc = write_meta(t, w);
     if (rc < 0) {
-        tool_err("writing the token metadata: %s", pcr_writer_error(w));
+        pcr_bld_err("writing the token metadata: %s", pcr_writer_error(w));
         rc = -1;
     }
 out:
-    progress_finish();
     if (dfd >= 0)
         close(dfd);
     free(pool);
@@ -589,7 +451,7 @@ void tokimport_free(struct tokimport *t)
     pcr_seit_close(t->seit);
     if (t->rootfd >= 0)
         close(t->rootfd);
-    tool_buf_free(&t->esc);
-    tool_buf_free(&t->path);
+    pcr_sbuf_free(&t->esc);
+    pcr_sbuf_free(&t->path);
     free(t);
 }

@@ -1,4 +1,4 @@
-/* pcrfs tools — the source-tree walker (see walk.h). */
+/* pcrfs build — the source-tree walker (see walk.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "tool.h"
-#include "walk.h"
+#include "build/build_internal.h"
+#include "build/walk.h"
 
 /* A directory to read (the array is the BFS queue: children are appended as their
  * parent is read). */
@@ -23,7 +23,7 @@ struct walk {
     const struct walk_ops *ops;
     struct wnode *dirs;
     uint64_t ndirs, cap;
-    struct tool_buf esc, path; /* message buffers */
+    struct pcr_sbuf esc, path; /* message buffers */
 };
 
 static int cmp_name(const void *a, const void *b)
@@ -36,14 +36,14 @@ static int cmp_name(const void *a, const void *b)
 static const char *display(struct walk *w, const char *rel)
 {
     if (!w->o->prefix_root)
-        return rel[0] ? tool_escaped(&w->esc, rel) : w->o->root_name;
-    tool_buf_reset(&w->path);
-    tool_buf_add(&w->path, w->o->root_name, strlen(w->o->root_name));
+        return rel[0] ? pcr_escaped(&w->esc, rel) : w->o->root_name;
+    pcr_sbuf_reset(&w->path);
+    pcr_sbuf_add(&w->path, w->o->root_name, strlen(w->o->root_name));
     if (rel[0]) {
-        tool_buf_add(&w->path, "/", 1);
-        tool_buf_add(&w->path, rel, strlen(rel));
+        pcr_sbuf_add(&w->path, "/", 1);
+        pcr_sbuf_add(&w->path, rel, strlen(rel));
     }
-    return tool_escaped(&w->esc, w->path.s);
+    return pcr_escaped(&w->esc, w->path.s);
 }
 
 static int error(struct walk *w, const char *what, const char *rel, int e)
@@ -97,7 +97,7 @@ static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_
     int fd;
 
     *rc = 0;
-    fd = tool_open_rel(w->o->rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    fd = pcr_open_rel(w->o->rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(dir = fdopendir(fd))) {
         int e = errno;
 
@@ -110,8 +110,8 @@ static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
         if (n == cap)
-            names = tool_grow(names, &cap, 64, sizeof(*names));
-        names[n++] = tool_xstrdup(de->d_name);
+            names = pcr_xgrow(names, &cap, 64, sizeof(*names));
+        names[n++] = pcr_xstrdup(de->d_name);
     }
     if (errno)
         *rc = error(w, "reading directory", rel, errno);
@@ -131,7 +131,7 @@ static int subdir(struct walk *w, uint64_t d, const char *name, const char *rel,
             /* Our own output: never part of the data, and not counted as skipped, so
              * that the count does not depend on where STORE is. */
             if (w->o->exclude[k].warn)
-                tool_warn("not entering %s: it is STORE", display(w, rel));
+                pcr_bld_warn("not entering %s: it is STORE", display(w, rel));
             return 0;
         }
     }
@@ -141,16 +141,16 @@ static int subdir(struct walk *w, uint64_t d, const char *name, const char *rel,
         return 0;
     }
     if (w->ndirs == w->cap)
-        w->dirs = tool_grow(w->dirs, &w->cap, 64, sizeof(*w->dirs));
+        w->dirs = pcr_xgrow(w->dirs, &w->cap, 64, sizeof(*w->dirs));
     w->dirs[w->ndirs++] =
-        (struct wnode){.parent = d, .rel = tool_xstrdup(rel), .dev = st->st_dev, .ino = st->st_ino};
+        (struct wnode){.parent = d, .rel = pcr_xstrdup(rel), .dev = st->st_dev, .ino = st->st_ino};
     return w->ops->dir(w->ops->ctx, d, name, rel, st);
 }
 
 /* One entry of directory @d (open as @dfd). @return 0 or -1 (stop). */
 static int entry(struct walk *w, uint64_t d, int dfd, char **name)
 {
-    char *rel = tool_join(w->dirs[d].rel, *name);
+    char *rel = pcr_path_join(w->dirs[d].rel, *name);
     struct stat st, lst;
     int rc = 0;
 
@@ -208,9 +208,9 @@ int walk_tree(const struct walk_opts *o, const struct walk_ops *ops)
 
     if (fstat(o->rootfd, &st) < 0)
         return error(&w, "cannot stat", "", errno) < 0 ? -1 : 0;
-    w.dirs = tool_grow(NULL, &w.cap, 64, sizeof(*w.dirs));
+    w.dirs = pcr_xgrow(NULL, &w.cap, 64, sizeof(*w.dirs));
     w.dirs[0] =
-        (struct wnode){.parent = 0, .rel = tool_xstrdup(""), .dev = st.st_dev, .ino = st.st_ino};
+        (struct wnode){.parent = 0, .rel = pcr_xstrdup(""), .dev = st.st_dev, .ino = st.st_ino};
     w.ndirs = 1;
     for (uint64_t d = 0; d < w.ndirs && rc == 0; d++) {
         if (stopped(&w))
@@ -222,7 +222,7 @@ int walk_tree(const struct walk_opts *o, const struct walk_ops *ops)
     for (uint64_t d = 0; d < w.ndirs; d++)
         free(w.dirs[d].rel);
     free(w.dirs);
-    tool_buf_free(&w.esc);
-    tool_buf_free(&w.path);
+    pcr_sbuf_free(&w.esc);
+    pcr_sbuf_free(&w.path);
     return rc;
 }
