@@ -1,13 +1,13 @@
 /* pcrfs — the public build calls (include/pcrfs/pcrfs.h, "Building a store";
  * pcrfs(3), BUILDING A STORE): options parsed and checked, the caller's callbacks
- * wired to the pipeline (src/lib/build/), and the result turned into an errno and
+ * wired to the pipeline (src/lib/builder/), and the result turned into an errno and
  * pcrfs_errmsg(). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "api/api_internal.h"
-#include "build/run.h"
+#include "builder/run.h"
 
 /* One build per process: the pipeline's out-of-memory path (util/xalloc.h) holds
  * the build's temporary directory in a global. */

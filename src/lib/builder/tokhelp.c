@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "build/tokimport_int.h"
+#include "builder/tokimport_int.h"
 
 static void push(uint64_t **v, uint64_t *n, uint64_t *cap, uint64_t x)
 {

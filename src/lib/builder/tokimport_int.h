@@ -18,8 +18,8 @@
 
 #include <stdint.h>
 #include <sys/types.h>
-#include "build/build_internal.h"
-#include "build/tokimport.h"
+#include "builder/builder.h"
+#include "builder/tokopts.h"
 
 #define MAX_REPORTED 20         /* bad items (and skipped files) listed one by one */
 #define SHARD_TOKENS (1u << 24) /* tokens held in memory for one shard: 32 MiB */

@@ -1,8 +1,8 @@
-/* pcrfs build — where a build reports to (see build_internal.h): the caller's
+/* pcrfs build — where a build reports to (see builder.h): the caller's
  * progress callback, which may cancel, and the log hook, which gets every message. */
 #include <stdarg.h>
 #include <stdio.h>
-#include "build/build_internal.h"
+#include "builder/builder.h"
 #include "common/internal.h"
 
 /* The first error of the build running on this thread, for pcrfs_errmsg(). */

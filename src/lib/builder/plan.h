@@ -29,7 +29,7 @@
 #ifndef PCRFS_TOOLS_PLAN_H
 #define PCRFS_TOOLS_PLAN_H
 
-#include "build/build_internal.h"
+#include "builder/builder.h"
 
 /* Write the plan of the walked build @b to @path (atomically: a temporary file
  * beside it, renamed). @return 0 or -1 (reported). */

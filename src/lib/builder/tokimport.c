@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "build/tokimport_int.h"
+#include "builder/tokimport_int.h"
 #include "util/optparse.h"
 
 /* ---- options --------------------------------------------------------------------- */

@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include "pcrfs/checksum.h"
 #include "pcrfs/store.h"
-#include "build/plan.h"
+#include "builder/plan.h"
 
 #define PLAN_MAGIC "pcrfs-plan 1"
 #define MAX_LINE   (4u << 20) /* longer lines (a huge --scans text) are refused */

@@ -1,5 +1,5 @@
 /* pcrfs build — the options of a build and the order of its phases (see
- * build_internal.h): what pcrfs_build(), pcrfs_build_plan() and pcrfs_merge()
+ * builder.h): what pcrfs_build(), pcrfs_build_plan() and pcrfs_merge()
  * (src/lib/api/build.c) run. Every failure is reported through the log hook where
  * it happens; these functions return 0, -EINVAL (a usage error: nothing was read),
  * -ECANCELED, or another negative errno.
@@ -14,10 +14,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "build/build_internal.h"
-#include "build/plan.h"
-#include "build/run.h"
-#include "build/tokimport.h"
+#include "builder/builder.h"
+#include "builder/plan.h"
+#include "builder/run.h"
+#include "builder/tokimport.h"
 #include "common/internal.h"
 #include "util/optparse.h"
 

@@ -1,5 +1,5 @@
 /* pcrfs build — the walk of SRC, the transcoding pipeline and the build's meta
- * keys (phases 1 and 2 and the first half of 3; see build_internal.h). */
+ * keys (phases 1 and 2 and the first half of 3; see builder.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "build/build_internal.h"
+#include "builder/builder.h"
 #include "common/internal.h"
-#include "build/walk.h"
+#include "builder/walk.h"
 
 /* Records a worker may run ahead of the one being written, plus that one. */
 #define WINDOW 3

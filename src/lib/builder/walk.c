@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "build/build_internal.h"
-#include "build/walk.h"
+#include "builder/builder.h"
+#include "builder/walk.h"
 
 /* A directory to read (the array is the BFS queue: children are appended as their
  * parent is read). */

@@ -11,7 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "build/tokimport_int.h"
+#include "builder/tokimport.h"
+#include "builder/tokimport_int.h"
 
 static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
 {

@@ -29,37 +29,7 @@
 #include "pcrfs/store.h"
 #include "pcrfs/tokens.h"
 #include "pcrfs/writer.h"
-
-#define TOKIMPORT_PER_SHARD 4096u /* grids per token shard (--tok-per-shard) */
-
-/* What the command line asked for. Zero-initialise, then tokimport_option(). */
-struct tokimport_opts {
-    const char *npy_dir;        /* --tokens DIR */
-    const char *seit_data;      /* --seit DATA.bin[.gz] */
-    const char *seit_index;     /* --seit-index FILE (default: beside DATA) */
-    const char *seit_labels;    /* --seit-labels FILE */
-    const char *seit_names;     /* --seit-names FILE (optional) */
-    unsigned seit_h, seit_w;    /* --seit-shape HxW (default 32x32) */
-    const char *codebook;       /* --codebook FILE.npy */
-    enum pcr_tok_coder coder;   /* --tok-coder (default auto) */
-    unsigned per_shard;         /* --tok-per-shard (default TOKIMPORT_PER_SHARD) */
-    struct pcr_bld_report *rep; /* progress and cancel (set by the caller) */
-    const char *skip[2];        /* directories never entered under --tokens DIR: STORE
-                                 * and its temporary directory (set by the caller) */
-};
-
-/* getopt_long() values of the token options; the caller's own values stay below. */
-enum {
-    TOKIMPORT_OPT_TOKENS = 0x1000,
-    TOKIMPORT_OPT_SEIT,
-    TOKIMPORT_OPT_SEIT_INDEX,
-    TOKIMPORT_OPT_SEIT_LABELS,
-    TOKIMPORT_OPT_SEIT_NAMES,
-    TOKIMPORT_OPT_SEIT_SHAPE,
-    TOKIMPORT_OPT_CODEBOOK,
-    TOKIMPORT_OPT_CODER,
-    TOKIMPORT_OPT_PER_SHARD,
-};
+#include "builder/tokopts.h"
 
 /* Take option @c with argument @arg if it is one of the token options.
  * @return 1 taken; 0 not a token option; -1 a bad value (the message in @msg). */

@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "build/build_internal.h"
-#include "build/tokimport.h"
+#include "builder/builder.h"
+#include "builder/tokimport.h"
 
 struct pcr_bld_opts {
     struct build b;

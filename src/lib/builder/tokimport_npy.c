@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "build/tokimport_int.h"
-#include "build/walk.h"
+#include "builder/tokimport_int.h"
+#include "builder/walk.h"
 
 static bool ends_npy(const char *name)
 {

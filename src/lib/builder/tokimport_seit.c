@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "build/tokimport_int.h"
+#include "builder/tokimport_int.h"
 
 static int cmp_name_idx(const void *a, const void *b, void *ctx)
 {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "build/build_internal.h"
+#include "builder/builder.h"
 
 struct part {
     const char *dir;
