@@ -779,6 +779,72 @@ class Parts(Fixture, unittest.TestCase):
         st = stats(mnt)
         self.assertLessEqual(fetched(st), 1.2 * served(st), st)
 
+    def test_parts_race_stress(self):
+        """Issue 19's rare checksum mismatch: tiny parts, a cache of about one
+        record (every round evicts the other record and fetches it again), both
+        records hinted (every part queued as prefetch) and 16 threads reading in
+        record order, so readers move queued parts to the front while workers take
+        them. Every byte equals the local mount's, no read fails, and the daemon
+        logs no checksum mismatch. Before the fix a part moved to the front in the
+        moment its worker took it ran a second time with nothing left to fetch: a
+        GET of the whole object written at the part's offset."""
+        import threading
+        log = os.path.join(self.tmp, "race.log")
+        mnt = self.mount(self.url(), "race", "-o", self.cache("race") +
+                         ",http_part_size=64k,http_connections=8,cache_size=%d" %
+                         (max(os.path.getsize(os.path.join(self.store, "records", r))
+                              for r in os.listdir(os.path.join(self.store, "records"))) +
+                          128 * 1024), "-o", "logfile=" + log)
+        index = os.path.join(self.store, "index.db")
+        recs = {k: sorted(files_of_record(index, k)) for k in (1, 2)}
+        want = {rel: read(os.path.join(self.local, "full", rel))
+                for k in recs for rel in recs[k]}
+        bad, lock = [], threading.Lock()
+        deadline = time.monotonic() + (60 if mu.SANITIZED else 25)
+        rounds = 0
+        while time.monotonic() < deadline and rounds < 40 and not bad:
+            k = 1 + rounds % 2
+            try:
+                os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "%d,%d" % (k, 3 - k)))
+            except FileNotFoundError:
+                pass
+            todo = list(recs[k])
+
+            def reader():
+                while True:
+                    with lock:
+                        if not todo or bad:
+                            return
+                        rel = todo.pop(0)
+                    p = os.path.join(mnt, "full", rel)
+                    try:
+                        fd = os.open(p, os.O_RDONLY)
+                        try:
+                            # the page cache dropped: every round reads the daemon
+                            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                            got = os.read(fd, 1 << 22)
+                        finally:
+                            os.close(fd)
+                    except OSError as e:
+                        got = e
+                    if got != want[rel]:
+                        with lock:
+                            bad.append((rounds, rel, got if isinstance(got, OSError)
+                                        else len(got)))
+            ts = [threading.Thread(target=reader) for _ in range(16)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(120)
+            rounds += 1
+        st = stats(mnt)["http"]
+        with open(log, errors="replace") as f:
+            mismatches = [ln for ln in f if "checksum mismatch" in ln]
+        self.assertEqual(bad, [], (rounds, st))
+        self.assertEqual(mismatches, [], st)
+        self.assertGreaterEqual(rounds, 4, st)
+        self.assertGreater(st["evictions"], 0, st)  # the rounds fetched again
+
     def test_prefetch_hint(self):
         """A lookup in /.pcrfs/prefetch/ names the records read next: they are
         fetched before any of their files is read, and then served from the cache;

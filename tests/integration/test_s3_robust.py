@@ -33,6 +33,10 @@ What each test asserts, and would be false if the feature broke:
                           again, class files serve their own bytes; garbage with a
                           matching hash: does not validate, fetched again
   test_logfile_refused    -o logfile= a symbolic link, or another user's file: refused
+  test_prefetch_never_starves  one connection capped at 64 kB/s, both records hinted
+                          (all their parts queued as prefetch), 8 readers at once:
+                          every read right, none waits longer than about two parts
+                          (before: every part one after another, ~8 s)
 Every wait is bounded; nothing but 127.0.0.1 is contacted.
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
 """
@@ -126,7 +130,8 @@ class Proxy:
         self.log = []          # (monotonic time, method, path, status)
         self.storm_until = 0.0
         self.retry_after = None
-        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize
+        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize, cap
+        self.cap_bps = 64 * 1024  # mode "cap": each response's body at this rate
         self.corrupt_left = 0
         self.release = threading.Event()
         proxy = self
@@ -141,7 +146,12 @@ class Proxy:
             def do_HEAD(self):
                 proxy.handle(self, head=True)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            # a read sends a GET per range at once: with the default backlog of 5
+            # a connect beyond it waited for the SYN's retransmission (1 s)
+            request_queue_size = 128
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -212,6 +222,15 @@ class Proxy:
                     req.wfile.write(data[i:i + 8])
                     req.wfile.flush()
                     time.sleep(0.25)
+            elif rec and self.mode == "cap":
+                # as one stream to S3: a rate per connection (a handler serves one)
+                end = time.monotonic() + 60
+                for i in range(0, len(data), 8192):
+                    if self.release.is_set() or time.monotonic() > end:
+                        return
+                    req.wfile.write(data[i:i + 8192])
+                    req.wfile.flush()
+                    time.sleep(min(8192, len(data) - i) / self.cap_bps)
             else:
                 req.wfile.write(data)
         except OSError:
@@ -434,6 +453,57 @@ class Robust(Fixture, unittest.TestCase):
         st = stats(mnt)["http"]
         self.assertGreaterEqual(st["heals"], 1, st)
         self.assertGreaterEqual(st["refetches"], 1, st)
+        self.unmount_last()
+
+    def test_prefetch_never_starves(self):
+        """Issue 19: prefetch must not starve readers at few connections. One part
+        connection (http_connections=1), 64 KiB parts at 32 KiB/s (a part is 2 s),
+        both records hinted (their ~8 parts queued as prefetch); 8 readers at once, 4
+        on each record (a file of full/ has bytes in every part of its record). A
+        reader waits for at most the part in flight and its own (or reads its own
+        bytes), so the slowest read takes about 2 parts, not all parts in a row."""
+        self.proxy.mode = "cap"
+        self.proxy.cap_bps = 32 * 1024
+        part = 64 * 1024
+        secs = part / self.proxy.cap_bps  # one part's GET
+        mnt = self.mount(self.proxy.url(), "starve", "-o", "%s,http_timeout=20,http_retries=2,"
+                         "http_part_size=64k,http_connections=1" % self.cache("starve"))
+        # a file of full/ has bytes in every group of its record: in every part of
+        # it (a record is ~4 parts here); 4 readers on each record
+        paths = self.record_paths(mnt, "full", 1)[::50] + self.record_paths(mnt, "full", 2)[::50]
+        nparts = sum(-(-os.path.getsize(os.path.join(self.store, "records", r)) // part)
+                     for r in os.listdir(os.path.join(self.store, "records")))
+        self.assertGreaterEqual(nparts, 6, "records of too few parts for the test")
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1,2"))
+        except FileNotFoundError:
+            pass
+        time.sleep(0.3)  # the first prefetch part in flight
+        res, lock = [], threading.Lock()
+
+        def one(p):
+            t = time.monotonic()
+            try:
+                ok = read(p) == read(p.replace(mnt, self.local))
+            except OSError:
+                ok = False
+            with lock:
+                res.append((ok, time.monotonic() - t, p))
+        ts = [threading.Thread(target=one, args=(p,)) for p in paths]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(90)
+        self.assertEqual(len(res), len(paths))
+        secs_sorted = sorted(r[1] for r in res)
+        note("prefetch vs readers at 1 connection: %d reads in %s s (a part: %.1f s)" %
+             (len(res), " ".join("%.2f" % t for t in secs_sorted), secs))
+        self.assertEqual([r for r in res if not r[0]], [])
+        # at most the part in flight and the reader's own (the others read their own
+        # bytes, one reader after another: N = 1 bounds direct GETs too); before,
+        # the parts one after another: median ~4.5 parts, slowest ~7
+        self.assertLess(secs_sorted[len(res) // 2], 2.5 * secs, res)
+        self.assertLess(secs_sorted[-1], 4 * secs, res)
         self.unmount_last()
 
     def refused(self, name, cache, want):

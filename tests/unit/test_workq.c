@@ -104,6 +104,15 @@ static void done_free(struct pcr_job *j)
     free(j);
 }
 
+/* Where job @id ended in the order, or 64 if it did not. */
+static int pos(int id)
+{
+    for (int i = 0; i < norder; i++)
+        if (order[i] == id)
+            return i;
+    return 64;
+}
+
 static void reset(void)
 {
     norder = 0;
@@ -170,6 +179,50 @@ int main(void)
     CHECK(atomic_load(&t[0].runs) == 2, "re-pushed job ran %d times, want 2",
           atomic_load(&t[0].runs));
     CHECK(atomic_load(&t[0].overlap) == 0, "a job ran on two threads at once");
+
+    /* background work (prefetch) never holds every slot: at most 3 of 4 run, and a
+     * foreground job pushed meanwhile starts at once, not after them */
+    reset();
+    gate(0);
+    for (int i = 0; i < 6; i++) {
+        init_job(&t[i], i, a, i == 3 || i == 4 ? 60 : 0);
+        CHECK(pcr_workq_push_bg(&q, &t[i].job), "push_bg");
+    }
+    sleep_ms(100);
+    CHECK(atomic_load(&concurrent) == 3, "background: %d of 4 run, want 3",
+          atomic_load(&concurrent));
+    init_job(&t[6], 6, a, 0);
+    pcr_workq_push(&q, &t[6].job, false);
+    sleep_ms(100);
+    CHECK(atomic_load(&concurrent) == 4, "foreground beside background: %d run, want 4",
+          atomic_load(&concurrent));
+    pcr_workq_push(&q, &t[5].job, true); /* a reader waits for a queued prefetch */
+    gate(1);
+    CHECK(drain(&q), "drained");
+    CHECK(norder == 7, "ran %d jobs, want 7", norder);
+    /* t5 became foreground: it went before the background jobs queued before it
+     * (they take 60 ms, it none: it ends first) */
+    CHECK(pos(5) < pos(3) && pos(5) < pos(4), "order %d %d %d %d %d %d %d", order[0], order[1],
+          order[2], order[3], order[4], order[5], order[6]);
+
+    /* at a limit of 1, background work runs only while nothing else is queued: a
+     * foreground job waits for the one in flight and then goes first */
+    reset();
+    pcr_workq_limit(&q, 1);
+    gate(0);
+    for (int i = 0; i < 3; i++) {
+        init_job(&t[i], i, a, 0);
+        pcr_workq_push_bg(&q, &t[i].job);
+    }
+    sleep_ms(50); /* t0 runs */
+    init_job(&t[3], 3, a, 0);
+    pcr_workq_push(&q, &t[3].job, false); /* at the back, still first to run */
+    gate(1);
+    CHECK(drain(&q), "drained");
+    CHECK(norder == 4 && order[0] == 0 && order[1] == 3, "limit 1: order %d %d %d %d", order[0],
+          order[1], order[2], order[3]);
+    CHECK(atomic_load(&max_concurrent) == 1, "limit 1: %d at once", atomic_load(&max_concurrent));
+    pcr_workq_limit(&q, 4);
 
     /* cancel: an owner's queued jobs are dropped, its running one is waited for */
     reset();

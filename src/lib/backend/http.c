@@ -205,31 +205,39 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
 {
     struct http_backend *hb = (struct http_backend *)b;
     const struct pcr_range *miss[HTTP_MAX_BATCH];
+    bool hit[HTTP_MAX_BATCH];
     unsigned nmiss = 0;
     int ret;
 
     for (unsigned i = 0; i < n; i++) {
         if (r[i].off > o->size || r[i].len > o->size - r[i].off)
             return -ENODATA;
-        if (r[i].len == 0)
-            continue;
-        if (hb->cache && o->whole)
-            http_cache_advise(hb->cache, o, 0, o->size);
-        ret = hb->cache ? http_cache_read(hb->cache, o, r[i].off, r[i].len, r[i].buf) : 0;
+    }
+    if (hb->cache && o->whole)
+        http_cache_advise(hb->cache, o, 0, o->size);
+    /* the ranges of one read go to the cache together: it decides for all of
+     * them whether the read waits for parts or GETs its own bytes */
+    for (unsigned at = 0; at < n; at += HTTP_MAX_BATCH) {
+        unsigned m = n - at < HTTP_MAX_BATCH ? n - at : HTTP_MAX_BATCH;
+        ret = hb->cache ? http_cache_read(hb->cache, o, r + at, m, hit) : 0;
         if (ret < 0)
             return ret == -ETIMEDOUT || ret == -ENOMEM ? ret : -EIO;
-        if (ret > 0) {
-            http_count(&hb->x.st.cache_hits, 1);
-            continue;
+        for (unsigned i = 0; i < m; i++) {
+            if (r[at + i].len == 0)
+                continue;
+            if (hb->cache && hit[i]) {
+                http_count(&hb->x.st.cache_hits, 1);
+                continue;
+            }
+            http_count(&hb->x.st.cache_misses, 1);
+            if (nmiss == HTTP_MAX_BATCH) {
+                ret = read_direct(hb, o, miss, nmiss);
+                if (ret)
+                    goto fail;
+                nmiss = 0;
+            }
+            miss[nmiss++] = &r[at + i];
         }
-        http_count(&hb->x.st.cache_misses, 1);
-        if (nmiss == HTTP_MAX_BATCH) {
-            ret = read_direct(hb, o, miss, nmiss);
-            if (ret)
-                goto fail;
-            nmiss = 0;
-        }
-        miss[nmiss++] = &r[i];
     }
     ret = nmiss ? read_direct(hb, o, miss, nmiss) : 0;
     if (!ret)

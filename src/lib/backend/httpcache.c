@@ -12,6 +12,15 @@
  * queued part a reader waits for is moved to the front of the queue. Readers of one
  * record never fetch it twice.
  *
+ * Demand first. Parts queued by advise() are prefetch (background jobs of the
+ * queue): they hold at most N - 1 of the N connections (at N = 1 one starts only
+ * while no reader's part waits), and go a bounded depth ahead (PREFETCH_RECORDS).
+ * A read waits for parts in flight and for at most one part that has not started,
+ * a demand part at the front, behind no other reader's; a read that would wait for
+ * more GETs its own bytes (lookup()). Before, at 1-4 connections the sampler's
+ * hints filled every connection and the readers' parts queued behind each other:
+ * 0.0-0.5 MB/s where the connections carried 2-8.
+ *
  * Files. One per record object, created unlinked in the cache directory: nothing
  * outlives the mount, two mounts of one store never share or corrupt a file, and a
  * crash leaves no garbage. The cache is bounded (cache_size): a part's bytes are
@@ -57,6 +66,13 @@
 #include "backend/httpcache.h"
 
 #define MAX_PARTS 65536 /* per object: a larger object gets larger parts */
+/* How far prefetch goes: the parts of at most this many objects (records) queued
+ * or in flight at once, or more while they are fewer than PREFETCH_CONN_PARTS parts
+ * per connection (a record of 42 MB is 6 parts of 8 MiB: too few to fill 64
+ * connections). An object advised beyond it waits its turn (first advised, first
+ * fetched). */
+#define PREFETCH_RECORDS    8
+#define PREFETCH_CONN_PARTS 2
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -71,6 +87,7 @@ struct http_part {
     uint64_t want; /* queued or fetching: up to off + want */
     uint64_t held; /* bytes of the cache's limit reserved for it */
     int state;
+    bool demand; /* queued or fetching because a reader waits for it (else prefetch) */
 };
 
 struct http_cache {
@@ -82,8 +99,12 @@ struct http_cache {
     struct pcr_workq q;      /* the part GETs: hb->nconn threads */
     struct pcr_object *objs; /* every open object */
     unsigned waiters;
-    unsigned allowed; /* part GETs that may run at once (throttling) */
-    uint64_t cut_at;  /* ms: when allowed was last halved */
+    unsigned demand_queued; /* demand parts queued, not yet started */
+    unsigned bg_objs;       /* objects with prefetch parts queued or in flight */
+    unsigned bg_parts;      /* prefetch parts queued or in flight */
+    uint64_t defer_seq;     /* orders the objects whose prefetch waits for a turn */
+    unsigned allowed;       /* part GETs that may run at once (throttling) */
+    uint64_t cut_at;        /* ms: when allowed was last halved */
     bool stop;
     uint64_t tick;
     int logged_file, logged_write, logged_fetch; /* said once */
@@ -112,17 +133,57 @@ static int cache_file(struct http_cache *c)
     return fd;
 }
 
+/* Move part @p to @state, fetched because a reader waits for it (@demand) or ahead
+ * of the readers (prefetch), keeping the counts the rules of the queue read: the
+ * object's busy parts, its prefetch parts, the cache's demand parts waiting for a
+ * connection and its prefetch depth (under the lock). */
+static void part_set(struct http_cache *c, struct http_part *p, int state, bool demand)
+{
+    struct pcr_object *o = p->o;
+    bool was = p->state != PART_IDLE, is = state != PART_IDLE;
+    bool was_bg = was && !p->demand, is_bg = is && !demand;
+    bool was_dq = p->state == PART_QUEUED && p->demand, is_dq = state == PART_QUEUED && demand;
+
+    if (is && !was)
+        o->busy++;
+    else if (was && !is)
+        o->busy--;
+    if (is_dq && !was_dq)
+        c->demand_queued++;
+    else if (was_dq && !is_dq)
+        c->demand_queued--;
+    if (is_bg && !was_bg) {
+        c->bg_parts++;
+        if (o->bg++ == 0)
+            c->bg_objs++;
+    } else if (was_bg && !is_bg) {
+        c->bg_parts--;
+        if (--o->bg == 0)
+            c->bg_objs--;
+    }
+    p->state = state;
+    p->demand = is && demand;
+}
+
+/* Whether prefetch may start on one more object (under the lock). */
+static bool prefetch_room(const struct http_cache *c)
+{
+    return c->bg_objs < PREFETCH_RECORDS || c->bg_parts < PREFETCH_CONN_PARTS * c->hb->nconn;
+}
+
 /* Drop @o's parts (under the lock; none queued or in flight). An evicted object
  * is also @forget-ten: what was advised is fetched again only when the store
  * advises it again (a reader going record by record), not on any miss. */
 static void drop(struct http_cache *c, struct pcr_object *o, bool forget)
 {
-    if (forget)
+    if (forget) {
         o->advised = 0;
+        o->deferred = 0;
+    }
     c->used -= o->held;
     o->held = 0;
     for (unsigned i = 0; i < o->nparts; i++) {
-        o->parts[i].state = PART_IDLE;
+        part_set(c, &o->parts[i], PART_IDLE, false);
         o->parts[i].got = o->parts[i].want = o->parts[i].held = 0;
     }
     if (o->fd >= 0)
@@ -155,11 +216,11 @@ static bool reserve(struct http_cache *c, struct pcr_object *o, uint64_t need)
 
 /* A part that ended gives back what it reserved beyond the bytes it has (under the
  * lock). */
-static void part_unreserve(struct http_cache *c, struct http_part *p)
+static void part_end(struct http_cache *c, struct http_part *p)
 {
     uint64_t extra = p->held - p->got;
 
-    p->state = PART_IDLE;
+    part_set(c, p, PART_IDLE, false);
     p->want = p->got;
     p->held = p->got;
     c->used -= extra;
@@ -224,9 +285,13 @@ static int parts_of(struct http_cache *c, struct pcr_object *o)
 }
 
 /* Have part @p's first @need bytes fetched: a queued or running part asks for more,
- * an idle one is queued (at the @front for a waiting reader) if the cache can hold
- * it. @return whether they are in the cache or on their way (under the lock). */
-static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, bool front)
+ * an idle one is queued if the cache can hold it, for a reader that waits for it
+ * (@demand: at the front, a foreground job) or as prefetch (at the back, a
+ * background job of the queue: at most N - 1 of them run, workq.h). A queued
+ * prefetch part a reader now waits for becomes a demand part and moves to the
+ * front. @return whether the bytes are in the cache or on their way (under the
+ * lock). */
+static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, bool demand)
 {
     if (p->got >= need)
         return true;
@@ -237,21 +302,49 @@ static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, b
     }
     if (p->want < need)
         p->want = need; /* a running GET that ends short of it is queued again */
-    if (p->state == PART_QUEUED) {
-        if (front && pcr_workq_push(&c->q, &p->job, true))
-            http_count(&c->hb->st.front_pushes, 1);
+    if (p->state != PART_IDLE) {
+        if (demand && !p->demand) {
+            part_set(c, p, p->state, true);
+            /* (a running one is not pushed: the queue would run it again) */
+            if (p->state == PART_QUEUED && pcr_workq_push(&c->q, &p->job, true))
+                http_count(&c->hb->st.front_pushes, 1);
+        }
         return true;
     }
-    if (p->state == PART_FETCHING)
-        return true;
-    p->state = PART_QUEUED;
-    p->o->busy++;
-    if (!pcr_workq_push(&c->q, &p->job, front)) {
-        p->o->busy--;
-        part_unreserve(c, p);
+    part_set(c, p, PART_QUEUED, demand);
+    if (!(demand ? pcr_workq_push(&c->q, &p->job, true) : pcr_workq_push_bg(&c->q, &p->job))) {
+        part_end(c, p);
         return false;
     }
     return true;
+}
+
+/* Queue as prefetch the parts of @o that hold [off, end) and are not cached (under
+ * the lock). */
+static void prefetch(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t end)
+{
+    o->deferred = 0;
+    /* after a failed fetch, the misses inside the prefix fetch it again, later */
+    if (http_now_ms() < o->retry_after)
+        return;
+    for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++)
+        if (!part_ask(c, &o->parts[i], part_need(&o->parts[i], end), false))
+            break; /* the cache is full of what is being read: the rest direct */
+}
+
+/* Prefetch ended on an object: the objects advised meanwhile that waited for their
+ * turn start, first advised first (under the lock). */
+static void prefetch_next(struct http_cache *c)
+{
+    while (!c->stop && prefetch_room(c)) {
+        struct pcr_object *next = NULL;
+        for (struct pcr_object *p = c->objs; p; p = p->cnext)
+            if (p->deferred && (!next || p->deferred < next->deferred))
+                next = p;
+        if (!next)
+            return;
+        prefetch(c, next, 0, next->advised);
+    }
 }
 
 /* The job: one ranged GET of the part into the object's cache file. */
@@ -264,6 +357,18 @@ static void part_run(struct pcr_job *j)
     int ret;
 
     pthread_mutex_lock(&c->lock);
+    if (p->state != PART_QUEUED) {
+        /* a stray run: a reader moved the part to the front in the moment a worker
+         * took it (the queue then runs it again once this run ends), and it ended
+         * meanwhile. Before this check that run sent a GET of nothing left, which
+         * is len 0, i.e. the whole object, and wrote it at the part's offset: the
+         * checksum mismatch seen once with 64 KiB parts (issue 19) */
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    ret = 0;
+    if (p->want <= p->got)
+        goto end; /* nothing left to fetch: never a GET of length 0 */
     if (o->fd < 0) {
         o->fd = cache_file(c);
         if (o->fd < 0) {
@@ -277,7 +382,7 @@ static void part_run(struct pcr_job *j)
             goto end;
         }
     }
-    p->state = PART_FETCHING;
+    part_set(c, p, PART_FETCHING, p->demand);
     uint64_t from = p->off + p->got, to = p->off + p->want;
     pthread_mutex_unlock(&c->lock);
 
@@ -318,19 +423,20 @@ end:
     if (ret) {
         o->fetch_err = ret;
         o->retry_after = http_now_ms() + (uint64_t)hb->timeout_ms;
-    } else if (p->want > p->got && !c->stop) {
-        /* asked for more while it ran: queued again, still busy */
-        p->state = PART_QUEUED;
+    } else if (p->want > p->got && !c->stop && !o->closing) {
+        /* asked for more while it ran: queued again, still busy (a reader's part
+         * at the front) */
+        part_set(c, p, PART_QUEUED, p->demand);
         o->fetch_gen++;
-        if (pcr_workq_push(&c->q, &p->job, false)) {
+        if (p->demand ? pcr_workq_push(&c->q, &p->job, true) : pcr_workq_push_bg(&c->q, &p->job)) {
             pthread_cond_broadcast(&c->progress);
             pthread_mutex_unlock(&c->lock);
             return;
         }
     }
-    part_unreserve(c, p);
-    o->busy--;
+    part_end(c, p);
     o->fetch_gen++;
+    prefetch_next(c);
     pthread_cond_broadcast(&c->progress);
     pthread_mutex_unlock(&c->lock);
 }
@@ -385,6 +491,9 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
     o->fd = -1;
     o->parts = NULL;
     o->nparts = 0;
+    o->busy = o->bg = 0;
+    o->deferred = 0;
+    o->closing = false;
     o->cprev = NULL;
     o->cnext = c->objs;
     if (c->objs)
@@ -396,11 +505,14 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
 void http_cache_remove(struct http_cache *c, struct pcr_object *o)
 {
     /* queued parts dropped, running ones waited for (they end within their
-     * deadline); without the cache's lock, which they take */
+     * deadline, none queues its part again); without the cache's lock, which they
+     * take */
+    pthread_mutex_lock(&c->lock);
+    o->closing = true;
+    pthread_mutex_unlock(&c->lock);
     if (!c->stop)
         pcr_workq_cancel(&c->q, o);
     pthread_mutex_lock(&c->lock);
-    o->busy = 0;
     drop(c, o, true);
     free(o->parts);
     o->parts = NULL;
@@ -412,6 +524,7 @@ void http_cache_remove(struct http_cache *c, struct pcr_object *o)
     if (o->cnext)
         o->cnext->cprev = o->cprev;
     o->cprev = o->cnext = NULL;
+    prefetch_next(c);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -431,11 +544,10 @@ int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, 
     if (end > o->advised)
         o->advised = end;
     o->lru = ++c->tick;
-    /* after a failed fetch, the misses inside the prefix fetch it again, later */
-    if (http_now_ms() >= o->retry_after)
-        for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++)
-            if (!part_ask(c, &o->parts[i], part_need(&o->parts[i], end), false))
-                break; /* the cache is full of what is being read: the rest direct */
+    if (o->bg || prefetch_room(c))
+        prefetch(c, o, off, end);
+    else if (!o->deferred)
+        o->deferred = ++c->defer_seq; /* beyond the prefetch depth: its turn comes */
     pthread_mutex_unlock(&c->lock);
     return 0;
 }
@@ -472,76 +584,114 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 
 enum { HAVE, WAIT, DIRECT };
 
-/* Whether [off, end) of @o is in the cache file (HAVE), on its way (WAIT: parts a
- * reader waits for moved to the front, evicted advised ones queued again), or to
- * be read directly (under the lock). */
-static int lookup(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t end)
+/* Whether the ranges @r[0..n) of @o are in the cache file (HAVE), on their way
+ * (WAIT), or to be read directly (DIRECT: the ranges in the cache are served from
+ * it, the others with GETs of their own) (under the lock). One read's ranges are
+ * looked at together: a file of full/ has bytes in every group, so in most parts of
+ * its record (issue 19). The read waits only for parts being fetched (its bytes
+ * come in order) and for at most one that has not started: that one becomes a
+ * demand part at the front of the queue, behind no other reader's part, so it
+ * starts when one part in flight ends. Such a part was queued as prefetch, or
+ * advised and not queued (evicted, failed, dropped after a checksum mismatch,
+ * beyond the prefetch depth). A read that would wait for more than that GETs its
+ * own bytes instead, as does one outside what was advised. */
+static int lookup(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r, unsigned n)
 {
-    int res = HAVE;
+    struct http_part *start = NULL;
+    bool advised = http_now_ms() >= o->retry_after, waiting = false;
 
     if (!o->parts)
         return DIRECT;
-    for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++) {
-        struct http_part *p = &o->parts[i];
-        uint64_t need = part_need(p, end);
-        if (p->got >= need)
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t end = r[k].off + r[k].len;
+        if (!r[k].len)
             continue;
-        /* on its way: first; advised and failed (or dropped after a checksum
-         * mismatch): fetched again, first; else not the cache's */
-        if (p->state != PART_IDLE || (end <= o->advised && http_now_ms() >= o->retry_after)) {
-            if (!part_ask(c, p, p->state != PART_IDLE && p->want > need ? p->want : need, true))
+        for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
+             i++) {
+            struct http_part *p = &o->parts[i];
+            if (p->got >= part_need(p, end) || p->state == PART_FETCHING || p == start)
+                continue;
+            if (!(p->state == PART_QUEUED || (advised && end <= o->advised)) || start ||
+                (!(p->state == PART_QUEUED && p->demand) && c->demand_queued))
                 return DIRECT;
-            res = WAIT;
-            continue;
+            start = p;
         }
-        return DIRECT;
     }
-    return res;
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t end = r[k].off + r[k].len;
+        if (!r[k].len)
+            continue;
+        for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
+             i++) {
+            struct http_part *p = &o->parts[i];
+            uint64_t need = part_need(p, end);
+            if (p->got >= need)
+                continue;
+            if (!part_ask(c, p, p->want > need ? p->want : need, true))
+                return DIRECT;
+            waiting = true;
+        }
+    }
+    return waiting ? WAIT : HAVE;
 }
 
-int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len, void *buf)
+/* Whether range @r of @o is whole in the cache file (under the lock). */
+static bool have(const struct pcr_object *o, const struct pcr_range *r)
+{
+    uint64_t end = r->off + r->len;
+
+    if (!o->parts || o->fd < 0)
+        return false;
+    for (unsigned i = (unsigned)(r->off / o->psize); i < o->nparts && o->parts[i].off < end; i++)
+        if (o->parts[i].got < part_need(&o->parts[i], end))
+            return false;
+    return true;
+}
+
+/* Whether a part under @r[0..n) failed and is held off until retry_after: its
+ * readers fail with its error rather than wait again (under the lock). */
+static bool failed(const struct pcr_object *o, const struct pcr_range *r, unsigned n)
+{
+    if (!o->fetch_err || http_now_ms() >= o->retry_after)
+        return false;
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t end = r[k].off + r[k].len;
+        if (!r[k].len)
+            continue;
+        for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
+             i++)
+            if (o->parts[i].state == PART_IDLE && o->parts[i].got < part_need(&o->parts[i], end))
+                return true;
+    }
+    return false;
+}
+
+int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
+                    unsigned n, bool *hit)
 {
     struct http_transport *hb = c->hb;
-    uint64_t end = off + len;
     uint64_t since = http_now_ms();
-    int ret;
+    size_t len = 0;
+    int ret = 0, fd;
 
+    for (unsigned k = 0; k < n; k++) {
+        hit[k] = false;
+        len += r[k].len;
+    }
     pthread_mutex_lock(&c->lock);
     for (;;) {
-        int how = c->stop ? DIRECT : lookup(c, o, off, end);
-        if (how == HAVE) {
-            int fd = o->fd;
-            o->users++;
-            o->lru = ++c->tick;
-            pthread_mutex_unlock(&c->lock);
-            ret = pread_all(fd, buf, len, off);
-            pthread_mutex_lock(&c->lock);
-            o->users--;
-            pthread_mutex_unlock(&c->lock);
-            return ret == 0 ? 1 : 0; /* a cache file that fails: ask the server */
-        }
-        if (how == DIRECT) {
-            pthread_mutex_unlock(&c->lock);
-            return 0;
-        }
+        int how = c->stop ? DIRECT : lookup(c, o, r, n);
+        if (how != WAIT)
+            break;
         uint64_t gen = o->fetch_gen;
         c->waiters++;
         pcr_cond_wait_ms(&c->progress, &c->lock, 100);
         c->waiters--;
-        if (o->fetch_gen != gen && o->fetch_err) {
-            /* a part of ours that failed is idle short of our bytes,, held off until
-             * retry_after: fail with its error rather than wait again */
-            bool failed = false;
-            for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end;
-                 i++)
-                failed |= o->parts[i].state == PART_IDLE &&
-                          o->parts[i].got < part_need(&o->parts[i], end);
-            if (failed && http_now_ms() < o->retry_after) {
-                ret = o->fetch_err;
-                pthread_mutex_unlock(&c->lock);
-                /* a cache that cannot be written is no reason to fail: read directly */
-                return ret == -ENOSPC || ret == -EROFS || ret == -ENOMEM ? 0 : ret;
-            }
+        if (o->fetch_gen != gen && failed(o, r, n)) {
+            ret = o->fetch_err;
+            pthread_mutex_unlock(&c->lock);
+            /* a cache that cannot be written is no reason to fail: read directly */
+            return ret == -ENOSPC || ret == -EROFS || ret == -ENOMEM ? 0 : ret;
         }
         /* one deadline for the reader's operation, however the fetch goes (a
          * trickling server keeps it "progressing" for ever); longer while the
@@ -551,6 +701,20 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, si
             return -ETIMEDOUT;
         }
     }
+    /* what is in the cache is read from it, the rest directly */
+    for (unsigned k = 0; k < n; k++)
+        hit[k] = have(o, &r[k]);
+    fd = o->fd;
+    o->users++;
+    o->lru = ++c->tick;
+    pthread_mutex_unlock(&c->lock);
+    for (unsigned k = 0; k < n; k++)
+        if (hit[k] && pread_all(fd, r[k].buf, r[k].len, r[k].off) != 0)
+            hit[k] = false; /* a cache file that fails: ask the server */
+    pthread_mutex_lock(&c->lock);
+    o->users--;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
 }
 
 void http_cache_throttled(struct http_cache *c)

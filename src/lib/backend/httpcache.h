@@ -18,6 +18,9 @@ struct pcr_object {
     struct http_part *parts; /* [nparts], allocated on first use, or NULL */
     unsigned nparts;
     unsigned busy;                    /* parts queued or being fetched */
+    unsigned bg;                      /* of busy: prefetch parts (no reader waits) */
+    uint64_t deferred;                /* advised, its prefetch waiting for a turn: order */
+    bool closing;                     /* http_cache_remove() runs: no part queued again */
     uint64_t held;                    /* bytes of the cache's limit reserved for this object */
     uint64_t advised;                 /* the largest end advise() asked for */
     int fetch_err;                    /* the last failed part's error, for its waiters */
@@ -41,11 +44,12 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o);
 void http_cache_remove(struct http_cache *c, struct pcr_object *o);
 /* advise(): queue the parts of @o that hold [off, off + len) and are not cached. */
 int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len);
-/* Serve [off, off + len) from the cache (waiting for a fetch in flight that will
- * bring it). @return 1 served, 0 not cached (read it directly), a negative errno
- * (the fetch that was to bring it failed). */
-int http_cache_read(struct http_cache *c, struct pcr_object *o, uint64_t off, size_t len,
-                    void *buf);
+/* Serve the ranges @r[0..n) of one read from the cache, waiting for fetches in
+ * flight that bring them (and for at most one part that has not started); @hit[k]
+ * says whether @r[k] was served (the others: read them directly). @return 0, or a
+ * negative errno (the fetch that was to bring them failed, the deadline passed). */
+int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
+                    unsigned n, bool *hit);
 /* A part fetch wrote @n more bytes at offset @off of the object into the cache file
  * (through its request's on_progress). */
 void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t n);

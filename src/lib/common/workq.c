@@ -41,6 +41,7 @@ static void unlink_job(struct pcr_workq *q, struct pcr_job *j)
     j->next->prev = j->prev;
     j->prev = j->next = NULL;
     q->queued--;
+    q->queued_fg -= !j->bg;
 }
 
 /* Queue @j, idle (under the lock). */
@@ -54,6 +55,26 @@ static void link_job(struct pcr_workq *q, struct pcr_job *j, bool front)
     at->next = j;
     j->state = JOB_QUEUED;
     q->queued++;
+    q->queued_fg += !j->bg;
+}
+
+/* The job that may run now, or NULL (under the lock): the first foreground job,
+ * else the first background one while fewer than allowed - 1 of them run (at
+ * allowed = 1: the one slot, only while no foreground job is queued). Foreground
+ * jobs are pushed to the front in practice, so the walk is one step. */
+static struct pcr_job *next_job(struct pcr_workq *q)
+{
+    unsigned bg_max = q->allowed > 1 ? q->allowed - 1 : 1;
+    struct pcr_job *j = q->queue.next;
+
+    if (q->running >= q->allowed || j == &q->queue)
+        return NULL;
+    if (q->queued_fg) {
+        while (j->bg)
+            j = j->next;
+        return j;
+    }
+    return q->running_bg < bg_max ? j : NULL;
 }
 
 static void *worker(void *arg)
@@ -63,10 +84,11 @@ static void *worker(void *arg)
 
     pthread_mutex_lock(&q->lock);
     for (;;) {
-        struct pcr_job *j = q->queue.next;
+        struct pcr_job *j;
         if (q->stop)
             break;
-        if (j == &q->queue || q->running >= q->allowed) {
+        j = next_job(q);
+        if (!j) {
             q->idle++;
             pthread_cond_wait(&q->work, &q->lock);
             q->idle--;
@@ -78,11 +100,14 @@ static void *worker(void *arg)
         slot->cur = j;
         slot->owner = j->owner;
         slot->active = true;
+        slot->bg = j->bg;
         q->running++;
+        q->running_bg += slot->bg;
         pthread_mutex_unlock(&q->lock);
         j->run(j);
         pthread_mutex_lock(&q->lock);
         q->running--;
+        q->running_bg -= slot->bg;
         j->state = JOB_IDLE;
         if (j->again != AGAIN_NO && !q->stop) {
             link_job(q, j, j->again == AGAIN_FRONT);
@@ -98,7 +123,8 @@ static void *worker(void *arg)
         slot->active = false;
         pthread_cond_broadcast(&q->done);
         if (q->queued)
-            pthread_cond_signal(&q->work); /* a slot is free again */
+            pthread_cond_broadcast(&q->work); /* a slot is free again (for which job:
+                                                 each idle thread looks) */
     }
     pthread_mutex_unlock(&q->lock);
     return NULL;
@@ -144,7 +170,7 @@ void pcr_workq_free(struct pcr_workq *q)
         j->state = JOB_IDLE;
     }
     q->queue.next = q->queue.prev = &q->queue;
-    q->queued = 0;
+    q->queued = q->queued_fg = 0;
     pthread_cond_broadcast(&q->work);
     pthread_mutex_unlock(&q->lock);
     for (unsigned i = 0; i < q->nthreads; i++)
@@ -198,11 +224,10 @@ int pcr_workq_start(struct pcr_workq *q)
     return rc;
 }
 
-bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front)
+static bool push_locked(struct pcr_workq *q, struct pcr_job *j, bool front)
 {
     bool ok = true;
 
-    pthread_mutex_lock(&q->lock);
     if (q->stop) {
         ok = false;
     } else if (j->state == JOB_RUNNING) {
@@ -220,9 +245,35 @@ bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front)
             j->state = JOB_IDLE;
             ok = false;
         } else {
-            pthread_cond_signal(&q->work);
+            /* every idle thread looks: the one woken by a signal might find only
+             * background work it may not start while another could run this */
+            pthread_cond_broadcast(&q->work);
         }
     }
+    return ok;
+}
+
+bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front)
+{
+    bool ok;
+
+    pthread_mutex_lock(&q->lock);
+    if (j->bg && j->state == JOB_QUEUED)
+        q->queued_fg++; /* a foreground job from now on, wherever it waits */
+    j->bg = false;
+    ok = push_locked(q, j, front);
+    pthread_mutex_unlock(&q->lock);
+    return ok;
+}
+
+bool pcr_workq_push_bg(struct pcr_workq *q, struct pcr_job *j)
+{
+    bool ok;
+
+    pthread_mutex_lock(&q->lock);
+    if (j->state == JOB_IDLE)
+        j->bg = true;
+    ok = push_locked(q, j, false);
     pthread_mutex_unlock(&q->lock);
     return ok;
 }

@@ -20,6 +20,12 @@
  *   makes sure nobody pushes the job meanwhile; cancel() and free() wait for done()
  *   as for run().
  * - limit() bounds how many jobs run at once (throttling), without stopping threads.
+ * - A job may be pushed as background work (push_bg(): the object-storage cache's
+ *   prefetch). Background jobs never hold every slot: at most limit - 1 of them run
+ *   at once when the limit is above 1, so a job pushed by push() (a reader waits for
+ *   it) starts as soon as one job in flight ends, or at once; at a limit of 1 one
+ *   runs only while no other job is queued (the others are at the front anyway).
+ *   push() of a background job makes it a foreground one.
  * - Every timed wait is on CLOCK_MONOTONIC: a clock step never shortens or stretches
  *   a deadline.
  *
@@ -42,6 +48,7 @@ struct pcr_job {
     const void *owner;               /* what pcr_workq_cancel() matches */
     int state;                       /* the queue's: idle, queued, running */
     int again;                       /* pushed while running: 1 back, 2 front, once it ends */
+    bool bg;                         /* the queue's: background work (push_bg()) */
 };
 
 struct pcr_workq_slot {
@@ -50,6 +57,7 @@ struct pcr_workq_slot {
     struct pcr_job *cur; /* the job this thread runs, or NULL (also in its done()) */
     const void *owner;   /* cur's owner, while active */
     bool active;         /* from the start of a run until its done() returned */
+    bool bg;             /* cur was taken as background work */
 };
 
 struct pcr_workq {
@@ -60,7 +68,9 @@ struct pcr_workq {
     struct pcr_workq_slot *slots;
     unsigned max, nthreads, idle;
     unsigned running, allowed;
+    unsigned running_bg; /* of running: background jobs */
     unsigned queued;
+    unsigned queued_fg; /* of queued: foreground jobs */
     bool stop;
 };
 
@@ -72,6 +82,9 @@ void pcr_workq_free(struct pcr_workq *q);
  * front moves there, a running one is left alone. @return false if no thread runs
  * and none could be started: @j is not queued, the caller runs it itself. */
 bool pcr_workq_push(struct pcr_workq *q, struct pcr_job *j, bool front);
+/* Queue @j at the back as background work (see above); a job queued or running as
+ * foreground work stays so. @return as push(). */
+bool pcr_workq_push_bg(struct pcr_workq *q, struct pcr_job *j);
 /* Take @j out of the queue. @return whether it was queued (it will not run). */
 bool pcr_workq_take(struct pcr_workq *q, struct pcr_job *j);
 /* Whether @j is queued or running. */
