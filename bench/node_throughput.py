@@ -10,12 +10,18 @@ stream to S3 is capped) and adds a round-trip time and a cost per new connection
            from s3rver: the physical limit of the set-up at N connections is
            min(N x cap, the uncapped ceiling).
   pcrfs    a fresh s3:// mount (empty cache) read in RecordSampler order by
-           --readers threads for --window seconds, full/ and scan5/, at each
+           --readers threads for --window seconds (the rate: bytes / the time to the
+           last byte; the data is large enough that the window, not the end of the
+           view, ends a run), full/ and scan5/, at each
            -o http_connections=N the build accepts (main's daemon has none: one run
            per view, the proxy counting the connections it opened); GETs per image and
            bytes fetched / bytes served from /.pcrfs/stats.
   s3fs     s3fs-fuse on the original JPEGs in the same bucket, the same order, the
            same readers, through the same proxy, its parallel settings tuned.
+
+Every run (and every curl run) also records the CPU seconds of the daemon, the proxy,
+s3rver and the readers (or curl), and the machine's idle time (bench/cpustat.py), so
+that the table shows whether the CPU or the cap bound it.
 
 Cases are interleaved within a round; every invocation's figures are kept in
 WORK/node-results.json under --label, so runs at different times show their spread.

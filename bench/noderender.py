@@ -134,6 +134,7 @@ def r_label(label, invs):
                    "idle / other jobs (cores)", "bound by", "every invocation"], rows)]
     # the node
     rows, best5, s3fs_ips = [], None, None
+    cpu_bound = {}  # reader -> the settings at which it was CPU-bound
     by = {}
     for inv in invs:
         for row in inv["rows"]:
@@ -149,6 +150,8 @@ def r_label(label, invs):
                    ("(no option: %d at most)" % med["peak"]))
         used, idle, m = med_cpu([x["cpu"] for x in f], NODE_CPU)
         ratio = med["mbs"] * 1e6 / lim
+        if bound_by(m, ratio) == "CPU":
+            cpu_bound.setdefault(name, []).append(str(n) if n else "its default")
         ended = sum(1 for x in f if not x["window"])
         ended = ("window" if not ended else
                  "order: %d of %d, in %s s" % (ended, len(f), n0(s3render.med(
@@ -167,6 +170,10 @@ def r_label(label, invs):
                    "limit (MB/s)", "÷ limit", "GETs/image", "fetched ÷ served", "run ended by",
                    "CPU cores: daemon / proxy / s3rver / readers", "idle / other jobs (cores)",
                    "bound by", "every run (MB/s)"], rows)]
+    if any(r.get("cpu") for rs in by.values() for r in rs):
+        out += ["", "CPU-bound (the machine idle below %d%% of its cores, medians): %s." % (
+            CPU_BOUND * 100, "; ".join("%s at N = %s" % (k, ", ".join(v))
+                                       for k, v in cpu_bound.items()) or "no row")]
     if best5:
         t = [["scan5/ ≥ %.1f× the physical limit" % LIMIT_TARGET,
               "%s× (%s MB/s of %s, %s)" % (n2(best5[0] * 1e6 / best5[2]), n1(best5[0]),
