@@ -63,12 +63,14 @@ def med_cpu(cpus, names):
 
 
 def bound_by(m, ratio):
-    """What bound a row: the CPU when the machine was (nearly) never idle, the cap when
-    the row got nearly all of its limit."""
+    """What bound a row: the CPU when the machine was (nearly) never idle (saying
+    whether this run's processes or other jobs kept it busy), the cap when the row got
+    nearly all of its limit."""
     if m is None:
         return "—"
     if m["idle"] < CPU_BOUND * m["cores"]:
-        return "CPU"
+        ours = m["cores"] - m["idle"] - m["others"]
+        return "CPU (this run's)" if ours >= m["others"] else "CPU (other jobs')"
     return "cap" if ratio >= 0.9 else "neither"
 
 
@@ -150,7 +152,7 @@ def r_label(label, invs):
                    ("(no option: %d at most)" % med["peak"]))
         used, idle, m = med_cpu([x["cpu"] for x in f], NODE_CPU)
         ratio = med["mbs"] * 1e6 / lim
-        if bound_by(m, ratio) == "CPU":
+        if bound_by(m, ratio).startswith("CPU"):
             cpu_bound.setdefault(name, []).append(str(n) if n else "its default")
         ended = sum(1 for x in f if not x["window"])
         ended = ("window" if not ended else
