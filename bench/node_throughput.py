@@ -10,12 +10,18 @@ stream to S3 is capped) and adds a round-trip time and a cost per new connection
            from s3rver: the physical limit of the set-up at N connections is
            min(N x cap, the uncapped ceiling).
   pcrfs    a fresh s3:// mount (empty cache) read in RecordSampler order by
-           --readers threads for --window seconds, full/ and scan5/, at each
+           --readers threads for --window seconds (the rate: bytes / the time to the
+           last byte; the data is large enough that the window, not the end of the
+           view, ends a run), full/ and scan5/, at each
            -o http_connections=N the build accepts (main's daemon has none: one run
            per view, the proxy counting the connections it opened); GETs per image and
            bytes fetched / bytes served from /.pcrfs/stats.
   s3fs     s3fs-fuse on the original JPEGs in the same bucket, the same order, the
            same readers, through the same proxy, its parallel settings tuned.
+
+Every run (and every curl run) also records the CPU seconds of the daemon, the proxy,
+s3rver and the readers (or curl), and the machine's idle time (bench/cpustat.py), so
+that the table shows whether the CPU or the cap bound it.
 
 Cases are interleaved within a round; every invocation's figures are kept in
 WORK/node-results.json under --label, so runs at different times show their spread.
@@ -32,6 +38,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import cpustat  # noqa: E402
 import s3  # noqa: E402  (its Bench: s3rver, uploads, mounts, command log)
 
 REPO = s3.REPO
@@ -130,12 +137,21 @@ class NodeBench(s3.Bench):
 
     def capproxy(self, cap):
         a = self.a
-        return self.proxy(a.rtt_ms, "capproxy.py", ["--cap-mbps", str(cap), "--connect-ms",
-                                                    str(a.connect_ms)])
+        p, port, ctl = self.proxy(a.rtt_ms, "capproxy.py", ["--cap-mbps", str(cap),
+                                                            "--connect-ms", str(a.connect_ms)])
+        self.proxy_pid = p.pid
+        return p, port, ctl
 
-    def curl(self, port, n, records):
+    def servers(self, **more):
+        """The processes whose CPU a run counts: the proxy, s3rver and @more."""
+        pids = {"proxy": self.proxy_pid, "s3rver": dict(self.procs).get("s3rver").pid}
+        pids.update(more)
+        return pids
+
+    def curl(self, port, n, records, pids):
         """2N ranged GETs of RANGE bytes (distinct ranges of the record objects) with
-        at most N at once: the aggregate MB/s a plain parallel client gets."""
+        at most N at once: the aggregate MB/s a plain parallel client gets, and the CPU
+        seconds of curl and of the @pids processes meanwhile."""
         cfg = os.path.join(self.work, "curl-ceiling.cfg")
         ranges = []
         for rec, size in records:
@@ -155,11 +171,12 @@ class NodeBench(s3.Bench):
         show = ("curl --parallel --parallel-immediate --parallel-max N -K CFG  "
                 "# CFG: 2N ranged GETs (--aws-sigv4) of %d MiB of the record objects, "
                 "N = %s" % (RANGE >> 20, ",".join(map(str, self.a.conns))))
+        meter = cpustat.Meter(pids)
         t0 = time.monotonic()
         self.run(cmd, show=show, timeout=600)
         secs = time.monotonic() - t0
         return {"n": n, "bytes": len(take) * RANGE, "seconds": secs,
-                "mb_per_s": len(take) * RANGE / secs / 1e6}
+                "mb_per_s": len(take) * RANGE / secs / 1e6, "cpu": meter.stop()}
 
     def ceiling(self, exp):
         a = self.a
@@ -170,7 +187,7 @@ class NodeBench(s3.Bench):
         try:
             for n in a.conns:
                 self.log("ceiling: curl, %d connections, capped" % n)
-                r = self.curl(port, n, recs)
+                r = self.curl(port, n, recs, self.servers())
                 r["proxy"] = self.proxy_cmd(ctl, "stats")
                 self.proxy_cmd(ctl, "reset")
                 out["capped"][str(n)] = r
@@ -180,11 +197,11 @@ class NodeBench(s3.Bench):
         p, port, ctl = self.capproxy(0)
         try:
             self.log("ceiling: curl, %d connections, no cap" % n)
-            out["uncapped"] = self.curl(port, n, recs)
+            out["uncapped"] = self.curl(port, n, recs, self.servers())
         finally:
             self.stop(p)
         self.log("ceiling: curl, %d connections, straight to s3rver" % n)
-        out["direct"] = self.curl(self.s3port, n, recs)
+        out["direct"] = self.curl(self.s3port, n, recs, self.servers(proxy=None))
         return out
 
     # ---- the runs -------------------------------------------------------------------------
@@ -195,12 +212,16 @@ class NodeBench(s3.Bench):
         text = p.stdout + p.stderr
         return {o: o in text for o in ("http_connections", "http_part_size")}
 
-    def read(self, root, order):
-        """@order: a file of paths, or None: RecordSampler's, with prefetch hints."""
+    def read(self, root, order, daemon):
+        """@order: a file of paths, or None: RecordSampler's, with prefetch hints;
+        @daemon: the mount's process, whose CPU is counted with the servers'."""
         a = self.a
-        return self.pyjson("order_read.py", [root, order or "--sampler", "--threads",
-                                             str(a.readers), "--timeout", str(a.window)],
-                           timeout=a.window + 300)
+        pids = ",".join("%s=%d" % kv for kv in self.servers(daemon=daemon).items() if kv[1])
+        args = [root, order or "--sampler", "--threads", str(a.readers), "--timeout",
+                str(a.window), "--cpu-pids", pids]
+        show = ["/usr/bin/python3", os.path.join(HERE, "order_read.py")] + args[:-1] + [
+            "daemon=PID,proxy=PID,s3rver=PID"]
+        return self.pyjson("order_read.py", args, timeout=a.window + 300, show=show)
 
     def run_pcrfs(self, ctl, port, view, n, order):
         a = self.a
@@ -217,7 +238,8 @@ class NodeBench(s3.Bench):
         try:
             before = self.pcrfs_stats(mnt)
             self.proxy_cmd(ctl, "reset")
-            r = self.read(os.path.join(mnt, view), None if a.hints else order)
+            r = self.read(os.path.join(mnt, view), None if a.hints else order,
+                          self.mounts[mnt].proc.pid)
             r["proxy"] = self.proxy_cmd(ctl, "stats")
             after = self.pcrfs_stats(mnt)
         finally:
@@ -253,7 +275,7 @@ class NodeBench(s3.Bench):
             walk = {"files": walked, "seconds": time.monotonic() - t0,
                     "proxy": self.proxy_cmd(ctl, "stats")}
             self.proxy_cmd(ctl, "reset")
-            r = self.read(mnt, order)
+            r = self.read(mnt, order, self.mounts[mnt].proc.pid)
             r["proxy"] = self.proxy_cmd(ctl, "stats")
             r["walk"] = walk
         finally:
@@ -288,6 +310,8 @@ class NodeBench(s3.Bench):
             self.s3rver()
             self.upload(a.store, "store")
             self.upload(a.dataset, "originals")
+            if a.prepare_only:
+                return res
             mnt = os.path.join(self.work, "mnt-local")
             self.mount([self.pcrfs, a.store, mnt], mnt)
             orders = self.orders(mnt)
@@ -346,17 +370,20 @@ def main():
     ap.add_argument("--no-hints", dest="hints", action="store_false",
                     help="pcrfs read in RecordSampler's order from a file, without its "
                     "prefetch hints (default: RecordSampler(prefetch=True) drawn as read)")
-    ap.add_argument("--window", type=float, default=20.0,
+    ap.add_argument("--window", type=float, default=15.0,
                     help="seconds each run reads (it stops earlier at the end of the order)")
     ap.add_argument("--walk-timeout", type=float, default=120.0)
     ap.add_argument("--reps", type=int, default=1, help="interleaved rounds")
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--per-class", type=int, default=100)
     ap.add_argument("--size", type=int, default=900, help="mkdataset.py --size")
-    ap.add_argument("--copies", type=int, default=12, help="hard-linked copies of the tree")
+    ap.add_argument("--copies", type=int, default=32, help="hard-linked copies of the tree")
     ap.add_argument("--per-record", type=int, default=512, help="mkpcrfs -n")
     ap.add_argument("--out", default=os.path.join(REPO, "BENCHMARKS.md"))
     ap.add_argument("--render-only", action="store_true")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="make the data and upload it, measure nothing (not a benchmark: "
+                    "the next invocations reuse it)")
     a = ap.parse_args()
     a.work = os.path.abspath(a.work)
     a.build = os.path.abspath(a.build)

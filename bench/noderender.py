@@ -8,14 +8,36 @@ from render import n0, n1, n2, status, table
 
 LIMIT_TARGET = 0.8
 S3FS_TARGET = 5.0
+CPU_BOUND = 0.1  # the machine idle below this share of its cores: CPU-bound
 
 
 def mb(x):
     return n1(x / 1e6)
 
 
+def cpu_cores(cpu, mine):
+    """From bench/cpustat.py's figures of one run: cores used on average by each of
+    the names in @mine (CPU seconds / wall seconds; "self" and "children" name the
+    measuring process and its children), the machine's idle cores, and the cores
+    the rest of the machine used (other jobs: busy minus ours); None without figures
+    (runs before they were taken)."""
+    if not cpu or cpu["seconds"] <= 0:
+        return None
+    t = cpu["seconds"]
+    got = {k: (cpu[k] if k in ("self", "children") else cpu["procs"].get(k, 0.0)) / t
+           for k in mine}
+    got["idle"] = cpu["idle"] / t
+    got["others"] = max(0.0, cpu["busy"] / t - sum(got[k] for k in mine))
+    got["cores"] = cpu["cores"]
+    return got
+
+
+NODE_CPU = ("daemon", "proxy", "s3rver", "self")  # self: order_read.py's reader threads
+
+
 def run_figures(r, kind):
-    """MB/s, images/s, GETs per image, bytes fetched / served, connections opened."""
+    """MB/s, images/s, GETs per image, bytes fetched / served, connections opened,
+    whether the window (not the end of the order) ended the run, CPU cores."""
     p = r.get("proxy", {})
     if kind == "pcrfs":
         gets, fetched = r["http"].get("gets", 0), r["http"].get("bytes", 0)
@@ -24,7 +46,32 @@ def run_figures(r, kind):
     files = max(r["files"], 1)
     return {"mbs": r["mb_per_s"], "ips": r["files_per_s"], "gpi": gets / files,
             "amp": fetched / r["bytes"] if r["bytes"] else 0.0,
-            "conns": p.get("connections", 0), "peak": p.get("peak_connections", 0)}
+            "conns": p.get("connections", 0), "peak": p.get("peak_connections", 0),
+            "window": 1.0 if r.get("timed_out", True) else 0.0, "secs": r["seconds"],
+            "cpu": cpu_cores(r.get("cpu"), NODE_CPU)}
+
+
+def med_cpu(cpus, names):
+    """Medians per name of cpu_cores() figures, as "a / b / c" cores, and the median
+    idle and others; dashes without figures."""
+    cpus = [c for c in cpus if c]
+    if not cpus:
+        return "—", "—", None
+    m = {k: s3render.med([c[k] for c in cpus]) for k in cpus[0]}
+    return (" / ".join(n2(m[k]) for k in names), "%s / %s" % (n2(m["idle"]), n2(m["others"])),
+            m)
+
+
+def bound_by(m, ratio):
+    """What bound a row: the CPU when the machine was (nearly) never idle (saying
+    whether this run's processes or other jobs kept it busy), the cap when the row got
+    nearly all of its limit."""
+    if m is None:
+        return "—"
+    if m["idle"] < CPU_BOUND * m["cores"]:
+        ours = m["cores"] - m["idle"] - m["others"]
+        return "CPU (this run's)" if ours >= m["others"] else "CPU (other jobs')"
+    return "cap" if ratio >= 0.9 else "neither"
 
 
 def ceiling_of(invs):
@@ -65,12 +112,19 @@ def r_label(label, invs):
     # the ceiling: curl through the capped proxy at each N
     rows = []
     ns = sorted({int(n) for i in invs for n in i["ceiling"]["capped"]})
+    curl_cpu = ("proxy", "s3rver", "children")  # children: curl
     for n in ns:
-        xs = [i["ceiling"]["capped"][str(n)]["mb_per_s"] for i in invs
-              if str(n) in i["ceiling"]["capped"]]
+        got = [i["ceiling"]["capped"][str(n)] for i in invs if str(n) in i["ceiling"]["capped"]]
+        xs = [g["mb_per_s"] for g in got]
         lim = limit(n, cap, ceil)
-        rows.append([n, mb(n * cap), n1(s3render.med(xs)), n2(s3render.med(xs) * 1e6 / lim),
-                     mb(lim), " / ".join(n1(x) for x in xs)])
+        used, idle, m = med_cpu([cpu_cores(g.get("cpu"), curl_cpu) for g in got], curl_cpu)
+        ratio = s3render.med(xs) * 1e6 / lim
+        rows.append([n, mb(n * cap), n1(s3render.med(xs)), n2(ratio), mb(lim), used, idle,
+                     bound_by(m, ratio), " / ".join(n1(x) for x in xs)])
+    unc = [i["ceiling"]["uncapped"] for i in invs if i.get("ceiling")]
+    used, idle, m = med_cpu([cpu_cores(g.get("cpu"), curl_cpu) for g in unc], curl_cpu)
+    rows.append(["%d, no cap" % max(ns), "—", n1(ceil / 1e6), "—", "—", used, idle,
+                 bound_by(m, 0.0), " / ".join(n1(g["mb_per_s"]) for g in unc)])
     out += ["", "What the set-up carries: curl, 2N ranged GETs of 4 MiB with at most N at once.",
             "With no cap, %s connections through the proxy carry **%s MB/s** (the ceiling), "
             "straight from s3rver %s MB/s (every invocation: %s; %s)." % (
@@ -78,9 +132,11 @@ def r_label(label, invs):
                 " / ".join(n1(i["ceiling"]["uncapped"]["mb_per_s"]) for i in invs),
                 " / ".join(n1(i["ceiling"]["direct"]["mb_per_s"]) for i in invs)), "",
             table(["N", "N × cap (MB/s)", "curl through the proxy (MB/s)", "÷ limit",
-                   "limit: min(N × cap, ceiling)", "every invocation"], rows)]
+                   "limit: min(N × cap, ceiling)", "CPU cores: proxy / s3rver / curl",
+                   "idle / other jobs (cores)", "bound by", "every invocation"], rows)]
     # the node
     rows, best5, s3fs_ips = [], None, None
+    cpu_bound = {}  # reader -> the settings at which it was CPU-bound
     by = {}
     for inv in invs:
         for row in inv["rows"]:
@@ -88,16 +144,24 @@ def r_label(label, invs):
             by.setdefault(key, []).extend(row["runs"])
     for (kind, view, n), runs in by.items():
         f = [run_figures(r, kind) for r in runs]
-        med = {k: s3render.med([x[k] for x in f]) for k in f[0]}
+        med = {k: s3render.med([x[k] for x in f]) for k in f[0] if k != "cpu"}
         n_eff = n or med["peak"]  # no option: the connections it had open at most
         lim = limit(n_eff, cap, ceil)
         name = "pcrfs %s/" % view if kind == "pcrfs" else "s3fs originals"
         setting = ("`http_connections=%d`" % n if n else
                    ("(no option: %d at most)" % med["peak"]))
+        used, idle, m = med_cpu([x["cpu"] for x in f], NODE_CPU)
+        ratio = med["mbs"] * 1e6 / lim
+        if bound_by(m, ratio).startswith("CPU"):
+            cpu_bound.setdefault(name, []).append(str(n) if n else "its default")
+        ended = sum(1 for x in f if not x["window"])
+        ended = ("window" if not ended else
+                 "order: %d of %d, in %s s" % (ended, len(f), n0(s3render.med(
+                     [x["secs"] for x in f if not x["window"]]))))
         rows.append([name, setting, "%s / %s" % (n0(med["conns"]), n0(med["peak"])),
-                     "**%s**" % n1(med["mbs"]), n1(med["ips"]), mb(lim),
-                     n2(med["mbs"] * 1e6 / lim), "%.4f" % med["gpi"], n2(med["amp"]),
-                     " / ".join(n1(x["mbs"]) for x in f)])
+                     "**%s**" % n1(med["mbs"]), n1(med["ips"]), mb(lim), n2(ratio),
+                     "%.4f" % med["gpi"], n2(med["amp"]), ended, used, idle,
+                     bound_by(m, ratio), " / ".join(n1(x["mbs"]) for x in f)])
         if kind == "pcrfs" and view == "scan5":
             if best5 is None or med["mbs"] > best5[0]:
                 best5 = (med["mbs"], med["ips"], lim, n)
@@ -105,8 +169,13 @@ def r_label(label, invs):
             s3fs_ips = med["ips"]
     out += ["", "The node: fresh mount and cache, RecordSampler order, medians of every run.", "",
             table(["reader", "connections", "opened / most at once (proxy)", "MB/s", "images/s",
-                   "limit (MB/s)", "÷ limit", "GETs/image", "fetched ÷ served",
-                   "every run (MB/s)"], rows)]
+                   "limit (MB/s)", "÷ limit", "GETs/image", "fetched ÷ served", "run ended by",
+                   "CPU cores: daemon / proxy / s3rver / readers", "idle / other jobs (cores)",
+                   "bound by", "every run (MB/s)"], rows)]
+    if any(r.get("cpu") for rs in by.values() for r in rs):
+        out += ["", "CPU-bound (the machine idle below %d%% of its cores, medians): %s." % (
+            CPU_BOUND * 100, "; ".join("%s at N = %s" % (k, ", ".join(v))
+                                       for k, v in cpu_bound.items()) or "no row")]
     if best5:
         t = [["scan5/ ≥ %.1f× the physical limit" % LIMIT_TARGET,
               "%s× (%s MB/s of %s, %s)" % (n2(best5[0] * 1e6 / best5[2]), n1(best5[0]),

@@ -3,6 +3,7 @@
 bench/node_throughput.py).
 
     order_read.py ROOT ORDER|--sampler [--decode] [--timeout S] [--threads N]
+                  [--cpu-pids NAME=PID,...]
 
 ORDER is a file of relative paths, one a line (the order an ImageFolder with a
 given sampler would open them). Each file is read as ImageFolder's loaders read
@@ -13,7 +14,15 @@ batch, so up to N files are being read at once. With --sampler instead of ORDER,
 the order is drawn as it is read from pcrfs.RecordSampler(ImageFolder(ROOT), seed=0,
 prefetch=True) (ROOT on a pcrfs mount), which names the records coming next to the
 mount as a DataLoader's sampler would (the same order as without hints). Prints one
-JSON object: files, bytes, seconds, files_per_s, mb_per_s.
+JSON object: files, bytes, seconds, files_per_s, mb_per_s, timed_out, and cpu.
+
+--timeout S ends a run after S seconds (no new file is started; the files being read
+then are read to their end): seconds runs from the first open to the last byte, so
+mb_per_s is bytes / the time to the last byte, whether the timeout or the end of the
+order ended the run (timed_out false: the whole order was read, and the rate is
+that of a run shorter than S). cpu (bench/cpustat.py) covers that same interval:
+the CPU seconds of the readers (self), of each --cpu-pids process (e.g. the daemon
+serving ROOT) and the machine's idle time.
 """
 import io
 import json
@@ -21,6 +30,8 @@ import os
 import sys
 import threading
 import time
+
+import cpustat
 
 
 def opt(name, default):
@@ -58,6 +69,7 @@ class sampled:
 def main():
     timeout = float(opt("--timeout", 0))
     threads = max(1, int(opt("--threads", 1)))
+    pids = cpustat.parse_pids(opt("--cpu-pids", ""))
     decode = "--decode" in sys.argv
     if "--sampler" in sys.argv:
         (root,) = [x for x in sys.argv[1:] if not x.startswith("--")]
@@ -70,6 +82,7 @@ def main():
         from PIL import Image
     n = nbytes = 0
     lock = threading.Lock()
+    meter = cpustat.Meter(pids)
     t0 = time.perf_counter()
 
     def worker():
@@ -93,9 +106,10 @@ def main():
     for t in ts:
         t.join()
     secs = time.perf_counter() - t0
+    cpu = meter.stop()
     json.dump({"root": root, "decode": decode, "threads": threads, "files": n,
                "bytes": nbytes, "seconds": secs, "files_per_s": n / secs, "mb_per_s": nbytes / secs / 1e6,
-               "timed_out": n < len(paths)}, sys.stdout)
+               "timed_out": n < len(paths), "cpu": cpu}, sys.stdout)
     print()
 
 

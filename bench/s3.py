@@ -123,9 +123,9 @@ class Bench:
                                                     p.stderr[-2000:]))
         return p
 
-    def pyjson(self, script, args, timeout, env=None):
+    def pyjson(self, script, args, timeout, env=None, show=None):
         cmd = ["/usr/bin/python3", os.path.join(HERE, script)] + args
-        p = self.run(cmd, timeout=timeout, env=env)
+        p = self.run(cmd, show=show, timeout=timeout, env=env)
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def drop_caches(self):
