@@ -10,7 +10,8 @@ Started by bench/s3.sh (which installs s3fs and s3rver and builds pcrfs first).
          from the proxy.
   local  Cold whole-file reads (one thread) and a Pillow decode pass in RecordSampler
          order and in a random order: a local mount with and without
-         -o readahead=record against plain files holding the same bytes.
+         -o readahead=record against plain files holding the same bytes; in record
+         order also the daemon started in the reader's session instead of its own.
 
 Every run is bounded in time; the rounds are interleaved (A, B, C, A, B, C, ...) and
 the tables show medians with every run's figure kept in WORK/s3-results.json.
@@ -164,11 +165,12 @@ class Bench:
                 p.wait(15)
         self.procs = [x for x in self.procs if x[1] is not p]
 
-    def mount(self, cmd, mnt, env=None, timeout=120):
-        """With the tests' helper (tests/integration/mount_util.py)."""
+    def mount(self, cmd, mnt, env=None, timeout=120, session=True):
+        """With the tests' helper (tests/integration/mount_util.py); @session False: in
+        this process's session rather than one of its own."""
         self.umount(mnt)
-        self.record(cmd)
-        m = mu.Mount(None, mnt, argv=cmd, env=env,
+        self.record(cmd if session else shlex.join(cmd) + "  # in the reader's session")
+        m = mu.Mount(None, mnt, argv=cmd, env=env, session=session,
                      errpath=os.path.join(self.logdir, os.path.basename(mnt) + ".log"))
         try:
             m.start(timeout=timeout, step=0.005)
@@ -459,10 +461,13 @@ class Bench:
         # (label, kind, readahead)
         kinds = [("pcrfs -o readahead=record", "pcrfs", True), ("pcrfs", "pcrfs", False),
                  ("plain files", "plain", False)]
+        # the daemon in the reader's session (pcrfs(1), "Cold reads and the daemon's
+        # session"): record order, read pass only
+        same = ("pcrfs -o readahead=record, reader's session", "pcrfs-same", True)
         cases = []  # (view, order, decode, label, kind, ra)
         for v in VIEWS:
             for order in ("record", "random"):
-                for label, kind, ra in kinds:
+                for label, kind, ra in kinds + ([same] if order == "record" else []):
                     cases.append((v, order, False, label, kind, ra))
             for label, kind, ra in kinds:  # the decode pass: record order only
                 cases.append((v, "record", True, label, kind, ra))
@@ -470,9 +475,9 @@ class Bench:
         for rep in range(a.reps):
             for c in cases:
                 v, order, decode, label, kind, ra = c
-                if kind == "pcrfs":
+                if kind != "plain":
                     cmd = [self.pcrfs, a.store, mnt] + (["-o", "readahead=record"] if ra else [])
-                    self.mount(cmd, mnt)
+                    self.mount(cmd, mnt, session=kind == "pcrfs")
                     root = os.path.join(mnt, v)
                 else:
                     root = plain[v]
@@ -485,7 +490,7 @@ class Bench:
                 r = self.pyjson("order_read.py", args, timeout=a.run_timeout + 60)
                 r["load"] = loadavg()
                 runs[c].append(r)
-                if kind == "pcrfs":
+                if kind != "plain":
                     self.umount(mnt)
         rows = [{"view": c[0], "order": c[1], "decode": c[2], "label": c[3],
                  "runs": runs[c]} for c in cases]

@@ -13,6 +13,7 @@ GETS_TARGET = 0.02
 BYTES_TOL = 0.01
 S3FS_TARGET = 5.0
 LOCAL_TARGET = 0.9
+SAME = "pcrfs -o readahead=record, reader's session"  # bench/s3.py's label
 
 
 def med(xs):
@@ -214,9 +215,35 @@ def r_local(res):
     out += ["", "Medians of %d interleaved rounds, each cold (fresh mount, "
             "`sync; echo 3 > /proc/sys/vm/drop_caches` right before); one Python thread, "
             "`open(p, 'rb', buffering=0).read()` per file; the decode pass adds Pillow's "
-            "`Image.open(...).convert('RGB')`." % s["reps"],
-            "", "**Targets**", "", table(["target", "measured", ""], tgt)]
+            "`Image.open(...).convert('RGB')`." % s["reps"]]
+    out += local_rounds(groups)
+    out += ["", "**Targets**", "", table(["target", "measured", ""], tgt)]
     return "\n".join(out) + cmds_block(s.get("cmds"))
+
+
+def local_rounds(groups):
+    """Record order, read pass, round by round: the daemon in a session of its own (as
+    it detaches; the table above) and started with -f in the reader's session (pcrfs(1),
+    "Cold reads and the daemon's session"), each against the round's plain files."""
+    rows = []
+    for (view, order, decode), g in groups.items():
+        if order != "record" or decode or SAME not in g:
+            continue
+        own, same, plain = (g[l]["runs"] for l in ("pcrfs -o readahead=record", SAME,
+                                                   "plain files"))
+        for i, (o, m, p) in enumerate(zip(own, same, plain)):
+            rows.append(["%s/" % view, str(i + 1), "%.1f" % o["load"][0],
+                         n0(o["files_per_s"]), n0(m["files_per_s"]), n0(p["files_per_s"]),
+                         n2(o["files_per_s"] / p["files_per_s"]),
+                         n2(m["files_per_s"] / p["files_per_s"])])
+    if not rows:
+        return []
+    return ["", "Record order, read pass, `-o readahead=record`, round by round: the "
+            "daemon in a session of its own (as it detaches, and as in the table above) "
+            "and started with `-f` in the reader's session:", "",
+            table(["view", "round", "load (1 min)", "own session, files/s",
+                   "reader's session, files/s", "plain files, files/s", "own / plain",
+                   "reader's / plain"], rows)]
 
 
 RENDER = {"s3": r_s3, "local": r_local}

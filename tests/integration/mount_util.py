@@ -120,12 +120,15 @@ class Mount:
     @pcrfs: the daemon to run (default: program("PCRFS"); bench/ab.py compares two);
     @argv: the whole command instead of [pcrfs, STORE, MNT, OPTIONS...] (another FUSE
     file system, e.g. squashfuse_ll, measured the same way); @env: its environment;
-    @errpath: where its stdout and stderr go (appended; default MNT.stderr, truncated).
+    @errpath: where its stdout and stderr go (appended; default MNT.stderr, truncated);
+    @session: False starts it in the caller's session (the default is a session of its
+    own, as pcrfs gives itself when it detaches; bench/s3.py measures both).
     """
 
     def __init__(self, store, mnt, *options, foreground=True, pcrfs=None, argv=None,
-                 env=None, errpath=None):
+                 env=None, errpath=None, session=True):
         self.store = store
+        self.session = session
         self.mnt = mnt
         self.options = list(options)
         self.foreground = foreground
@@ -153,7 +156,7 @@ class Mount:
         t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=self.errfile if self.append else
                                      subprocess.DEVNULL, stderr=self.errfile, env=self.env,
-                                     start_new_session=True)
+                                     start_new_session=self.session)
         ok = wait_for(lambda: os.path.ismount(self.mnt) or self.proc.poll() is not None,
                       timeout, step)
         self.seconds = time.monotonic() - t0
