@@ -13,6 +13,9 @@ in DIR (kept for the next run), plain files of the same bytes as scan5/ and full
            file over every image of scan5/ and full/: pcrfs.ImageFolder(Store) against
            torchvision's ImageFolder (its default loader) over the plain copy. One
            untimed pass first (the page cache holds every byte), then a timed pass.
+           pcrfs.ImageFolder's loader does not copy an RGB image in convert('RGB'),
+           torchvision's does: the row warm-tv gives the library torchvision's decode
+           steps (Image.open(BytesIO), convert('RGB')), which isolates the read path.
   loader   DataLoader, 2 workers (fork), batch 32, persistent workers: pcrfs.ImageFolder
            against torchvision's ImageFolder over the mount's scan5/; the first epoch is
            untimed (warm-up), the second is timed.
@@ -97,10 +100,17 @@ def alternate(n, sides, cpu=None):
     return t
 
 
-def child_warm(store, plain, view):
+def _tv_steps(data):
+    """torchvision's loader's decode steps on bytes: Image.open, then convert('RGB'),
+    which copies an RGB image's pixels (pcrfs.ImageFolder's default loader does not)."""
+    from PIL import Image
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def child_warm(store, plain, view, loader=None):
     import pcrfs
     from torchvision.datasets import ImageFolder
-    lib = pcrfs.ImageFolder(pcrfs.Store(store), view=view)
+    lib = pcrfs.ImageFolder(pcrfs.Store(store), view=view, loader=loader)
     ref = ImageFolder(plain)
     assert [p.split("/", 1)[1] for p, _ in lib.samples] == \
         [os.path.relpath(p, plain) for p, _ in ref.samples]
@@ -121,6 +131,10 @@ def child_warm(store, plain, view):
     ta, tb = alternate(len(lib), [run(lib), run(ref)], cpu)
     return {"images": len(lib), "lib_s": ta, "other_s": tb, "lib_cpu_s": cpu[0],
             "other_cpu_s": cpu[1]}
+
+
+def child_warm_tv(store, plain, view):
+    return child_warm(store, plain, view, loader=_tv_steps)
 
 
 def _count(batch):
@@ -195,8 +209,8 @@ def child_cold_ra(store, plain, order):
 
 def child(argv):
     mode, a, b, arg = argv
-    fn = {"warm": child_warm, "loader": child_loader, "cold": child_cold,
-          "cold-ra": child_cold_ra}[mode]
+    fn = {"warm": child_warm, "warm-tv": child_warm_tv, "loader": child_loader,
+          "cold": child_cold, "cold-ra": child_cold_ra}[mode]
     r = fn(a, b, arg)
     r["lib_rate"] = r["images"] / r["lib_s"]
     r["other_rate"] = r["images"] / r["other_s"]
@@ -282,7 +296,8 @@ def main():
     mnt = os.path.join(work, "mnt")
     os.makedirs(mnt, exist_ok=True)
     # (measure, view, the other side's tree, argument)
-    runs = [("warm", v, plain[v], v) for v in VIEWS] + [("loader", "scan5", mnt, "scan5")] + \
+    runs = [(m, v, plain[v], v) for v in VIEWS for m in ("warm", "warm-tv")] + \
+        [("loader", "scan5", mnt, "scan5")] + \
         [(m, v, plain[v], orders[v]) for v in VIEWS for m in ("cold", "cold-ra")]
     res = {}
     with mu.Mount(store, mnt):
@@ -311,9 +326,12 @@ def main():
                  "library / it, each round | median | by CPU time, each round | median |")
     lines.append("| --- | --- | ---: | --- | ---: | --- | ---: | --- | ---: |")
     what = {"warm": "warm, 1 process: open + read + Pillow decode",
+            "warm-tv": "the same, the library's bytes decoded as torchvision's loader "
+            "does (convert('RGB') copies)",
             "loader": "DataLoader, 2 workers, decode", "cold": "cold whole-file reads, "
             "RecordSampler order", "cold-ra": "the same, the Store with readahead=record"}
     other = {"warm": "torchvision ImageFolder, plain files",
+             "warm-tv": "torchvision ImageFolder, plain files",
              "loader": "torchvision ImageFolder, the mount", "cold": "plain files",
              "cold-ra": "plain files"}
     for mode, view, _, _ in runs:
