@@ -173,9 +173,10 @@ class Store:
             return bytes(buf) if n == len(buf) else bytes(memoryview(buf)[:n])
         # One call, no stat first: into this thread's scratch buffer, and a short read
         # is the end of the file (pcrfs(3)). Only a file that fills the buffer asks
-        # for its size and is read again. A stat plus a fresh buffer per file cost
-        # Store.read() 3x the library's read (BENCHMARKS.md, "The library without a
-        # mount"); the file's bytes are copied once, into the bytes returned.
+        # for its size and is read again. A stat (a second walk of the path) and a
+        # fresh zero-filled buffer per file cost more than the library's read itself
+        # (BENCHMARKS.md, "The library without a mount"); the file's bytes are copied
+        # once, into the bytes returned.
         sc = getattr(_scratch, "sc", None) or _scratch_get(0)
         lib, h = _lib or _load(), self._h or self._handle()
         for _ in range(8):  # a size that keeps growing between calls (mix/, refurb/)
