@@ -12,7 +12,11 @@ in DIR (kept for the next run), plain files of the same bytes as scan5/ and full
   warm     one process, no workers: open + read + Pillow decode (convert('RGB')) per
            file over every image of scan5/ and full/: pcrfs.ImageFolder(Store) against
            torchvision's ImageFolder (its default loader) over the plain copy. One
-           untimed pass first (the page cache holds every byte), then a timed pass.
+           untimed pass first (the page cache holds every byte), then WARM_PASSES
+           timed passes.
+           pcrfs.ImageFolder's loader does not copy an RGB image in convert('RGB'),
+           torchvision's does: the row warm-tv gives the library torchvision's decode
+           steps (Image.open(BytesIO), convert('RGB')), which isolates the read path.
   loader   DataLoader, 2 workers (fork), batch 32, persistent workers: pcrfs.ImageFolder
            against torchvision's ImageFolder over the mount's scan5/; the first epoch is
            untimed (warm-up), the second is timed.
@@ -72,6 +76,9 @@ def drop_file_cache(root):
 # (A B B A A B ...), so that a change of the machine's load in the middle of a run
 # falls on both sides alike; each side's time is the sum of its chunks.
 CHUNK = 50
+# Warm rows decode every image this many times per side and round: a difference of
+# 1-2 % needs more than one pass (one pass of 480 images moved by +-4 % at load 8-10)
+WARM_PASSES = 3
 
 
 def alternate(n, sides, cpu=None):
@@ -97,18 +104,27 @@ def alternate(n, sides, cpu=None):
     return t
 
 
-def child_warm(store, plain, view):
+def _tv_steps(data):
+    """torchvision's loader's decode steps on bytes: Image.open, then convert('RGB'),
+    which copies an RGB image's pixels (pcrfs.ImageFolder's default loader does not)."""
+    from PIL import Image
+    return Image.open(io.BytesIO(data)).convert("RGB")
+
+
+def child_warm(store, plain, view, loader=None):
     import pcrfs
     from torchvision.datasets import ImageFolder
-    lib = pcrfs.ImageFolder(pcrfs.Store(store), view=view)
+    lib = pcrfs.ImageFolder(pcrfs.Store(store), view=view, loader=loader)
     ref = ImageFolder(plain)
     assert [p.split("/", 1)[1] for p, _ in lib.samples] == \
         [os.path.relpath(p, plain) for p, _ in ref.samples]
 
+    n = len(lib)
+
     def run(ds):
         def f(i0, i1):
             for i in range(i0, i1):
-                ds[i][0].width
+                ds[i % n][0].width
         return f
 
     # warm-up: every byte in the page cache (read, not decoded)
@@ -118,9 +134,13 @@ def child_warm(store, plain, view):
         with open(p, "rb") as f:
             f.read()
     cpu = []
-    ta, tb = alternate(len(lib), [run(lib), run(ref)], cpu)
-    return {"images": len(lib), "lib_s": ta, "other_s": tb, "lib_cpu_s": cpu[0],
+    ta, tb = alternate(n * WARM_PASSES, [run(lib), run(ref)], cpu)
+    return {"images": n * WARM_PASSES, "lib_s": ta, "other_s": tb, "lib_cpu_s": cpu[0],
             "other_cpu_s": cpu[1]}
+
+
+def child_warm_tv(store, plain, view):
+    return child_warm(store, plain, view, loader=_tv_steps)
 
 
 def _count(batch):
@@ -195,8 +215,8 @@ def child_cold_ra(store, plain, order):
 
 def child(argv):
     mode, a, b, arg = argv
-    fn = {"warm": child_warm, "loader": child_loader, "cold": child_cold,
-          "cold-ra": child_cold_ra}[mode]
+    fn = {"warm": child_warm, "warm-tv": child_warm_tv, "loader": child_loader,
+          "cold": child_cold, "cold-ra": child_cold_ra}[mode]
     r = fn(a, b, arg)
     r["lib_rate"] = r["images"] / r["lib_s"]
     r["other_rate"] = r["images"] / r["other_s"]
@@ -282,7 +302,8 @@ def main():
     mnt = os.path.join(work, "mnt")
     os.makedirs(mnt, exist_ok=True)
     # (measure, view, the other side's tree, argument)
-    runs = [("warm", v, plain[v], v) for v in VIEWS] + [("loader", "scan5", mnt, "scan5")] + \
+    runs = [(m, v, plain[v], v) for v in VIEWS for m in ("warm", "warm-tv")] + \
+        [("loader", "scan5", mnt, "scan5")] + \
         [(m, v, plain[v], orders[v]) for v in VIEWS for m in ("cold", "cold-ra")]
     res = {}
     with mu.Mount(store, mnt):
@@ -304,16 +325,19 @@ def main():
                  "(%d images of %d classes, mkdataset.py --size 500; %.1f min); load "
                  "average %s at the start, %s at the end (1/5/15 min, 2 cores shared with "
                  "other jobs: other engineers' builds, tests and benchmarks ran at the same "
-                 "time)." % (started, commit, a.rounds, res[("warm", "scan5")][0]["images"],
+                 "time)." % (started, commit, a.rounds, res[("cold", "scan5")][0]["images"],
                              len(os.listdir(plain["scan5"])), minutes, load0, load1))
     lines.append("")
     lines.append("| measure | view | library, images/s | compared with | its images/s | "
                  "library / it, each round | median | by CPU time, each round | median |")
     lines.append("| --- | --- | ---: | --- | ---: | --- | ---: | --- | ---: |")
     what = {"warm": "warm, 1 process: open + read + Pillow decode",
+            "warm-tv": "the same, the library's bytes decoded as torchvision's loader "
+            "does (convert('RGB') copies)",
             "loader": "DataLoader, 2 workers, decode", "cold": "cold whole-file reads, "
             "RecordSampler order", "cold-ra": "the same, the Store with readahead=record"}
     other = {"warm": "torchvision ImageFolder, plain files",
+             "warm-tv": "torchvision ImageFolder, plain files",
              "loader": "torchvision ImageFolder, the mount", "cold": "plain files",
              "cold-ra": "plain files"}
     for mode, view, _, _ in runs:
@@ -334,14 +358,15 @@ def main():
                  "them, so that the load of the moment falls on both alike; cold rows run "
                  "one side after the other (which first alternates by round), so that the "
                  "record readahead of one cannot run during the other. images/s are medians "
-                 "of the %d rounds; the ratio is taken within each round. By CPU time "
+                 "of the %d rounds; the ratio is taken within each round. Warm rows decode "
+                 "every image %d times per side and round. By CPU time "
                  "(warm rows, where one process does all the work): the CPU seconds "
                  "(user + system) of the compared side over the library's, which other "
                  "jobs on the machine do not inflate. Cold: every file "
                  "of the store and of the plain copy dropped from the page cache (fsync + "
                  "posix_fadvise DONTNEED) before the row; the store's open (which reads its "
                  "index) is outside the clock: %s s."
-                 % (CHUNK, a.rounds, " / ".join("%.3f" % x["open_s"]
+                 % (CHUNK, a.rounds, WARM_PASSES, " / ".join("%.3f" % x["open_s"]
                                                for x in res[("cold", VIEWS[0])])))
     print("\n".join(lines))
     if a.out:

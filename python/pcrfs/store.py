@@ -15,7 +15,9 @@ spawned workers open their own.
 
 import ctypes
 import errno
+import io
 import os
+import threading
 
 _lib = None
 
@@ -250,17 +252,52 @@ class Store:
 
     def read(self, path, offset=0, length=None):
         """The bytes of file @path (or @length of them at @offset)."""
-        if length is None:
-            length = max(self.size(path) - offset, 0)
-        # Into a bytearray by its address: create_string_buffer() would make a ctypes
-        # array type per size and copy the bytes twice (.raw, the slice), which cost
-        # more than the read itself (BENCHMARKS.md, "The library without a mount").
-        buf = bytearray(length or 1)
-        n = _load().pcrfs_read(self._handle(), os.fsencode(path),
-                               ctypes.addressof(ctypes.c_char.from_buffer(buf)), length, offset)
+        p = os.fsencode(path)
+        if length is not None:
+            buf = bytearray(length or 1)
+            n = self._readinto(p, buf, length, offset)
+            return bytes(buf) if n == len(buf) else bytes(memoryview(buf)[:n])
+        # One call, no stat first: into this thread's scratch buffer, and a short read
+        # is the end of the file (pcrfs(3)). Only a file that fills the buffer asks
+        # for its size and is read again. A stat (a second walk of the path) and a
+        # fresh zero-filled buffer per file cost more than the library's read itself
+        # (BENCHMARKS.md, "The library without a mount"); the file's bytes are copied
+        # once, into the bytes returned.
+        sc = getattr(_scratch, "sc", None) or _scratch_get(0)
+        lib, h = _lib or _load(), self._h or self._handle()
+        for _ in range(8):  # a size that keeps growing between calls (mix/, refurb/)
+            n = lib.pcrfs_read(h, p, sc.addr, sc.size, offset)
+            if n < 0:
+                _raise(n, path)
+            if n < sc.size:
+                out = sc.view[:n].tobytes()
+                if sc.size > _SCRATCH_KEEP:
+                    _scratch.sc = None
+                return out
+            sc = _scratch_get(max(self.size(path) - offset, 0) + 1)
+        raise OSError(errno.EIO, "its size changes at every read", path)
+
+    def readinto(self, path, buf, offset=0):
+        """Reads file @path from @offset into the writable buffer @buf (a bytearray,
+        a memoryview, a numpy array, ...) without a copy; returns the number of bytes
+        read: len(buf), or fewer at the end of the file."""
+        mv = memoryview(buf).cast("B")
+        if mv.readonly:
+            raise TypeError("readinto() needs a writable buffer")
+        if not mv.c_contiguous:
+            raise ValueError("readinto() needs a contiguous buffer")
+        if not len(mv):
+            return 0
+        return self._readinto(os.fsencode(path), mv, len(mv), offset)
+
+    def _readinto(self, p, buf, length, offset, addr=None):
+        """pcrfs_read() of encoded path @p into @buf (its address @addr if known)."""
+        if addr is None:
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        n = _load().pcrfs_read(self._handle(), p, addr, length, offset)
         if n < 0:
-            _raise(n, path)
-        return bytes(buf) if n == len(buf) else bytes(memoryview(buf)[:n])
+            _raise(n, os.fsdecode(p))
+        return n
 
     def record(self, path):
         """The record (1..records) that file @path lies in."""
@@ -363,21 +400,63 @@ def _reopen(path, options):
     return Store(path, **options)
 
 
+# Each thread's buffer for Store.read(): reused, so that a read neither allocates nor
+# faults in fresh pages; a buffer grown past _SCRATCH_KEEP for one large file is
+# dropped after it.
+_SCRATCH_START, _SCRATCH_KEEP = 1 << 18, 1 << 24
+_scratch = threading.local()
+
+
+class _Scratch:
+    def __init__(self, size):
+        self.buf, self.size = bytearray(size), size
+        # a ctypes array over it holds an export: the bytearray cannot be resized
+        # under the address (a new _Scratch replaces a buffer that must grow)
+        self.arr = (ctypes.c_char * size).from_buffer(self.buf)
+        self.addr = ctypes.addressof(self.arr)
+        self.view = memoryview(self.buf)
+
+
+def _scratch_get(need):
+    """This thread's buffer, at least @need bytes (a power of two up to
+    _SCRATCH_KEEP, @need exactly beyond: a 3 GB file does not take 4 GB)."""
+    sc = getattr(_scratch, "sc", None)
+    if sc is None or sc.size < need:
+        size = _SCRATCH_START
+        while size < need and size <= _SCRATCH_KEEP:
+            size *= 2
+        sc = _scratch.sc = _Scratch(max(size, need))
+    return sc
+
+
 _IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+_Image = None
 
 
-def _pil_from_bytes(data):
-    import io
-    from PIL import Image
-    img = Image.open(io.BytesIO(data))
-    return img.convert("RGB")
+def _pil_rgb(data):
+    """A PIL image in RGB of the encoded image @data (bytes): what torchvision's
+    loader returns (Image.open() then convert('RGB')), without convert()'s copy of
+    every pixel when the image is RGB already (most JPEGs): a plain Image over the
+    decoded pixels, as convert() would return."""
+    global _Image
+    if _Image is None:
+        from PIL import Image
+        _Image = Image
+    img = _Image.open(io.BytesIO(data))
+    if img.mode != "RGB" or "transparency" in img.info or not hasattr(img, "_new"):
+        return img.convert("RGB")
+    img.load()
+    if getattr(img, "readonly", 0):  # pixels mapped from a file: convert() copies
+        return img.convert("RGB")
+    return img._new(img.im)
 
 
 class ImageFolder:
     """torchvision's ImageFolder over a view of a Store, without a mount: classes,
     class_to_idx, samples ([(path, target)], paths as under a mount's root, e.g.
     "scan5/<class>/<file>") and targets; an item is (PIL image in RGB, target) by
-    default. @loader, if given, takes the file's bytes. pcrfs.RecordSampler groups
+    default (_pil_rgb(): torchvision's image, without convert()'s copy of an RGB
+    image). @loader, if given, takes the file's bytes. pcrfs.RecordSampler groups
     its samples by record (record_keys())."""
 
     def __init__(self, store, view="scan5", transform=None, target_transform=None,
@@ -385,7 +464,7 @@ class ImageFolder:
         self.store, self.view = store, view.strip("/")
         self.root = self.view
         self.transform, self.target_transform = transform, target_transform
-        self.loader = loader or _pil_from_bytes
+        self.loader = loader or _pil_rgb
         self.classes = sorted(n for n, d in store.scandir(self.view) if d)
         if not self.classes:
             raise FileNotFoundError(errno.ENOENT, "no class directories", self.view)

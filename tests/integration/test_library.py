@@ -10,6 +10,10 @@ What each test asserts, and would be false if the feature broke:
 - pcrfs.ImageFolder(store) as user nobody, in a mount namespace where /dev/fuse is
   /dev/null, yields every sample with torchvision's classes and targets;
 - one Store read by 4 threads at once gives every file's bytes;
+- Store.readinto() fills bytearrays and numpy arrays with read()'s bytes, no more;
+  read() with a scratch buffer smaller than every file gives the sized read's bytes;
+  the default loader's image equals Image.open().convert('RGB') (RGB, L, CMYK JPEGs,
+  a PNG with a transparent palette entry);
 - a DataLoader with 2 workers (fork and spawn) over it and RecordSampler yields every
   sample once, grouped by the store's records, and by default names every record to
   the Store as a prefetch hint (none with prefetch=False, the same order);
@@ -224,6 +228,75 @@ class LibraryTest(unittest.TestCase):
             with ThreadPoolExecutor(4) as ex:
                 got = list(ex.map(st.read, paths * 8))
             self.assertEqual(got, [want[p] for p in paths * 8])
+
+    def test_readinto_and_scratch(self):
+        """Store.readinto() fills a caller's buffer (bytearray, numpy) with the bytes
+        read() gives; read() through a scratch buffer far smaller than the files
+        (grown per file) gives what a sized read gives; refusals of bad buffers."""
+        import numpy as np
+        import pcrfs.store as ps
+        with pcrfs.Store(self.store) as st:
+            paths = [p for p, isdir, _ in walk_store(st) if not isdir]
+            self.assertGreater(len(paths), 30)
+            for p in paths[:: max(1, len(paths) // 12)]:
+                size = st.size(p)
+                want = st.read(p, 0, size)
+                self.assertEqual(len(want), size, p)
+                buf = bytearray(b"\xee" * (size + 9))
+                self.assertEqual(st.readinto(p, buf), size, p)
+                self.assertEqual(bytes(buf[:size]), want, p)
+                self.assertEqual(bytes(buf[size:]), b"\xee" * 9, p)  # nothing past it
+                arr = np.zeros(20, dtype=np.uint8)
+                self.assertEqual(st.readinto(p, arr, 7), min(20, size - 7), p)
+                self.assertEqual(arr.tobytes()[:min(20, size - 7)], want[7:27], p)
+                self.assertEqual(st.readinto(p, bytearray(5), size), 0, p)
+            with self.assertRaises(TypeError):
+                st.readinto(paths[0], b"read-only bytes")
+            with self.assertRaises(FileNotFoundError):
+                st.readinto("scan1/nope", bytearray(10))
+            want = {p: st.read(p, 0, st.size(p)) for p in paths}
+            start = ps._SCRATCH_START
+            try:
+                ps._SCRATCH_START = 64  # every file fills it: the size, then a re-read
+                ps._scratch.sc = None
+                self.assertEqual({p: st.read(p) for p in paths}, want)
+                self.assertGreater(ps._scratch.sc.size, 64)  # it grew, and is kept
+            finally:
+                ps._SCRATCH_START = start
+                ps._scratch.sc = None
+            self.assertEqual({p: st.read(p) for p in paths}, want)
+
+    def test_pil_rgb_as_convert(self):
+        """The default loader's image equals Image.open(...).convert('RGB') (mode,
+        size, pixels, info, class) for RGB, grayscale and CMYK JPEGs and a PNG with a
+        transparent palette entry, and can be drawn on."""
+        import io
+        from PIL import Image
+        from pcrfs.store import _pil_rgb
+        datas = []
+        with pcrfs.Store(self.store) as st:
+            ds = pcrfs.ImageFolder(st, view="full")
+            datas += [st.read(p) for p, _ in ds.samples[:3]]
+            self.assertEqual(ds[0][0].tobytes(), _pil_rgb(datas[0]).tobytes())
+        rgb = Image.open(io.BytesIO(datas[0])).convert("RGB")
+        for mode in ("L", "CMYK"):
+            b = io.BytesIO()
+            rgb.convert(mode).save(b, "JPEG")
+            datas.append(b.getvalue())
+        b = io.BytesIO()
+        pal = rgb.convert("P")
+        pal.info["transparency"] = 0
+        pal.save(b, "PNG", transparency=0)
+        datas.append(b.getvalue())
+        for d in datas:
+            want = Image.open(io.BytesIO(d)).convert("RGB")
+            got = _pil_rgb(d)
+            self.assertIs(type(got), type(want))
+            self.assertEqual((got.mode, got.size, got.info), (want.mode, want.size, want.info))
+            self.assertEqual(got.tobytes(), want.tobytes())
+        a = _pil_rgb(datas[0])
+        a.putpixel((0, 0), (1, 2, 3))  # writable, as convert()'s copy is
+        self.assertEqual(a.getpixel((0, 0)), (1, 2, 3))
 
     def test_unprivileged_no_fuse(self):
         code = (
