@@ -94,6 +94,15 @@ def _load():
                                   ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]
     lib.pcrfs_read.argtypes = [c_p, c_char_p, c_p, ctypes.c_size_t, u64]
     lib.pcrfs_read.restype = ctypes.c_ssize_t
+    lib.pcrfs_features.argtypes = [c_p]
+    lib.pcrfs_features.restype = ctypes.c_uint
+    lib.pcrfs_file_open.argtypes = [c_p, c_char_p, ctypes.POINTER(c_p)]
+    lib.pcrfs_file_size.argtypes = [c_p]
+    lib.pcrfs_file_size.restype = ctypes.c_int64
+    lib.pcrfs_file_read.argtypes = [c_p, c_p, ctypes.c_size_t, u64]
+    lib.pcrfs_file_read.restype = ctypes.c_ssize_t
+    lib.pcrfs_file_close.argtypes = [c_p]
+    lib.pcrfs_file_close.restype = None
     lib.pcrfs_record.argtypes = [c_p, c_char_p, ctypes.POINTER(u64), ctypes.POINTER(u64)]
     lib.pcrfs_prefetch.argtypes = [c_p, ctypes.POINTER(u64), ctypes.c_size_t]
     lib.pcrfs_levels.argtypes = [c_p]
@@ -189,6 +198,7 @@ class Store:
         if rc:
             _raise(rc, self.path)
         self._h = h
+        self._per_open = None  # pcrfs_features() & NEEDS_OPEN, asked at the first read
 
     def __reduce__(self):  # spawned workers open their own
         return (_reopen, (self.path, self.options))
@@ -263,8 +273,15 @@ class Store:
         # fresh zero-filled buffer per file cost more than the library's read itself
         # (BENCHMARKS.md, "The library without a mount"); the file's bytes are copied
         # once, into the bytes returned.
-        sc = getattr(_scratch, "sc", None) or _scratch_get(0)
         lib, h = _lib or _load(), self._h or self._handle()
+        if self._per_open is None:
+            self._per_open = bool(lib.pcrfs_features(h) & _FEATURE_NEEDS_OPEN)
+        if self._per_open:
+            # mix/ or refurb/ is served: each pcrfs_read() of their files is an open
+            # that draws a pass or a version, so a file is read through one open here
+            # (one version, one draw), whatever its size.
+            return self._read_open(lib, h, p, path, offset)
+        sc = getattr(_scratch, "sc", None) or _scratch_get(0)
         for _ in range(8):  # a size that keeps growing between calls (mix/, refurb/)
             n = lib.pcrfs_read(h, p, sc.addr, sc.size, offset)
             if n < 0:
@@ -276,6 +293,31 @@ class Store:
                 return out
             sc = _scratch_get(max(self.size(path) - offset, 0) + 1)
         raise OSError(errno.EIO, "its size changes at every read", path)
+
+    def _read_open(self, lib, h, p, path, offset):
+        """The bytes of @path from @offset through one open handle (one version)."""
+        f = ctypes.c_void_p()
+        rc = lib.pcrfs_file_open(h, p, ctypes.byref(f))
+        if rc < 0:
+            _raise(rc, path)
+        try:
+            size = lib.pcrfs_file_size(f)
+            if size < 0:
+                _raise(size, path)
+            want = max(size - offset, 0)
+            buf = bytearray(want)
+            got = 0
+            while got < want:
+                addr = ctypes.addressof(ctypes.c_char.from_buffer(buf, got))
+                n = lib.pcrfs_file_read(f, addr, want - got, offset + got)
+                if n < 0:
+                    _raise(n, path)
+                if n == 0:
+                    break
+                got += n
+            return bytes(buf) if got == want else bytes(memoryview(buf)[:got])
+        finally:
+            lib.pcrfs_file_close(f)
 
     def readinto(self, path, buf, offset=0):
         """Reads file @path from @offset into the writable buffer @buf (a bytearray,
@@ -404,6 +446,7 @@ def _reopen(path, options):
 # faults in fresh pages; a buffer grown past _SCRATCH_KEEP for one large file is
 # dropped after it.
 _SCRATCH_START, _SCRATCH_KEEP = 1 << 18, 1 << 24
+_FEATURE_NEEDS_OPEN = 0x1  # PCRFS_FEATURE_NEEDS_OPEN (pcrfs.h)
 _scratch = threading.local()
 
 

@@ -146,6 +146,38 @@ class LibraryTest(unittest.TestCase):
         for v in ("q90", "q95", "q99", "tokens"):
             self.assertIn(v, views)
 
+    def test_per_open_views_one_draw_per_read(self):
+        # mix/ draws a pass at each open: Store.read() of a file bigger than its
+        # scratch buffer (256 KiB) must still be one open, so that N reads see the
+        # passes a mount's N opens see (a partial read, then a whole one, drew two).
+        from PIL import Image
+        src = os.path.join(self.tmp, "big-src")
+        os.makedirs(os.path.join(src, "c"), exist_ok=True)
+        rnd = __import__("random").Random(3)
+        im = Image.frombytes("RGB", (640, 640), bytes(rnd.getrandbits(8) for _ in range(640 * 640 * 3)))
+        im.save(os.path.join(src, "c", "big.jpg"), quality=97)
+        store = os.path.join(self.tmp, "big-store")
+        if not os.path.exists(store):
+            mu.build_store(src, store, per_record=4)
+        with pcrfs.Store(store) as st:
+            top = max(int(n[4:]) for n in st.listdir() if n.startswith("scan"))
+        mix = "%d-%d" % (top - 1, top)  # the largest scans: the file is > 256 KiB
+        opts = {"mix": mix, "mix_seed": "5"}
+        mnt = os.path.join(self.tmp, "mnt")
+        with pcrfs.Store(store, **opts) as st:
+            got = [st.read("mix/c/big.jpg") for _ in range(4)]
+        self.assertGreater(max(len(b) for b in got), 1 << 18)
+        m = mu.Mount(store, mnt, "-o", "mix=%s,mix_seed=5" % mix)
+        with m:
+            want = []
+            for _ in range(4):
+                with open(os.path.join(mnt, "mix", "c", "big.jpg"), "rb") as f:
+                    want.append(f.read())
+            self.assertEqual(m.unmount(), 0)
+        self.assertEqual([len(b) for b in got], [len(b) for b in want])
+        self.assertEqual(got, want)
+        self.assertGreater(len(set(got)), 1)  # the passes differ: the draws are seen
+
     def test_range_and_errors(self):
         with pcrfs.Store(self.store) as st:
             p = "full/" + "/".join(st.listdir("full")[:1])
