@@ -771,6 +771,9 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
         for (size_t i = 0; i < n; i++)
             s->recs[records[i] - 1].hint_waits = true;
         pthread_mutex_unlock(&s->rec_lock);
+        /* their objects opened now (a HEAD each), not in the first open */
+        for (size_t i = 0; i < n; i++)
+            (void)rec_ready(s, records[i]);
         return 0;
     }
     pthread_mutex_unlock(&s->rec_lock);
