@@ -686,9 +686,12 @@ static void hints_at_level(struct pcr_store *s, unsigned level)
 {
     bool first;
 
+    if (__atomic_load_n(&s->level_seen, __ATOMIC_ACQUIRE))
+        return; /* (the common case, without the lock) */
+
     pthread_mutex_lock(&s->rec_lock);
     first = !s->level_seen;
-    s->level_seen = true;
+    __atomic_store_n(&s->level_seen, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&s->rec_lock);
     if (!first)
         return;
@@ -836,6 +839,7 @@ static int handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned l
         return -EIO;
     }
     if (f->kind == PCR_KIND_TOKENS) {
+        hints_at_level(s, 0); /* (a token file reads its whole record) */
         h = calloc(1, sizeof(*h));
         if (!h)
             return -ENOMEM;
@@ -928,8 +932,10 @@ static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsign
         pcr_count(&s->stats.errors, 1);
         return -EIO;
     }
-    if (f->kind == PCR_KIND_TOKENS)
+    if (f->kind == PCR_KIND_TOKENS) {
+        hints_at_level(s, 0);
         return token_pread(s, f, r, buf, len, off);
+    }
     plan_make(s, f, r, level, &p);
     if (off == 0) {
         pcr_count(&s->stats.level[p.level].opens, 1);

@@ -144,7 +144,8 @@ struct pcr_store {
     struct pcr_stats stats; /* updated with relaxed atomics */
     uint64_t seq_last;      /* the record last seen read record by record (rec_lock) */
     unsigned seq_level;     /* the level of the last open (atomic): hints' prefixes */
-    bool level_seen;        /* a file was opened, so seq_level holds (rec_lock) */
+    bool level_seen;        /* a file was opened, so seq_level holds (set under rec_lock;
+                               atomic) */
     bool hinted;            /* a reader named records (pcr_store_prefetch()): a scan's
                                guess ahead only for records it knows (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
