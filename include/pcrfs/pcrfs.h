@@ -92,7 +92,8 @@ PCRFS_API void pcrfs_file_close(pcrfs_file *f);
 PCRFS_API int pcrfs_record(pcrfs_store *s, const char *path, uint64_t *record, uint64_t *file_id);
 
 /* The reader is about to read records @records[0..n) (1..number of records, as
- * pcrfs_record() gives them): they are fetched ahead at the level last read (a
+ * pcrfs_record() gives them): they are fetched ahead at the level last read (named
+ * before any file was read: at the level of the first one read) (a
  * store in object storage: into its cache as parts, within cache_size; a local
  * store opened with readahead=record: as readahead), while the current record is
  * read. Whole or nothing: an id out of range fails the call (-EINVAL) before

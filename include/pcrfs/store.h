@@ -202,8 +202,9 @@ int pcr_store_record_runs(struct pcr_store *s,
  * object storage always fetch such records into their cache, as parts.) */
 void pcr_store_set_readahead(struct pcr_store *s, bool on);
 /* The reader is about to read records @records[0..n) (ids 1..pcr_store_nrecords(),
- * as pcr_store_record_runs() gives them): their prefixes at the level last read are
- * fetched ahead (object storage: into the cache, within its size; local stores with
+ * as pcr_store_record_runs() gives them): their prefixes at the level last read
+ * (named before any file was read: at the level of the first one read) are fetched
+ * ahead (object storage: into the cache, within its size; local stores with
  * readahead on: WILLNEED), while the current record is read. Whole or nothing: an
  * id out of range fails the call before anything is fetched.
  * @return 0; -EINVAL an id out of range. */

@@ -352,7 +352,8 @@ class Store:
 
     def prefetch(self, records):
         """Records (numbers as record() gives them) read next: fetched ahead at the
-        level last read (object storage: into the cache; a local store opened with
+        level last read (named before any file was read: at the level of the first
+        one read) (object storage: into the cache; a local store opened with
         readahead="record": read ahead). Whole or nothing: a number out of range
         raises OSError (EINVAL) and nothing is fetched."""
         recs = [int(r) for r in records]

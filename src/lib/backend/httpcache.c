@@ -14,7 +14,8 @@
  *
  * Demand first. Parts queued by advise() are prefetch (background jobs of the
  * queue): they hold at most N - 1 of the N connections (at N = 1 one starts only
- * while no reader's part waits), and go a bounded depth ahead (PREFETCH_RECORDS).
+ * while no reader's part waits), and go a bounded depth ahead, counted in parts
+ * (PREFETCH_SLOT_PARTS), not records.
  * A read waits for parts in flight and for parts that have not started only while
  * each starts when one part in flight ends (demand parts, before every prefetch
  * part, at most N of them queued; at N = 1: one); a read that would wait for more
@@ -68,13 +69,16 @@
 #include "backend/httpcache.h"
 
 #define MAX_PARTS 65536 /* per object: a larger object gets larger parts */
-/* How far prefetch goes: the parts of at most this many objects (records) queued
- * or in flight at once, or more while they are fewer than PREFETCH_CONN_PARTS parts
- * per connection (a record of 42 MB is 6 parts of 8 MiB: too few to fill 64
- * connections). An object advised beyond it waits its turn (first advised, first
- * fetched). */
-#define PREFETCH_RECORDS    8
-#define PREFETCH_CONN_PARTS 2
+/* How far prefetch goes: at most this many parts queued or in flight per
+ * background slot (N - 1 of the N connections; at N = 1, one), from as many records
+ * as that takes: one running and one waiting to start when it ends keep every slot
+ * busy. Counted in records (8, or more while under 2 parts per connection), the
+ * depth followed the size of a prefix, not the connections: whole records were
+ * queued, e.g. 8 records of full/ (6-11 parts of 8 MiB each) at 2 connections, their
+ * bytes reserved in the cache long before a connection could take them (issue 19).
+ * A part advised beyond it waits its turn (first advised, first fetched; a record
+ * started goes on where it stopped). */
+#define PREFETCH_SLOT_PARTS 2
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -102,7 +106,6 @@ struct http_cache {
     struct pcr_object *objs; /* every open object */
     unsigned waiters;
     unsigned demand_queued; /* demand parts queued, not yet started */
-    unsigned bg_objs;       /* objects with prefetch parts queued or in flight */
     unsigned bg_parts;      /* prefetch parts queued or in flight */
     uint64_t defer_seq;     /* orders the objects whose prefetch waits for a turn */
     unsigned allowed;       /* part GETs that may run at once (throttling) */
@@ -137,8 +140,8 @@ static int cache_file(struct http_cache *c)
 
 /* Move part @p to @state, fetched because a reader waits for it (@demand) or ahead
  * of the readers (prefetch), keeping the counts the rules of the queue read: the
- * object's busy parts, its prefetch parts, the cache's demand parts waiting for a
- * connection and its prefetch depth (under the lock). */
+ * object's busy parts, the cache's demand parts waiting for a connection and its
+ * prefetch parts, the depth prefetch_room() reads (under the lock). */
 static void part_set(struct http_cache *c, struct http_part *p, int state, bool demand)
 {
     struct pcr_object *o = p->o;
@@ -154,23 +157,20 @@ static void part_set(struct http_cache *c, struct http_part *p, int state, bool 
         c->demand_queued++;
     else if (was_dq && !is_dq)
         c->demand_queued--;
-    if (is_bg && !was_bg) {
+    if (is_bg && !was_bg)
         c->bg_parts++;
-        if (o->bg++ == 0)
-            c->bg_objs++;
-    } else if (was_bg && !is_bg) {
+    else if (was_bg && !is_bg)
         c->bg_parts--;
-        if (--o->bg == 0)
-            c->bg_objs--;
-    }
     p->state = state;
     p->demand = is && demand;
 }
 
-/* Whether prefetch may start on one more object (under the lock). */
+/* Whether one more part may be queued as prefetch (under the lock). */
 static bool prefetch_room(const struct http_cache *c)
 {
-    return c->bg_objs < PREFETCH_RECORDS || c->bg_parts < PREFETCH_CONN_PARTS * c->hb->nconn;
+    unsigned slots = c->hb->nconn > 1 ? c->hb->nconn - 1 : 1;
+
+    return c->bg_parts < PREFETCH_SLOT_PARTS * slots;
 }
 
 /* Drop @o's parts (under the lock; none queued or in flight). An evicted object
@@ -321,21 +321,30 @@ static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, b
     return true;
 }
 
-/* Queue as prefetch the parts of @o that hold [off, end) and are not cached (under
- * the lock). */
+/* Queue as prefetch the parts of @o that hold [off, end) and are not cached, as far
+ * as the prefetch depth goes: the rest waits, keeping @o's turn (under the lock). */
 static void prefetch(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t end)
 {
+    uint64_t turn = o->deferred;
+
     o->deferred = 0;
     /* after a failed fetch, the misses inside the prefix fetch it again, later */
     if (http_now_ms() < o->retry_after)
         return;
-    for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++)
-        if (!part_ask(c, &o->parts[i], part_need(&o->parts[i], end), false))
+    for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++) {
+        struct http_part *p = &o->parts[i];
+        uint64_t need = part_need(p, end);
+        if (p->state == PART_IDLE && p->got < need && !prefetch_room(c)) {
+            o->deferred = turn ? turn : ++c->defer_seq;
+            return;
+        }
+        if (!part_ask(c, p, need, false))
             break; /* the cache is full of what is being read: the rest direct */
+    }
 }
 
-/* Prefetch ended on an object: the objects advised meanwhile that waited for their
- * turn start, first advised first (under the lock). */
+/* Room for prefetch (a part ended, an object advised or closed): the objects
+ * advised that wait for their turn go on, first advised first (under the lock). */
 static void prefetch_next(struct http_cache *c)
 {
     while (!c->stop && prefetch_room(c)) {
@@ -493,7 +502,7 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
     o->fd = -1;
     o->parts = NULL;
     o->nparts = 0;
-    o->busy = o->bg = 0;
+    o->busy = 0;
     o->deferred = 0;
     o->closing = false;
     o->cprev = NULL;
@@ -546,10 +555,11 @@ int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, 
     if (end > o->advised)
         o->advised = end;
     o->lru = ++c->tick;
-    if (o->bg || prefetch_room(c))
-        prefetch(c, o, off, end);
-    else if (!o->deferred)
-        o->deferred = ++c->defer_seq; /* beyond the prefetch depth: its turn comes */
+    /* in turn: an object advised before it and still waiting for room goes first
+     * (its parts from @off on: the store advises whole prefixes, off 0) */
+    if (!o->deferred)
+        o->deferred = ++c->defer_seq;
+    prefetch_next(c);
     pthread_mutex_unlock(&c->lock);
     return 0;
 }

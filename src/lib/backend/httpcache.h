@@ -18,7 +18,6 @@ struct pcr_object {
     struct http_part *parts; /* [nparts], allocated on first use, or NULL */
     unsigned nparts;
     unsigned busy;                    /* parts queued or being fetched */
-    unsigned bg;                      /* of busy: prefetch parts (no reader waits) */
     uint64_t deferred;                /* advised, its prefetch waiting for a turn: order */
     bool closing;                     /* http_cache_remove() runs: no part queued again */
     uint64_t held;                    /* bytes of the cache's limit reserved for this object */

@@ -633,6 +633,12 @@ out:
  *   opened a file of (rec->known). The records after one it reads may be another
  *   node's share of a job (RecordSampler with world_size > 1), which this node must
  *   not fetch. (Before, any hint turned the guess off for good: a special case.)
+ *   A hint names records, not a view: their prefix is the level of the last file
+ *   opened, and a hint that comes before any file was opened waits for the first
+ *   open (hints_at_level()). Before, it was advised at the top level: the sampler
+ *   hints a window before its first file, so at scan5/ its first window was fetched
+ *   whole, 3x the bytes (43 MB records for 14 MB prefixes: BENCHMARKS.md §22,
+ *   fetched / served 2-4 in a 15 s run).
  * Every other miss reads just the bytes its file needs. */
 #define SEQ_CURSORS 4
 #define SEQ_RUN     2
@@ -674,6 +680,33 @@ static struct rec *rec_ready(struct pcr_store *s, uint64_t id)
     return r;
 }
 
+/* The first open tells the level: the records hinted before it are advised at it
+ * (in record order; the store's, not the hint's). */
+static void hints_at_level(struct pcr_store *s, unsigned level)
+{
+    bool first;
+
+    if (__atomic_load_n(&s->level_seen, __ATOMIC_ACQUIRE))
+        return; /* (the common case, without the lock) */
+
+    pthread_mutex_lock(&s->rec_lock);
+    first = !s->level_seen;
+    __atomic_store_n(&s->level_seen, true, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&s->rec_lock);
+    if (!first)
+        return;
+    for (uint64_t id = 1; id <= s->nrecs; id++) {
+        struct rec *r;
+        bool waits;
+        pthread_mutex_lock(&s->rec_lock);
+        waits = s->recs[id - 1].hint_waits;
+        s->recs[id - 1].hint_waits = false;
+        pthread_mutex_unlock(&s->rec_lock);
+        if (waits && (r = rec_ready(s, id)) != NULL)
+            advise(s, r, rec_prefix(s, r, level));
+    }
+}
+
 /* File @f of record @r is opened at @level (@prefix: what its level needs). */
 static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *r, unsigned level,
                      uint64_t prefix)
@@ -685,6 +718,7 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
     __atomic_store_n(&r->known, true, __ATOMIC_RELAXED);
     if (!backend(s)->ops->advise)
         return;
+    hints_at_level(s, level);
     pthread_mutex_lock(&s->rec_lock);
     for (i = 0; i < SEQ_CURSORS && r->seq_next[i] != f->id; i++)
         ;
@@ -734,6 +768,18 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
         __atomic_store_n(&s->recs[records[i] - 1].known, true, __ATOMIC_RELAXED);
     if (n)
         __atomic_store_n(&s->hinted, true, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&s->rec_lock);
+    if (!s->level_seen) {
+        /* (under the lock: the first open either sees these or came before) */
+        for (size_t i = 0; i < n; i++)
+            s->recs[records[i] - 1].hint_waits = true;
+        pthread_mutex_unlock(&s->rec_lock);
+        /* their objects opened now (a HEAD each), not in the first open */
+        for (size_t i = 0; i < n; i++)
+            (void)rec_ready(s, records[i]);
+        return 0;
+    }
+    pthread_mutex_unlock(&s->rec_lock);
     for (size_t i = 0; i < n; i++) {
         struct rec *r = rec_ready(s, records[i]);
         if (r)
@@ -793,6 +839,7 @@ static int handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned l
         return -EIO;
     }
     if (f->kind == PCR_KIND_TOKENS) {
+        hints_at_level(s, 0); /* (a token file reads its whole record) */
         h = calloc(1, sizeof(*h));
         if (!h)
             return -ENOMEM;
@@ -885,8 +932,10 @@ static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsign
         pcr_count(&s->stats.errors, 1);
         return -EIO;
     }
-    if (f->kind == PCR_KIND_TOKENS)
+    if (f->kind == PCR_KIND_TOKENS) {
+        hints_at_level(s, 0);
         return token_pread(s, f, r, buf, len, off);
+    }
     plan_make(s, f, r, level, &p);
     if (off == 0) {
         pcr_count(&s->stats.level[p.level].opens, 1);

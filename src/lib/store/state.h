@@ -63,6 +63,8 @@ struct rec {
     uint8_t seq_turn;
     bool known;          /* this node was told of it (a hint) or opened a file of it:
                             a scan's guess ahead may fetch it once hints came (atomic) */
+    bool hint_waits;     /* hinted before any file was opened: advised at the first
+                            open's level (rec_lock) */
     uint64_t fail_until; /* ms (monotonic): failed on the network, its files
                             fail at once until then (atomic; 0: not) */
 };
@@ -142,6 +144,8 @@ struct pcr_store {
     struct pcr_stats stats; /* updated with relaxed atomics */
     uint64_t seq_last;      /* the record last seen read record by record (rec_lock) */
     unsigned seq_level;     /* the level of the last open (atomic): hints' prefixes */
+    bool level_seen;        /* a file was opened, so seq_level holds (set under rec_lock;
+                               atomic) */
     bool hinted;            /* a reader named records (pcr_store_prefetch()): a scan's
                                guess ahead only for records it knows (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
