@@ -1,4 +1,5 @@
 /* pcrfs util — a growable string and displayable names (see sbuf.h). */
+#include <errno.h>
 #include <string.h>
 #include <stdlib.h>
 #include "util/sbuf.h"
@@ -12,7 +13,7 @@ void pcr_sbuf_reset(struct pcr_sbuf *b)
         b->s[0] = '\0';
 }
 
-void pcr_sbuf_reserve(struct pcr_sbuf *b, size_t len)
+int pcr_sbuf_try_reserve(struct pcr_sbuf *b, size_t len)
 {
     if (len + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -20,20 +21,37 @@ void pcr_sbuf_reserve(struct pcr_sbuf *b, size_t len)
 
         while (cap < len + 1)
             cap *= 2;
-        s = pcr_xrealloc(b->s, cap);
+        s = pcr_try_realloc(b->s, cap);
+        if (!s)
+            return -ENOMEM;
         if (!b->s)
             s[0] = '\0';
         b->s = s;
         b->cap = cap;
     }
+    return 0;
+}
+
+void pcr_sbuf_reserve(struct pcr_sbuf *b, size_t len)
+{
+    if (pcr_sbuf_try_reserve(b, len) < 0)
+        pcr_oom();
+}
+
+int pcr_sbuf_try_add(struct pcr_sbuf *b, const void *data, size_t len)
+{
+    if (pcr_sbuf_try_reserve(b, b->len + len) < 0)
+        return -ENOMEM;
+    memcpy(b->s + b->len, data, len);
+    b->len += len;
+    b->s[b->len] = '\0';
+    return 0;
 }
 
 void pcr_sbuf_add(struct pcr_sbuf *b, const void *data, size_t len)
 {
-    pcr_sbuf_reserve(b, b->len + len);
-    memcpy(b->s + b->len, data, len);
-    b->len += len;
-    b->s[b->len] = '\0';
+    if (pcr_sbuf_try_add(b, data, len) < 0)
+        pcr_oom();
 }
 
 void pcr_sbuf_free(struct pcr_sbuf *b)
@@ -45,15 +63,27 @@ void pcr_sbuf_free(struct pcr_sbuf *b)
 
 /* The escaping itself is pcr_utf8_escape()'s (utf8.h), which the library's summary
  * also uses, so that a name prints the same from a tool and from the library. */
-void pcr_escape(struct pcr_sbuf *b, const char *name, size_t len)
+int pcr_escape(struct pcr_sbuf *b, const char *name, size_t len)
 {
-    pcr_sbuf_reserve(b, b->len + PCR_UTF8_ESCAPE_MAX(len));
+    /* Messages must print even when memory is gone: then the name is replaced by a
+     * fixed text, written into the room @b already has (if any). */
+    if (pcr_sbuf_try_reserve(b, b->len + PCR_UTF8_ESCAPE_MAX(len)) < 0) {
+        size_t n = sizeof(PCR_ESCAPE_NOMEM) - 1;
+
+        if (b->s && b->len + n < b->cap) {
+            memcpy(b->s + b->len, PCR_ESCAPE_NOMEM, n + 1);
+            b->len += n;
+        }
+        return -ENOMEM;
+    }
     b->len += pcr_utf8_escape(b->s + b->len, name, len);
+    return 0;
 }
 
 const char *pcr_escaped(struct pcr_sbuf *b, const char *name)
 {
     pcr_sbuf_reset(b);
-    pcr_escape(b, name, strlen(name));
+    if (pcr_escape(b, name, strlen(name)) < 0)
+        return PCR_ESCAPE_NOMEM;
     return b->s;
 }

@@ -1,6 +1,7 @@
 /* pcrfs util — allocation that does not return on failure, for code that holds no
- * state worth unwinding (the tools, and the store library's build pipeline, which
- * removes its temporary store from the hook). Also growable arrays and "REL/NAME".
+ * state worth unwinding (the tools), and allocation that returns NULL, for the store
+ * library's build pipeline, which must not end its caller's process. Also growable
+ * arrays and "REL/NAME".
  */
 #ifndef PCRFS_UTIL_XALLOC_H
 #define PCRFS_UTIL_XALLOC_H
@@ -24,5 +25,21 @@ char *pcr_xstrdup(const char *s);
 void *pcr_xgrow(void *p, uint64_t *cap, uint64_t first, size_t size);
 /* "REL/NAME" (or NAME when REL is "", the root), malloc()ed. */
 char *pcr_path_join(const char *rel, const char *name);
+
+/* The same, returning NULL instead of calling pcr_oom(): for the library, which
+ * unwinds and returns -ENOMEM. A size of 0 allocates one byte, so NULL always
+ * means failure; pcr_try_grow() leaves @p and *@cap as they were when it fails. */
+void *pcr_try_malloc(size_t n);
+void *pcr_try_realloc(void *p, size_t n);
+char *pcr_try_strdup(const char *s);
+void *pcr_try_grow(void *p, uint64_t *cap, uint64_t first, size_t size);
+char *pcr_try_path_join(const char *rel, const char *name);
+
+/* Fault injection, for tests only (no environment variable or option reaches it):
+ * pcr_try_count counts the pcr_try_*() allocations (from any thread); when
+ * pcr_try_fail_from is nonzero, the allocation that brings the count to it fails,
+ * and so does every one after it. */
+extern unsigned long pcr_try_fail_from;
+extern unsigned long pcr_try_count;
 
 #endif
