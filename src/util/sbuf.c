@@ -1,5 +1,6 @@
 /* pcrfs util — a growable string and displayable names (see sbuf.h). */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <stdlib.h>
 #include "util/sbuf.h"
@@ -13,7 +14,9 @@ void pcr_sbuf_reset(struct pcr_sbuf *b)
         b->s[0] = '\0';
 }
 
-int pcr_sbuf_try_reserve(struct pcr_sbuf *b, size_t len)
+/* Room for @len bytes and a NUL: @may_fail, through pcr_try_realloc() (-ENOMEM),
+ * else through pcr_xrealloc(), which does not return on failure. */
+static int reserve(struct pcr_sbuf *b, size_t len, bool may_fail)
 {
     if (len + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
@@ -21,7 +24,7 @@ int pcr_sbuf_try_reserve(struct pcr_sbuf *b, size_t len)
 
         while (cap < len + 1)
             cap *= 2;
-        s = pcr_try_realloc(b->s, cap);
+        s = may_fail ? pcr_try_realloc(b->s, cap) : pcr_xrealloc(b->s, cap);
         if (!s)
             return -ENOMEM;
         if (!b->s)
@@ -32,15 +35,19 @@ int pcr_sbuf_try_reserve(struct pcr_sbuf *b, size_t len)
     return 0;
 }
 
-void pcr_sbuf_reserve(struct pcr_sbuf *b, size_t len)
+int pcr_sbuf_try_reserve(struct pcr_sbuf *b, size_t len)
 {
-    if (pcr_sbuf_try_reserve(b, len) < 0)
-        pcr_oom();
+    return reserve(b, len, true);
 }
 
-int pcr_sbuf_try_add(struct pcr_sbuf *b, const void *data, size_t len)
+void pcr_sbuf_reserve(struct pcr_sbuf *b, size_t len)
 {
-    if (pcr_sbuf_try_reserve(b, b->len + len) < 0)
+    reserve(b, len, false);
+}
+
+static int add(struct pcr_sbuf *b, const void *data, size_t len, bool may_fail)
+{
+    if (reserve(b, b->len + len, may_fail) < 0)
         return -ENOMEM;
     memcpy(b->s + b->len, data, len);
     b->len += len;
@@ -48,10 +55,14 @@ int pcr_sbuf_try_add(struct pcr_sbuf *b, const void *data, size_t len)
     return 0;
 }
 
+int pcr_sbuf_try_add(struct pcr_sbuf *b, const void *data, size_t len)
+{
+    return add(b, data, len, true);
+}
+
 void pcr_sbuf_add(struct pcr_sbuf *b, const void *data, size_t len)
 {
-    if (pcr_sbuf_try_add(b, data, len) < 0)
-        pcr_oom();
+    add(b, data, len, false);
 }
 
 void pcr_sbuf_free(struct pcr_sbuf *b)
@@ -74,6 +85,7 @@ int pcr_escape(struct pcr_sbuf *b, const char *name, size_t len)
             memcpy(b->s + b->len, PCR_ESCAPE_NOMEM, n + 1);
             b->len += n;
         }
+        __atomic_add_fetch(&pcr_try_tolerated, 1, __ATOMIC_RELAXED);
         return -ENOMEM;
     }
     b->len += pcr_utf8_escape(b->s + b->len, name, len);

@@ -49,6 +49,7 @@ void *pcr_xgrow(void *p, uint64_t *cap, uint64_t first, size_t size)
 
 unsigned long pcr_try_fail_from;
 unsigned long pcr_try_count;
+unsigned long pcr_try_tolerated;
 
 void *pcr_try_realloc(void *p, size_t n)
 {

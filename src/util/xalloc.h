@@ -41,5 +41,8 @@ char *pcr_try_path_join(const char *rel, const char *name);
  * and so does every one after it. */
 extern unsigned long pcr_try_fail_from;
 extern unsigned long pcr_try_count;
+/* How many failures were tolerated by design (pcr_escape()'s fixed text), so that
+ * a test tells them from failures a caller ignored. */
+extern unsigned long pcr_try_tolerated;
 
 #endif

@@ -22,23 +22,23 @@ static int by_index(const void *a, const void *b)
 /* Name the parts missing from @p (sorted, no duplicate) in one line. */
 static void report_missing(const struct part *p, unsigned n)
 {
-    struct pcr_sbuf list = {0};
+    /* at most 10 numbers: a fixed buffer, so that the message needs no allocation */
+    char list[10 * 24] = "";
     uint64_t count = p[0].info.count, have = 0, missing = count - n, shown = 0;
-    char num[32];
+    size_t used = 0;
 
     for (uint64_t k = 1; k <= count && shown < 10; k++) {
         if (have < n && p[have].info.index == k) {
             have++;
             continue;
         }
-        snprintf(num, sizeof(num), "%s%" PRIu64, shown ? ", " : "", k);
-        pcr_sbuf_add(&list, num, strlen(num));
+        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%" PRIu64,
+                                 shown ? ", " : "", k);
         shown++;
     }
     pcr_bld_err("missing part%s %s%s of %" PRIu64 " (plan %s): nothing was written",
-                missing == 1 ? "" : "s", list.s, missing > shown ? ", ..." : "", count,
+                missing == 1 ? "" : "s", list, missing > shown ? ", ..." : "", count,
                 p[0].info.plan);
-    pcr_sbuf_free(&list);
 }
 
 /* The parts' infos into @p, checked: one plan, each index once, all there.
@@ -86,11 +86,13 @@ static int check_parts(struct part *p, unsigned n)
 
 int merge_run(struct build *b, const char *const *dirs, unsigned n)
 {
-    struct part *p = pcr_xmalloc(sizeof(*p) * n);
+    struct part *p = pcr_try_malloc(sizeof(*p) * n);
     struct pcr_writer_opts wopts = {.force = b->force};
     char err[1024] = "";
     int rc = -1;
 
+    if (!p)
+        return pcr_bld_nomem(b);
     for (unsigned i = 0; i < n; i++)
         p[i].dir = dirs[i];
     if (check_parts(p, n) < 0)

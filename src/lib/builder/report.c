@@ -1,5 +1,6 @@
 /* pcrfs build — where a build reports to (see builder.h): the caller's
  * progress callback, which may cancel, and the log hook, which gets every message. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include "builder/builder.h"
@@ -53,6 +54,18 @@ void pcr_bld_warn(const char *fmt, ...)
     va_start(ap, fmt);
     vmsg(PCR_LOG_WARN, fmt, ap);
     va_end(ap);
+}
+
+int pcr_bld_nomem(struct build *b)
+{
+    int none = 0;
+
+    /* The first failure decides what the build returns; a worker may get here while
+     * the main thread sets b->err for another reason. */
+    if (__atomic_compare_exchange_n(&b->err, &none, -ENOMEM, false, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        pcr_bld_err("out of memory");
+    return -1;
 }
 
 void pcr_bld_clear_error(void)

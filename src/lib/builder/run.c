@@ -99,7 +99,7 @@ bad:
 }
 
 /* Take option @name=@value into @o. @return 0; -EINVAL (message in @msg); -ENOENT
- * not a build option. */
+ * not a build option; -ENOMEM (message in @msg). */
 static int take_option(struct pcr_bld_opts *o, const char *name, const char *value, char *msg,
                        size_t len)
 {
@@ -119,10 +119,17 @@ static int take_option(struct pcr_bld_opts *o, const char *name, const char *val
         if (tokimport_option(&o->topts, options[k].tokcode, value, msg, len) < 0)
             return -EINVAL;
         /* kept as given, for a plan */
-        if (b->ntokopts == o->tokcap)
-            b->tokopts = pcr_xgrow(b->tokopts, &o->tokcap, 8, sizeof(*b->tokopts));
-        b->tokopts[b->ntokopts].code = options[k].tokcode;
-        b->tokopts[b->ntokopts++].value = pcr_xstrdup(value);
+        if (b->ntokopts == o->tokcap) {
+            void *t = pcr_try_grow(b->tokopts, &o->tokcap, 8, sizeof(*b->tokopts));
+
+            if (!t)
+                goto nomem;
+            b->tokopts = t;
+        }
+        b->tokopts[b->ntokopts].value = pcr_try_strdup(value);
+        if (!b->tokopts[b->ntokopts].value)
+            goto nomem;
+        b->tokopts[b->ntokopts++].code = options[k].tokcode;
         o->build_opt = o->build_opt ? o->build_opt : options[k].flag;
         return 0;
     }
@@ -166,6 +173,9 @@ static int take_option(struct pcr_bld_opts *o, const char *name, const char *val
         break;
     }
     return rc == 0 ? 0 : -EINVAL;
+nomem:
+    snprintf(msg, len, "out of memory");
+    return -ENOMEM;
 }
 
 int pcr_bld_opts_parse(struct pcr_bld_opts *o, const char *const *opts, char *msg, size_t len)
@@ -190,7 +200,7 @@ int pcr_bld_opts_parse(struct pcr_bld_opts *o, const char *const *opts, char *ms
         name[eq - opts[i]] = '\0';
         rc = take_option(o, name, eq + 1, msg, len);
         if (rc < 0)
-            return -EINVAL;
+            return rc == -ENOMEM ? rc : -EINVAL;
     }
     if (o->nparts && !o->plan) {
         snprintf(msg, len, "--part needs --plan PLAN");
@@ -215,7 +225,8 @@ int pcr_bld_option_check(const char *name, const char *value, char *msg, size_t 
 
 /* The scans option: a preset name, else a file in jpegtran -scans syntax. @keep
  * gets the text for a plan (NULL when it holds a NUL). @return 0, or -EINVAL (the
- * file cannot be read or is not a valid lossless script; message in @msg). */
+ * file cannot be read or is not a valid lossless script; message in @msg), or
+ * -ENOMEM (message in @msg). */
 static int load_scripts(const char *arg, struct pcr_scripts *out, char **keep, char *msg,
                         size_t len)
 {
@@ -233,7 +244,12 @@ static int load_scripts(const char *arg, struct pcr_scripts *out, char **keep, c
                  arg, strerror(errno));
         return -EINVAL;
     }
-    text = pcr_xmalloc(MAX_SCRIPT_BYTES + 1);
+    text = pcr_try_malloc(MAX_SCRIPT_BYTES + 1);
+    if (!text) {
+        fclose(f);
+        snprintf(msg, len, "out of memory");
+        return -ENOMEM;
+    }
     n = fread(text, 1, MAX_SCRIPT_BYTES + 1, f);
     if (ferror(f)) {
         int e = errno;
@@ -300,7 +316,12 @@ static int start_writer(struct build *b, const struct pcr_writer_opts *wopts)
         b->err = rc == -EEXIST ? rc : rc == -ENOTDIR || rc == -EINVAL ? -ENOTDIR : 0;
         return -1;
     }
-    tmpdir_copy = pcr_xstrdup(pcr_writer_tmpdir(b->w));
+    tmpdir_copy = pcr_try_strdup(pcr_writer_tmpdir(b->w));
+    if (!tmpdir_copy) {
+        pcr_writer_abort(b->w);
+        b->w = NULL;
+        return pcr_bld_nomem(b);
+    }
     prev_oom_hook = pcr_oom_hook;
     pcr_oom_hook = on_oom;
     if (stat(pcr_writer_tmpdir(b->w), &st) == 0) {
@@ -350,13 +371,19 @@ int pcr_bld_plan(struct pcr_bld_opts *o, const char *src, const char *plan)
 {
     struct build *b = &o->b;
     char msg[1024];
+    int rc;
 
     b->src = src;
     if (!src && !tokimport_enabled(&o->topts)) {
         pcr_errf(o->msg, sizeof(o->msg), "missing SRC");
         return -EINVAL;
     }
-    if (load_scripts(o->scans, &b->scripts, &b->scans_text, msg, sizeof(msg)) < 0) {
+    rc = load_scripts(o->scans, &b->scripts, &b->scans_text, msg, sizeof(msg));
+    if (rc == -ENOMEM) {
+        pcr_bld_nomem(b);
+        return failed(b);
+    }
+    if (rc < 0) {
         snprintf(o->msg, sizeof(o->msg), "%s", msg);
         return -EINVAL;
     }
@@ -447,7 +474,12 @@ int pcr_bld_build(struct pcr_bld_opts *o, const char *src, const char *out)
         snprintf(o->msg, sizeof(o->msg), "missing SRC");
         return -EINVAL;
     }
-    if (!part && load_scripts(o->scans, &b->scripts, &b->scans_text, err, sizeof(err)) < 0) {
+    rc = part ? 0 : load_scripts(o->scans, &b->scripts, &b->scans_text, err, sizeof(err));
+    if (rc == -ENOMEM) {
+        pcr_bld_nomem(b);
+        return failed(b);
+    }
+    if (rc < 0) {
         snprintf(o->msg, sizeof(o->msg), "%s", err);
         return -EINVAL;
     }

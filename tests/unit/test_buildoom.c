@@ -1,0 +1,184 @@
+/* The build pipeline out of memory: pcrfs_build(), a planned build's part and
+ * pcrfs_merge() with the Nth of the pipeline's allocations failing (util/xalloc.h,
+ * pcr_try_fail_from), for every N up to the build's count. Each run must return
+ * -ENOMEM (or succeed, when the build made fewer than N allocations), say "out of
+ * memory", and leave nothing behind: no STORE, no temporary directory. Leaks are
+ * the unit suite's valgrind and ASan runs' to find. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "check.h"
+#include "pcrfs/pcrfs.h"
+#include "util/fsio.h"
+#include "util/xalloc.h"
+
+/* Bounds the loops whatever the count: a build this small makes far fewer. */
+#define MAX_N 4000
+
+static char base[64];
+
+static void put(const char *rel, const char *text)
+{
+    char path[256];
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%s", base, rel);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        perror(path);
+        exit(2);
+    }
+    close(fd);
+}
+
+static void dir(const char *rel)
+{
+    char path[256];
+
+    snprintf(path, sizeof(path), "%s/%s", base, rel);
+    if (mkdir(path, 0755) != 0) {
+        perror(path);
+        exit(2);
+    }
+}
+
+/* Entries of @base other than those named in @keep (NULL-terminated). */
+static unsigned extra_entries(const char *const *keep)
+{
+    DIR *d = opendir(base);
+    struct dirent *de;
+    unsigned n = 0;
+
+    if (!d)
+        return 1000;
+    while ((de = readdir(d)) != NULL) {
+        bool known = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+
+        for (unsigned k = 0; keep[k] && !known; k++)
+            known = strcmp(de->d_name, keep[k]) == 0;
+        if (!known) {
+            fprintf(stderr, "left behind: %s\n", de->d_name);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+enum what { BUILD, PART, MERGE };
+
+static int run(enum what what, const char *out)
+{
+    static const char *const build_opts[] = {"jobs=2", "per_record=2", NULL};
+    char src[96], path[96], plan_opt[128], p1[96], p2[96];
+    const char *part_opts[] = {plan_opt, "part=1/2", "jobs=2", NULL};
+    const char *const parts[] = {p1, p2};
+
+    snprintf(src, sizeof(src), "%s/src", base);
+    snprintf(path, sizeof(path), "%s/%s", base, out);
+    snprintf(plan_opt, sizeof(plan_opt), "plan=%s/plan", base);
+    snprintf(p1, sizeof(p1), "%s/p1", base);
+    snprintf(p2, sizeof(p2), "%s/p2", base);
+    switch (what) {
+    case BUILD:
+        return pcrfs_build(src, path, build_opts, NULL, NULL);
+    case PART:
+        return pcrfs_build(NULL, path, part_opts, NULL, NULL);
+    default:
+        return pcrfs_merge(path, parts, 2, NULL, NULL, NULL);
+    }
+}
+
+/* Run @what once as it is, counting its allocations (T), then with its Nth
+ * allocation and every one after it failing, for N = 1..T. A run may succeed only
+ * if every failure it met was one the pipeline tolerates by design (a name in a
+ * message replaced by a fixed text). @keep: what @base holds before. */
+static void fail_each(enum what what, const char *name, const char *const *keep)
+{
+    unsigned long start = pcr_try_count, total, n, failures = 0;
+    char out[128];
+    int rc;
+
+    snprintf(out, sizeof(out), "%s/out", base);
+    rc = run(what, "out");
+    total = pcr_try_count - start;
+    CHECK(rc == 0, "%s: %s", name, pcrfs_errmsg());
+    CHECK(total > 0 && total <= MAX_N, "%s: %lu allocations", name, total);
+    pcr_remove_tree(out);
+    for (n = 1; n <= total && n <= MAX_N; n++) {
+        unsigned long tolerated = pcr_try_tolerated;
+
+        start = pcr_try_count;
+        __atomic_store_n(&pcr_try_fail_from, start + n, __ATOMIC_RELAXED);
+        rc = run(what, "out");
+        __atomic_store_n(&pcr_try_fail_from, 0, __ATOMIC_RELAXED);
+        if (rc == 0) {
+            CHECK(pcr_try_tolerated > tolerated && pcr_try_count - start >= n,
+                  "%s: N=%lu succeeded although an allocation failed", name, n);
+            pcr_remove_tree(out);
+            continue;
+        }
+        failures++;
+        CHECK(rc == -ENOMEM, "%s: N=%lu returned %d (%s)", name, n, rc, pcrfs_errmsg());
+        CHECK(strstr(pcrfs_errmsg(), "out of memory") != NULL, "%s: N=%lu said '%s'", name, n,
+              pcrfs_errmsg());
+        CHECK(access(out, F_OK) != 0, "%s: N=%lu left %s", name, n, out);
+        CHECK(extra_entries(keep) == 0, "%s: N=%lu left something behind", name, n);
+        pcr_remove_tree(out);
+    }
+    CHECK(failures > 0, "%s: no allocation of the pipeline failed", name);
+    printf("%s: %lu allocations; %lu of the %lu runs failed with -ENOMEM\n", name, total,
+           failures, n - 1);
+}
+
+int main(void)
+{
+    static const char *const plan_opts[] = {"per_record=2", NULL};
+    const char *const keep_src[] = {"src", NULL};
+    const char *const keep_plan[] = {"src", "plan", NULL};
+    const char *const keep_parts[] = {"src", "plan", "p1", "p2", NULL};
+    char src[96], plan[96], p1[96], p2[96];
+    const char *p1_opts[] = {NULL, "part=1/2", NULL}, *p2_opts[] = {NULL, "part=2/2", NULL};
+    char plan_opt[128];
+
+    snprintf(base, sizeof(base), "/tmp/pcrfs-buildoom.XXXXXX");
+    if (!mkdtemp(base)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    dir("src");
+    dir("src/a");
+    dir("src/a/deep");
+    dir("src/b");
+    put("src/top.txt", "top\n");
+    put("src/a/one.txt", "one\n");
+    put("src/a/two.txt", "two\n");
+    put("src/a/deep/three.txt", "three\n");
+    put("src/b/four.txt", "four\n");
+    put("src/b/five.txt", "five\n");
+
+    fail_each(BUILD, "build", keep_src);
+
+    /* a planned build: the plan, then part 1 under failures, then both parts and
+     * the merge under failures */
+    snprintf(src, sizeof(src), "%s/src", base);
+    snprintf(plan, sizeof(plan), "%s/plan", base);
+    snprintf(plan_opt, sizeof(plan_opt), "plan=%s", plan);
+    CHECK(pcrfs_build_plan(src, plan, plan_opts, NULL, NULL) == 0, "plan: %s", pcrfs_errmsg());
+    fail_each(PART, "part", keep_plan);
+    p1_opts[0] = p2_opts[0] = plan_opt;
+    snprintf(p1, sizeof(p1), "%s/p1", base);
+    snprintf(p2, sizeof(p2), "%s/p2", base);
+    CHECK(pcrfs_build(NULL, p1, p1_opts, NULL, NULL) == 0, "part 1: %s", pcrfs_errmsg());
+    CHECK(pcrfs_build(NULL, p2, p2_opts, NULL, NULL) == 0, "part 2: %s", pcrfs_errmsg());
+    fail_each(MERGE, "merge", keep_parts);
+
+    pcr_remove_tree(base);
+    return check_done("buildoom");
+}
