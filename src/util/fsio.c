@@ -34,7 +34,11 @@ int pcr_open_rel(int base, const char *rel, int flags)
     fd = pcr_open_noatime(base, rel, flags);
     if (fd >= 0 || errno != ENAMETOOLONG)
         return fd;
-    copy = pcr_xstrdup(rel);
+    copy = pcr_try_strdup(rel);
+    if (!copy) {
+        errno = ENOMEM;
+        return -1;
+    }
     cur = base;
     p = copy;
     while ((slash = strchr(p, '/')) != NULL) {

@@ -8,7 +8,8 @@
 
 /* Open without touching access times where the kernel allows (O_NOATIME falls back
  * when refused), and open a path relative to @base that may be longer than the
- * kernel takes at once. Both return a descriptor or -1 with errno. */
+ * kernel takes at once. Both return a descriptor or -1 with errno (ENOMEM too:
+ * neither exits). */
 int pcr_open_noatime(int dirfd, const char *path, int flags);
 int pcr_open_rel(int base, const char *rel, int flags);
 /* Remove the tree @path (a directory and everything under it, or a file) without

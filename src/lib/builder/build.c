@@ -70,13 +70,20 @@ static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
     struct dnode *c;
 
     (void)st;
-    if (b->ndirs == b->dircap)
-        b->dirs = pcr_xgrow(b->dirs, &b->dircap, 64, sizeof(*b->dirs));
+    if (b->ndirs == b->dircap) {
+        struct dnode *t = pcr_try_grow(b->dirs, &b->dircap, 64, sizeof(*b->dirs));
+
+        if (!t)
+            return pcr_bld_nomem(b);
+        b->dirs = t;
+    }
     c = &b->dirs[b->ndirs++];
     memset(c, 0, sizeof(*c));
     c->parent = parent + 1;
-    c->name = pcr_xstrdup(name);
-    c->rel = pcr_xstrdup(rel);
+    c->name = pcr_try_strdup(name);
+    c->rel = pcr_try_strdup(rel);
+    if (!c->name || !c->rel)
+        return pcr_bld_nomem(b); /* build_free() frees what there is */
     b->dirs[parent].nsubdirs++;
     /* the caller's chance to cancel (the walk polls the flag) */
     pcr_bld_progress(b->rep, PCRFS_BUILD_WALK, b->nfiles, 0, b->total_bytes, 0, false);
@@ -96,8 +103,13 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
         pcr_sbuf_free(&esc);
         return -1;
     }
-    if (b->nfiles == b->filecap)
-        b->files = pcr_xgrow(b->files, &b->filecap, 64, sizeof(*b->files));
+    if (b->nfiles == b->filecap) {
+        struct fnode *t = pcr_try_grow(b->files, &b->filecap, 64, sizeof(*b->files));
+
+        if (!t)
+            return pcr_bld_nomem(b);
+        b->files = t;
+    }
     b->files[b->nfiles].dir = d + 1;
     b->files[b->nfiles].name = *name;
     b->files[b->nfiles].size = (uint64_t)st->st_size;
@@ -120,12 +132,18 @@ int build_walk(struct build *b)
                                  .file = on_file};
     struct walk_opts o = {.rootfd = b->srcfd, .root_name = b->src, .stop = &b->rep->cancel};
 
-    b->dirs = pcr_xgrow(NULL, &b->dircap, 64, sizeof(*b->dirs));
+    int rc;
+
+    b->dirs = pcr_try_grow(NULL, &b->dircap, 64, sizeof(*b->dirs));
+    if (!b->dirs)
+        return pcr_bld_nomem(b);
     memset(&b->dirs[0], 0, sizeof(b->dirs[0]));
     b->dirs[0].parent = PCR_ROOT_DIR;
-    b->dirs[0].name = pcr_xstrdup("");
-    b->dirs[0].rel = pcr_xstrdup("");
     b->ndirs = 1;
+    b->dirs[0].name = pcr_try_strdup("");
+    b->dirs[0].rel = pcr_try_strdup("");
+    if (!b->dirs[0].name || !b->dirs[0].rel)
+        return pcr_bld_nomem(b);
     if (b->srcfd < 0)
         return 0; /* tokens only: the image tree is its root */
     for (unsigned k = 0; k < b->nexclude; k++) {
@@ -134,7 +152,10 @@ int build_walk(struct build *b)
         o.exclude[k].warn = b->exclude[k].store;
     }
     o.nexclude = b->nexclude;
-    return walk_tree(&o, &ops) < 0 ? -1 : 0;
+    rc = walk_tree(&o, &ops);
+    if (rc == -ENOMEM)
+        return pcr_bld_nomem(b);
+    return rc < 0 ? -1 : 0;
 }
 
 int build_add_dirs(struct build *b)
@@ -326,7 +347,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     const struct pcr_transcode_opts topts = {.drop_markers = b->drop_markers,
                                              .scripts = &b->scripts};
     struct pcr_sbuf esc = {0};
-    char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
+    char *rel = pcr_try_path_join(b->dirs[f->dir - 1].rel, f->name);
     uint8_t *src = NULL, *out = NULL;
     size_t len = 0, outlen = 0;
     struct stat st;
@@ -334,6 +355,11 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     int fd, rc;
 
     s->streamed = false;
+    if (!rel) {
+        rc = -ENOMEM;
+        fail(b, "out of memory");
+        goto out;
+    }
     /* A file that changes while it is read is read again: what is stored must be one
      * state of it. In a planned build it must still be the state the plan fixed. */
     for (unsigned attempt = 1;; attempt++) {
@@ -439,6 +465,9 @@ static int process(struct build *b, uint64_t i, struct slot *s)
     s->len = len;
     rc = 0;
 out:
+    /* whatever ran out (a read, the transcoder, a path), the build says -ENOMEM */
+    if (rc == -ENOMEM)
+        pcr_bld_set_nomem(b);
     free(rel);
     pcr_sbuf_free(&esc);
     return rc;
@@ -538,13 +567,28 @@ static unsigned start_workers(struct build *b, pthread_t *tids)
     return started;
 }
 
+/* File @f as messages name it, "REL/NAME" escaped into @esc (valid until its next
+ * use); cannot fail (sbuf.h). */
+static const char *file_name(const struct build *b, const struct fnode *f, struct pcr_sbuf *esc)
+{
+    const char *rel = b->dirs[f->dir - 1].rel;
+
+    pcr_sbuf_reset(esc);
+    if (rel[0]) {
+        pcr_escape(esc, rel, strlen(rel));
+        pcr_escape(esc, "/", 1);
+    }
+    pcr_escape(esc, f->name, strlen(f->name));
+    return esc->s ? esc->s : PCR_ESCAPE_NOMEM;
+}
+
 /* @return 0; -1 failed (message printed); -2 interrupted. */
 int build_transcode(struct build *b)
 {
-    struct pcr_item *items = pcr_xmalloc(sizeof(*items) * b->per_record);
-    struct stream *streams = pcr_xmalloc(sizeof(*streams) * b->per_record);
+    struct pcr_item *items = pcr_try_malloc(sizeof(*items) * b->per_record);
+    struct stream *streams = pcr_try_malloc(sizeof(*streams) * b->per_record);
     struct pcr_sbuf esc = {0};
-    pthread_t *tids = pcr_xmalloc(sizeof(*tids) * b->jobs);
+    pthread_t *tids = pcr_try_malloc(sizeof(*tids) * b->jobs);
     uint64_t done_bytes = 0, lo, i;
     unsigned t, started;
     int rc = 0;
@@ -559,18 +603,20 @@ int build_transcode(struct build *b)
     b->nslots = (uint64_t)b->per_record * WINDOW;
     if (b->nslots > nfiles)
         b->nslots = nfiles ? nfiles : 1;
-    b->slots = calloc(b->nslots, sizeof(*b->slots));
+    b->slots = items && streams && tids ? pcr_try_malloc(b->nslots * sizeof(*b->slots)) : NULL;
     if (!b->slots) {
-        pcr_bld_err("out of memory");
         free(items);
+        free(streams);
         free(tids);
-        return -1;
+        return pcr_bld_nomem(b);
     }
+    memset(b->slots, 0, b->nslots * sizeof(*b->slots));
     pcr_bld_progress(b->rep, PCRFS_BUILD_TRANSCODE, 0, nfiles, 0, total_bytes, false);
 
     started = start_workers(b, tids);
     if (!started) {
         free(items);
+        free(streams);
         free(tids);
         return -1;
     }
@@ -588,23 +634,13 @@ int build_transcode(struct build *b)
                 rc = -1;
                 break;
             }
-            if (s->changed) {
-                char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
-
+            if (s->changed)
                 pcr_bld_warn("%s changed while being read, %d times: stored as last read",
-                             pcr_escaped(&esc, rel), READ_ATTEMPTS);
-                free(rel);
-            }
+                             file_name(b, f, &esc), READ_ATTEMPTS);
             if (s->kind == PCR_KIND_VERBATIM) {
-                char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
-
-                pcr_bld_warn("stored verbatim: %s: %s", pcr_escaped(&esc, rel), s->note);
-                free(rel);
+                pcr_bld_warn("stored verbatim: %s: %s", file_name(b, f, &esc), s->note);
             } else if (b->quality && !s->has_quality) {
-                char *rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name);
-
-                pcr_bld_warn("no per-level MS-SSIM for %s: %s", pcr_escaped(&esc, rel), s->note);
-                free(rel);
+                pcr_bld_warn("no per-level MS-SSIM for %s: %s", file_name(b, f, &esc), s->note);
                 b->unmeasured++;
             }
             items[i - lo] = (struct pcr_item){
@@ -626,10 +662,15 @@ int build_transcode(struct build *b)
                 struct stream *c = &streams[i - lo];
 
                 *c = (struct stream){.b = b,
-                                     .rel = pcr_path_join(b->dirs[f->dir - 1].rel, f->name),
+                                     .rel = pcr_try_path_join(b->dirs[f->dir - 1].rel, f->name),
                                      .fd = -1,
                                      .size = s->len,
                                      .mtime_ns = s->mtime_ns};
+                if (!c->rel) {
+                    /* not counted in filled: nothing of it to release */
+                    rc = pcr_bld_nomem(b);
+                    break;
+                }
                 items[i - lo].data = NULL;
                 items[i - lo].read = stream_read;
                 items[i - lo].read_arg = c;

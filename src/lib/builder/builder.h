@@ -59,11 +59,14 @@ int pcr_bld_progress(struct pcr_bld_report *r, unsigned stage, uint64_t done, ui
  * is kept for pcrfs_errmsg(): pcr_bld_first_error()), a warning. */
 void pcr_bld_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pcr_bld_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Out of memory in build @b, from any thread: the build returns -ENOMEM (unless it
- * failed otherwise before) and says "out of memory" once. @return -1, the value the
- * phases return when they failed (reported). */
+/* Out of memory in build @b: the build returns -ENOMEM (unless it failed otherwise
+ * before) and says "out of memory" once. @return -1, the value the phases return
+ * when they failed (reported). pcr_bld_set_nomem() only sets the result, for a
+ * worker thread, whose message goes through the build's first worker failure
+ * (build.c); @return true the first time. */
 struct build;
 int pcr_bld_nomem(struct build *b);
+bool pcr_bld_set_nomem(struct build *b);
 /* Forget this thread's first error; the first error since ("" if none). */
 void pcr_bld_clear_error(void);
 const char *pcr_bld_first_error(void);

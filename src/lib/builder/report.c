@@ -56,14 +56,19 @@ void pcr_bld_warn(const char *fmt, ...)
     va_end(ap);
 }
 
-int pcr_bld_nomem(struct build *b)
+bool pcr_bld_set_nomem(struct build *b)
 {
     int none = 0;
 
     /* The first failure decides what the build returns; a worker may get here while
      * the main thread sets b->err for another reason. */
-    if (__atomic_compare_exchange_n(&b->err, &none, -ENOMEM, false, __ATOMIC_RELAXED,
-                                    __ATOMIC_RELAXED))
+    return __atomic_compare_exchange_n(&b->err, &none, -ENOMEM, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
+int pcr_bld_nomem(struct build *b)
+{
+    if (pcr_bld_set_nomem(b))
         pcr_bld_err("out of memory");
     return -1;
 }

@@ -23,7 +23,7 @@ struct walk {
     const struct walk_ops *ops;
     struct wnode *dirs;
     uint64_t ndirs, cap;
-    struct pcr_sbuf esc, path; /* message buffers */
+    struct pcr_sbuf esc; /* the message buffer */
 };
 
 static int cmp_name(const void *a, const void *b)
@@ -32,18 +32,20 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* How an entry is named in messages (valid until the next call). */
+/* How an entry is named in messages (valid until the next call). ROOT/REL is
+ * escaped piece by piece, which gives the text escaping it whole would ("/" is
+ * never part of a multibyte character), and cannot fail (sbuf.h). */
 static const char *display(struct walk *w, const char *rel)
 {
     if (!w->o->prefix_root)
         return rel[0] ? pcr_escaped(&w->esc, rel) : w->o->root_name;
-    pcr_sbuf_reset(&w->path);
-    pcr_sbuf_add(&w->path, w->o->root_name, strlen(w->o->root_name));
+    pcr_sbuf_reset(&w->esc);
+    pcr_escape(&w->esc, w->o->root_name, strlen(w->o->root_name));
     if (rel[0]) {
-        pcr_sbuf_add(&w->path, "/", 1);
-        pcr_sbuf_add(&w->path, rel, strlen(rel));
+        pcr_escape(&w->esc, "/", 1);
+        pcr_escape(&w->esc, rel, strlen(rel));
     }
-    return pcr_escaped(&w->esc, w->path.s);
+    return w->esc.s ? w->esc.s : PCR_ESCAPE_NOMEM;
 }
 
 static int error(struct walk *w, const char *what, const char *rel, int e)
@@ -85,7 +87,7 @@ static bool stopped(const struct walk *w)
 }
 
 /* Read the names in directory @d, sorted. @return the open directory, or NULL
- * (reported; *rc -1 if the callback said stop). */
+ * (reported; *rc -1 if the callback said stop; -ENOMEM, not reported). */
 static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_out, int *rc)
 {
     const char *rel = w->dirs[d].rel;
@@ -109,9 +111,25 @@ static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_
     while ((errno = 0, de = readdir(dir)) != NULL) {
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
-        if (n == cap)
-            names = pcr_xgrow(names, &cap, 64, sizeof(*names));
-        names[n++] = pcr_xstrdup(de->d_name);
+        if (n == cap) {
+            char **t = pcr_try_grow(names, &cap, 64, sizeof(*names));
+
+            if (!t)
+                break;
+            names = t;
+        }
+        names[n] = pcr_try_strdup(de->d_name);
+        if (!names[n])
+            break;
+        n++;
+    }
+    if (de) { /* out of memory */
+        while (n)
+            free(names[--n]);
+        free(names);
+        closedir(dir);
+        *rc = -ENOMEM;
+        return NULL;
     }
     if (errno)
         *rc = error(w, "reading directory", rel, errno);
@@ -122,7 +140,7 @@ static DIR *read_names(struct walk *w, uint64_t d, char ***names_out, size_t *n_
     return dir;
 }
 
-/* A subdirectory: enter it, or say why not. */
+/* A subdirectory: enter it, or say why not. @return 0, -1 (stop) or -ENOMEM. */
 static int subdir(struct walk *w, uint64_t d, const char *name, const char *rel,
                   const struct stat *st)
 {
@@ -140,20 +158,30 @@ static int subdir(struct walk *w, uint64_t d, const char *name, const char *rel,
                      "symbolic link loop (a directory that contains it)");
         return 0;
     }
-    if (w->ndirs == w->cap)
-        w->dirs = pcr_xgrow(w->dirs, &w->cap, 64, sizeof(*w->dirs));
-    w->dirs[w->ndirs++] =
-        (struct wnode){.parent = d, .rel = pcr_xstrdup(rel), .dev = st->st_dev, .ino = st->st_ino};
+    if (w->ndirs == w->cap) {
+        struct wnode *t = pcr_try_grow(w->dirs, &w->cap, 64, sizeof(*w->dirs));
+
+        if (!t)
+            return -ENOMEM;
+        w->dirs = t;
+    }
+    w->dirs[w->ndirs] = (struct wnode){
+        .parent = d, .rel = pcr_try_strdup(rel), .dev = st->st_dev, .ino = st->st_ino};
+    if (!w->dirs[w->ndirs].rel)
+        return -ENOMEM;
+    w->ndirs++;
     return w->ops->dir(w->ops->ctx, d, name, rel, st);
 }
 
-/* One entry of directory @d (open as @dfd). @return 0 or -1 (stop). */
+/* One entry of directory @d (open as @dfd). @return 0, -1 (stop) or -ENOMEM. */
 static int entry(struct walk *w, uint64_t d, int dfd, char **name)
 {
-    char *rel = pcr_path_join(w->dirs[d].rel, *name);
+    char *rel = pcr_try_path_join(w->dirs[d].rel, *name);
     struct stat st, lst;
     int rc = 0;
 
+    if (!rel)
+        return -ENOMEM;
     if (fstatat(dfd, *name, &st, 0) < 0) {
         int e = errno;
 
@@ -208,10 +236,13 @@ int walk_tree(const struct walk_opts *o, const struct walk_ops *ops)
 
     if (fstat(o->rootfd, &st) < 0)
         return error(&w, "cannot stat", "", errno) < 0 ? -1 : 0;
-    w.dirs = pcr_xgrow(NULL, &w.cap, 64, sizeof(*w.dirs));
+    w.dirs = pcr_try_grow(NULL, &w.cap, 64, sizeof(*w.dirs));
+    if (!w.dirs)
+        return -ENOMEM;
     w.dirs[0] =
-        (struct wnode){.parent = 0, .rel = pcr_xstrdup(""), .dev = st.st_dev, .ino = st.st_ino};
-    w.ndirs = 1;
+        (struct wnode){.parent = 0, .rel = pcr_try_strdup(""), .dev = st.st_dev, .ino = st.st_ino};
+    w.ndirs = w.dirs[0].rel ? 1 : 0;
+    rc = w.ndirs ? 0 : -ENOMEM;
     for (uint64_t d = 0; d < w.ndirs && rc == 0; d++) {
         if (stopped(&w))
             break;
@@ -223,6 +254,5 @@ int walk_tree(const struct walk_opts *o, const struct walk_ops *ops)
         free(w.dirs[d].rel);
     free(w.dirs);
     pcr_sbuf_free(&w.esc);
-    pcr_sbuf_free(&w.path);
     return rc;
 }

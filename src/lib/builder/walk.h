@@ -60,7 +60,8 @@ struct walk_opts {
     volatile sig_atomic_t *stop; /* polled between entries (the caller cancelled); may be NULL */
 };
 
-/* Walk the tree. @return 0 done; -1 a callback said stop; -2 *stop was set. */
+/* Walk the tree. @return 0 done; -1 a callback said stop; -2 *stop was set;
+ * -ENOMEM out of memory (not reported: the caller's pcr_bld_nomem()). */
 int walk_tree(const struct walk_opts *o, const struct walk_ops *ops);
 
 #endif
