@@ -1,9 +1,11 @@
-/* The build pipeline out of memory: pcrfs_build(), a planned build's part and
- * pcrfs_merge() with the Nth of the pipeline's allocations failing (util/xalloc.h,
- * pcr_try_fail_from), for every N up to the build's count. Each run must return
- * -ENOMEM (or succeed, when the build made fewer than N allocations), say "out of
- * memory", and leave nothing behind: no STORE, no temporary directory. Leaks are
- * the unit suite's valgrind and ASan runs' to find. */
+/* The build pipeline out of memory: pcrfs_build(), pcrfs_build_plan(), a planned
+ * build's part and pcrfs_merge() with the Nth of the pipeline's allocations failing
+ * (util/xalloc.h, pcr_try_fail_from), and every one after it, for every N up to the
+ * run's count. Each run must return -ENOMEM and say so ("out of memory", or the
+ * errno's text after a file's name), and leave nothing behind: no STORE, no
+ * temporary directory or file; only a failure the pipeline tolerates by design (a
+ * name in a message) may let it succeed. Leaks are the unit suite's valgrind and
+ * ASan runs' to find. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -84,7 +86,7 @@ static unsigned extra_entries(const char *const *keep)
     return n;
 }
 
-enum what { BUILD, PART, MERGE };
+enum what { BUILD, PLAN, PART, MERGE };
 
 static int run(enum what what, const char *out)
 {
@@ -101,6 +103,8 @@ static int run(enum what what, const char *out)
     switch (what) {
     case BUILD:
         return pcrfs_build(src, path, build_opts, NULL, NULL);
+    case PLAN:
+        return pcrfs_build_plan(src, path, build_opts + 1, NULL, NULL);
     case PART:
         return pcrfs_build(NULL, path, part_opts, NULL, NULL);
     default:
@@ -178,6 +182,7 @@ int main(void)
     put_big("src/b/big.bin", (5u << 20) + 3);
 
     fail_each(BUILD, "build", keep_src);
+    fail_each(PLAN, "plan", keep_src);
 
     /* a planned build: the plan, then part 1 under failures, then both parts and
      * the merge under failures */

@@ -19,7 +19,14 @@ struct out {
     FILE *f;
     struct pcr_xxh64 h;
     struct pcr_sbuf line;
+    bool nomem; /* a line could not be held: nothing more is written, the plan fails */
 };
+
+static void add(struct out *o, const void *data, size_t len)
+{
+    if (!o->nomem && pcr_sbuf_try_add(&o->line, data, len) < 0)
+        o->nomem = true;
+}
 
 static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -32,7 +39,7 @@ static void put(struct out *o, const char *fmt, ...)
     va_start(ap, fmt);
     n = vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    pcr_sbuf_add(&o->line, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+    add(o, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
 /* A name or value: every byte up to space, '%' and DEL as %XX, so that a line
@@ -47,30 +54,32 @@ static void put_esc(struct out *o, const char *s, size_t len)
         if (c <= ' ' || c == '%' || c == 0x7f) {
             char e[3] = {'%', hex[c >> 4], hex[c & 15]};
 
-            pcr_sbuf_add(&o->line, e, 3);
+            add(o, e, 3);
         } else {
-            pcr_sbuf_add(&o->line, &s[i], 1);
+            add(o, &s[i], 1);
         }
     }
 }
 
 static void end_line(struct out *o)
 {
-    pcr_sbuf_add(&o->line, "\n", 1);
+    add(o, "\n", 1);
+    if (o->nomem)
+        return;
     /* pcr_sbuf keeps a NUL after its bytes: len is the text's */
     pcr_xxh64_update(&o->h, o->line.s, o->line.len);
     fwrite(o->line.s, 1, o->line.len, o->f);
     pcr_sbuf_reset(&o->line);
 }
 
-int plan_write(const struct build *b, const char *path)
+int plan_write(struct build *b, const char *path)
 {
     struct out o = {0};
     char *tmp;
     int e = 0;
 
     if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
-        pcr_oom();
+        return pcr_bld_nomem(b);
     o.f = fopen(tmp, "wx");
     if (!o.f) {
         pcr_bld_err("%s: %s", tmp, strerror(errno));
@@ -138,9 +147,14 @@ int plan_write(const struct build *b, const char *path)
         e = e ? e : errno;
     if (fclose(o.f) != 0)
         e = e ? e : errno;
+    if (!e && o.nomem)
+        e = ENOMEM;
     if (!e && rename(tmp, path) != 0)
         e = errno;
-    if (e) {
+    if (e == ENOMEM && o.nomem) {
+        pcr_bld_nomem(b);
+        unlink(tmp);
+    } else if (e) {
         pcr_bld_err("writing %s: %s", path, strerror(e));
         unlink(tmp);
     }
@@ -249,12 +263,18 @@ static int key_num(struct in *in, const char *key, uint64_t max, uint64_t *out)
     return 0;
 }
 
-/* A line "KEY VALUE" with an escaped string: a copy. */
-static char *key_str(struct in *in, const char *key)
+/* A line "KEY VALUE" with an escaped string: a copy into *@out. @return 0 or -1
+ * (reported). */
+static int key_str(struct in *in, struct build *b, const char *key, char **out)
 {
-    if (next_line(in, 2) != 2 || strcmp(in->tok[0], key) != 0 || !unescape(in->tok[1]))
-        return NULL;
-    return pcr_xstrdup(in->tok[1]);
+    if (next_line(in, 2) != 2 || strcmp(in->tok[0], key) != 0 || !unescape(in->tok[1])) {
+        char what[96];
+
+        snprintf(what, sizeof(what), "want \"%s PATH\"", key);
+        return bad(in, what);
+    }
+    *out = pcr_try_strdup(in->tok[1]);
+    return *out ? 0 : pcr_bld_nomem(b);
 }
 
 static int read_options(struct in *in, struct build *b)
@@ -276,9 +296,9 @@ static int read_options(struct in *in, struct build *b)
     if (key_num(in, "created", INT64_MAX, &v))
         return -1;
     b->created = (int64_t)v;
-    b->src = b->src_owned = key_str(in, "source");
-    if (!b->src)
-        return bad(in, "want \"source PATH\"");
+    if (key_str(in, b, "source", &b->src_owned) < 0)
+        return -1;
+    b->src = b->src_owned;
     if (strcmp(b->src, "-") == 0) {
         free(b->src_owned);
         b->src = b->src_owned = NULL;
@@ -296,7 +316,9 @@ static int read_options(struct in *in, struct build *b)
             pcr_scripts_parse(in->tok[3], strlen(in->tok[3]), in->tok[2], &b->scripts, why,
                               sizeof(why)) < 0)
             return bad(in, why[0] ? why : "bad scan script");
-        b->scans_text = pcr_xstrdup(in->tok[3]);
+        b->scans_text = pcr_try_strdup(in->tok[3]);
+        if (!b->scans_text)
+            return pcr_bld_nomem(b);
     } else {
         return bad(in, "want \"scans preset NAME\" or \"scans file LABEL TEXT\"");
     }
@@ -324,10 +346,17 @@ static int read_tokopts(struct in *in, struct build *b, uint64_t *ndirs)
         if (strcmp(in->tok[0], "tokopt") != 0 || in->ntok != 3 ||
             !num(in->tok[1], INT32_MAX, &code) || !unescape(in->tok[2]))
             return bad(in, "want \"tokopt CODE VALUE\" or \"dirs D\"");
-        if (b->ntokopts == cap)
-            b->tokopts = pcr_xgrow(b->tokopts, &cap, 8, sizeof(*b->tokopts));
-        b->tokopts[b->ntokopts].code = (int)code;
-        b->tokopts[b->ntokopts++].value = pcr_xstrdup(in->tok[2]);
+        if (b->ntokopts == cap) {
+            void *t = pcr_try_grow(b->tokopts, &cap, 8, sizeof(*b->tokopts));
+
+            if (!t)
+                return pcr_bld_nomem(b);
+            b->tokopts = t;
+        }
+        b->tokopts[b->ntokopts].value = pcr_try_strdup(in->tok[2]);
+        if (!b->tokopts[b->ntokopts].value)
+            return pcr_bld_nomem(b);
+        b->tokopts[b->ntokopts++].code = (int)code;
     }
 }
 
@@ -335,7 +364,9 @@ static int read_dirs(struct in *in, struct build *b, uint64_t ndirs)
 {
     if (ndirs < 1)
         return bad(in, "no root directory");
-    b->dirs = pcr_xgrow(NULL, &b->dircap, ndirs, sizeof(*b->dirs));
+    b->dirs = pcr_try_grow(NULL, &b->dircap, ndirs, sizeof(*b->dirs));
+    if (!b->dirs)
+        return pcr_bld_nomem(b);
     for (uint64_t d = 0; d < ndirs; d++) {
         struct dnode *n = &b->dirs[d];
         uint64_t v[5];
@@ -354,9 +385,13 @@ static int read_dirs(struct in *in, struct build *b, uint64_t ndirs)
         n->nsubdirs = v[2];
         n->first_file = v[3];
         n->nfiles = v[4];
-        n->name = pcr_xstrdup(in->tok[6]);
-        n->rel = d == 0 ? pcr_xstrdup("") : pcr_path_join(b->dirs[v[0] - 1].rel, n->name);
-        b->ndirs++;
+        b->ndirs++; /* build_free() frees what it holds from now on */
+        n->name = pcr_try_strdup(in->tok[6]);
+        if (!n->name)
+            return pcr_bld_nomem(b);
+        n->rel = d == 0 ? pcr_try_strdup("") : pcr_try_path_join(b->dirs[v[0] - 1].rel, n->name);
+        if (!n->rel)
+            return pcr_bld_nomem(b);
     }
     return 0;
 }
@@ -367,7 +402,9 @@ static int read_files(struct in *in, struct build *b)
 
     if (key_num(in, "files", (uint64_t)1 << 40, &nfiles))
         return -1;
-    b->files = pcr_xgrow(NULL, &b->filecap, nfiles ? nfiles : 1, sizeof(*b->files));
+    b->files = pcr_try_grow(NULL, &b->filecap, nfiles ? nfiles : 1, sizeof(*b->files));
+    if (!b->files)
+        return pcr_bld_nomem(b);
     for (uint64_t i = 0; i < nfiles; i++) {
         struct fnode *f = &b->files[i];
         uint64_t mt;
@@ -384,7 +421,9 @@ static int read_files(struct in *in, struct build *b)
             return bad(in, "a file outside every directory's range");
         f->dir = d + 1;
         f->mtime_ns = (int64_t)mt;
-        f->name = pcr_xstrdup(in->tok[3]);
+        f->name = pcr_try_strdup(in->tok[3]);
+        if (!f->name)
+            return pcr_bld_nomem(b);
         b->nfiles++;
         b->total_bytes += f->size;
     }

@@ -32,10 +32,11 @@
 #include "builder/builder.h"
 
 /* Write the plan of the walked build @b to @path (atomically: a temporary file
- * beside it, renamed). @return 0 or -1 (reported). */
-int plan_write(const struct build *b, const char *path);
+ * beside it, renamed). @return 0 or -1 (reported; out of memory, the build's
+ * result is -ENOMEM). */
+int plan_write(struct build *b, const char *path);
 /* Read the plan at @path into @b (options, tree, stamps, token options, its hash).
- * @return 0 or -1 (reported). */
+ * @return 0 or -1 (reported; out of memory as for plan_write()). */
 int plan_read(struct build *b, const char *path);
 
 #endif
