@@ -74,7 +74,7 @@ static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
         struct dnode *t = pcr_try_grow(b->dirs, &b->dircap, 64, sizeof(*b->dirs));
 
         if (!t)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
         b->dirs = t;
     }
     c = &b->dirs[b->ndirs++];
@@ -83,7 +83,7 @@ static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
     c->name = pcr_try_strdup(name);
     c->rel = pcr_try_strdup(rel);
     if (!c->name || !c->rel)
-        return pcr_bld_nomem(b); /* build_free() frees what there is */
+        return pcr_bld_nomem(b->rep); /* build_free() frees what there is */
     b->dirs[parent].nsubdirs++;
     /* the caller's chance to cancel (the walk polls the flag) */
     pcr_bld_progress(b->rep, PCRFS_BUILD_WALK, b->nfiles, 0, b->total_bytes, 0, false);
@@ -107,7 +107,7 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
         struct fnode *t = pcr_try_grow(b->files, &b->filecap, 64, sizeof(*b->files));
 
         if (!t)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
         b->files = t;
     }
     b->files[b->nfiles].dir = d + 1;
@@ -136,14 +136,14 @@ int build_walk(struct build *b)
 
     b->dirs = pcr_try_grow(NULL, &b->dircap, 64, sizeof(*b->dirs));
     if (!b->dirs)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     memset(&b->dirs[0], 0, sizeof(b->dirs[0]));
     b->dirs[0].parent = PCR_ROOT_DIR;
     b->ndirs = 1;
     b->dirs[0].name = pcr_try_strdup("");
     b->dirs[0].rel = pcr_try_strdup("");
     if (!b->dirs[0].name || !b->dirs[0].rel)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     if (b->srcfd < 0)
         return 0; /* tokens only: the image tree is its root */
     for (unsigned k = 0; k < b->nexclude; k++) {
@@ -154,7 +154,7 @@ int build_walk(struct build *b)
     o.nexclude = b->nexclude;
     rc = walk_tree(&o, &ops);
     if (rc == -ENOMEM)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     return rc < 0 ? -1 : 0;
 }
 
@@ -467,7 +467,7 @@ static int process(struct build *b, uint64_t i, struct slot *s)
 out:
     /* whatever ran out (a read, the transcoder, a path), the build says -ENOMEM */
     if (rc == -ENOMEM)
-        pcr_bld_set_nomem(b);
+        pcr_bld_set_nomem(b->rep);
     free(rel);
     pcr_sbuf_free(&esc);
     return rc;
@@ -608,7 +608,7 @@ int build_transcode(struct build *b)
         free(items);
         free(streams);
         free(tids);
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     }
     memset(b->slots, 0, b->nslots * sizeof(*b->slots));
     pcr_bld_progress(b->rep, PCRFS_BUILD_TRANSCODE, 0, nfiles, 0, total_bytes, false);
@@ -668,7 +668,7 @@ int build_transcode(struct build *b)
                                      .mtime_ns = s->mtime_ns};
                 if (!c->rel) {
                     /* not counted in filled: nothing of it to release */
-                    rc = pcr_bld_nomem(b);
+                    rc = pcr_bld_nomem(b->rep);
                     break;
                 }
                 items[i - lo].data = NULL;

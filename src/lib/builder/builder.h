@@ -43,12 +43,14 @@
 #include "util/sbuf.h"
 #include "util/xalloc.h"
 
-/* Where a build reports to: the caller's callbacks, and the cancel flag every
- * loop polls (set when the progress callback returns nonzero). */
+/* Where a build reports to: the caller's callbacks, the cancel flag every loop
+ * polls (set when the progress callback returns nonzero), and whether memory ran
+ * out (any thread; the build then returns -ENOMEM). */
 struct pcr_bld_report {
     const struct pcrfs_build_cb *cb; /* NULL: nothing to call */
     void *ctx;
     volatile sig_atomic_t cancel;
+    int nomem; /* set once, atomically (pcr_bld_set_nomem()) */
 };
 
 /* Tell the caller where stage @stage stands (see struct pcrfs_build_progress).
@@ -59,14 +61,14 @@ int pcr_bld_progress(struct pcr_bld_report *r, unsigned stage, uint64_t done, ui
  * is kept for pcrfs_errmsg(): pcr_bld_first_error()), a warning. */
 void pcr_bld_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pcr_bld_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Out of memory in build @b: the build returns -ENOMEM (unless it failed otherwise
- * before) and says "out of memory" once. @return -1, the value the phases return
- * when they failed (reported). pcr_bld_set_nomem() only sets the result, for a
- * worker thread, whose message goes through the build's first worker failure
- * (build.c); @return true the first time. */
-struct build;
-int pcr_bld_nomem(struct build *b);
-bool pcr_bld_set_nomem(struct build *b);
+/* Out of memory in the build reporting to @r: it returns -ENOMEM (unless it failed
+ * otherwise before: struct build's err) and says "out of memory" once. @return -1,
+ * the value the phases return when they failed (reported). pcr_bld_set_nomem()
+ * only sets the flag, for a worker thread, whose message goes through the build's
+ * first worker failure (build.c); @return true the first time. Both ignore a NULL
+ * @r (an option check, which builds nothing). */
+int pcr_bld_nomem(struct pcr_bld_report *r);
+bool pcr_bld_set_nomem(struct pcr_bld_report *r);
 /* Forget this thread's first error; the first error since ("" if none). */
 void pcr_bld_clear_error(void);
 const char *pcr_bld_first_error(void);

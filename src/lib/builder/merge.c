@@ -92,7 +92,7 @@ int merge_run(struct build *b, const char *const *dirs, unsigned n)
     int rc = -1;
 
     if (!p)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     for (unsigned i = 0; i < n; i++)
         p[i].dir = dirs[i];
     if (check_parts(p, n) < 0)

@@ -79,7 +79,7 @@ int plan_write(struct build *b, const char *path)
     int e = 0;
 
     if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     o.f = fopen(tmp, "wx");
     if (!o.f) {
         pcr_bld_err("%s: %s", tmp, strerror(errno));
@@ -152,7 +152,7 @@ int plan_write(struct build *b, const char *path)
     if (!e && rename(tmp, path) != 0)
         e = errno;
     if (e == ENOMEM && o.nomem) {
-        pcr_bld_nomem(b);
+        pcr_bld_nomem(b->rep);
         unlink(tmp);
     } else if (e) {
         pcr_bld_err("writing %s: %s", path, strerror(e));
@@ -274,7 +274,7 @@ static int key_str(struct in *in, struct build *b, const char *key, char **out)
         return bad(in, what);
     }
     *out = pcr_try_strdup(in->tok[1]);
-    return *out ? 0 : pcr_bld_nomem(b);
+    return *out ? 0 : pcr_bld_nomem(b->rep);
 }
 
 static int read_options(struct in *in, struct build *b)
@@ -318,7 +318,7 @@ static int read_options(struct in *in, struct build *b)
             return bad(in, why[0] ? why : "bad scan script");
         b->scans_text = pcr_try_strdup(in->tok[3]);
         if (!b->scans_text)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
     } else {
         return bad(in, "want \"scans preset NAME\" or \"scans file LABEL TEXT\"");
     }
@@ -350,12 +350,12 @@ static int read_tokopts(struct in *in, struct build *b, uint64_t *ndirs)
             void *t = pcr_try_grow(b->tokopts, &cap, 8, sizeof(*b->tokopts));
 
             if (!t)
-                return pcr_bld_nomem(b);
+                return pcr_bld_nomem(b->rep);
             b->tokopts = t;
         }
         b->tokopts[b->ntokopts].value = pcr_try_strdup(in->tok[2]);
         if (!b->tokopts[b->ntokopts].value)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
         b->tokopts[b->ntokopts++].code = (int)code;
     }
 }
@@ -366,7 +366,7 @@ static int read_dirs(struct in *in, struct build *b, uint64_t ndirs)
         return bad(in, "no root directory");
     b->dirs = pcr_try_grow(NULL, &b->dircap, ndirs, sizeof(*b->dirs));
     if (!b->dirs)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     for (uint64_t d = 0; d < ndirs; d++) {
         struct dnode *n = &b->dirs[d];
         uint64_t v[5];
@@ -388,10 +388,10 @@ static int read_dirs(struct in *in, struct build *b, uint64_t ndirs)
         b->ndirs++; /* build_free() frees what it holds from now on */
         n->name = pcr_try_strdup(in->tok[6]);
         if (!n->name)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
         n->rel = d == 0 ? pcr_try_strdup("") : pcr_try_path_join(b->dirs[v[0] - 1].rel, n->name);
         if (!n->rel)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
     }
     return 0;
 }
@@ -404,7 +404,7 @@ static int read_files(struct in *in, struct build *b)
         return -1;
     b->files = pcr_try_grow(NULL, &b->filecap, nfiles ? nfiles : 1, sizeof(*b->files));
     if (!b->files)
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     for (uint64_t i = 0; i < nfiles; i++) {
         struct fnode *f = &b->files[i];
         uint64_t mt;
@@ -423,7 +423,7 @@ static int read_files(struct in *in, struct build *b)
         f->mtime_ns = (int64_t)mt;
         f->name = pcr_try_strdup(in->tok[3]);
         if (!f->name)
-            return pcr_bld_nomem(b);
+            return pcr_bld_nomem(b->rep);
         b->nfiles++;
         b->total_bytes += f->size;
     }

@@ -1,6 +1,5 @@
 /* pcrfs build — where a build reports to (see builder.h): the caller's
  * progress callback, which may cancel, and the log hook, which gets every message. */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include "builder/builder.h"
@@ -56,19 +55,15 @@ void pcr_bld_warn(const char *fmt, ...)
     va_end(ap);
 }
 
-bool pcr_bld_set_nomem(struct build *b)
+bool pcr_bld_set_nomem(struct pcr_bld_report *r)
 {
-    int none = 0;
-
-    /* The first failure decides what the build returns; a worker may get here while
-     * the main thread sets b->err for another reason. */
-    return __atomic_compare_exchange_n(&b->err, &none, -ENOMEM, false, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED);
+    /* workers and the main thread may get here at once: one of them says it */
+    return r && __atomic_exchange_n(&r->nomem, 1, __ATOMIC_RELAXED) == 0;
 }
 
-int pcr_bld_nomem(struct build *b)
+int pcr_bld_nomem(struct pcr_bld_report *r)
 {
-    if (pcr_bld_set_nomem(b))
+    if (pcr_bld_set_nomem(r))
         pcr_bld_err("out of memory");
     return -1;
 }

@@ -320,7 +320,7 @@ static int start_writer(struct build *b, const struct pcr_writer_opts *wopts)
     if (!tmpdir_copy) {
         pcr_writer_abort(b->w);
         b->w = NULL;
-        return pcr_bld_nomem(b);
+        return pcr_bld_nomem(b->rep);
     }
     prev_oom_hook = pcr_oom_hook;
     pcr_oom_hook = on_oom;
@@ -364,7 +364,9 @@ static int failed(const struct build *b)
 {
     if (b->rep->cancel)
         return -ECANCELED;
-    return b->err ? b->err : -EIO;
+    if (b->err)
+        return b->err;
+    return __atomic_load_n(&b->rep->nomem, __ATOMIC_RELAXED) ? -ENOMEM : -EIO;
 }
 
 int pcr_bld_plan(struct pcr_bld_opts *o, const char *src, const char *plan)
@@ -380,7 +382,7 @@ int pcr_bld_plan(struct pcr_bld_opts *o, const char *src, const char *plan)
     }
     rc = load_scripts(o->scans, &b->scripts, &b->scans_text, msg, sizeof(msg));
     if (rc == -ENOMEM) {
-        pcr_bld_nomem(b);
+        pcr_bld_nomem(b->rep);
         return failed(b);
     }
     if (rc < 0) {
@@ -476,7 +478,7 @@ int pcr_bld_build(struct pcr_bld_opts *o, const char *src, const char *out)
     }
     rc = part ? 0 : load_scripts(o->scans, &b->scripts, &b->scans_text, err, sizeof(err));
     if (rc == -ENOMEM) {
-        pcr_bld_nomem(b);
+        pcr_bld_nomem(b->rep);
         return failed(b);
     }
     if (rc < 0) {
