@@ -379,8 +379,8 @@ PCRFS_API int pcrfs_is_remote(const char *path_or_url);
  * pcrfs_errmsg() then holds the first error. A failed or cancelled build leaves
  * nothing behind (the store is written in a temporary directory beside @out and
  * renamed into place at the end). A process runs one build at a time; a build
- * that runs out of memory removes its temporary directory and exits the process
- * (status 1), as mkpcrfs always did. */
+ * that runs out of memory fails with -ENOMEM like any other failure (it never
+ * exits the process). */
 
 /* The stages a build goes through, in this order (a stage may be absent). */
 #define PCRFS_BUILD_WALK        1 /* the source tree is read: total 0, done = files so far */
@@ -424,8 +424,8 @@ struct pcrfs_build_cb {
  * and @out is the part's directory. @return 0; -EINVAL a bad option or value (a
  * usage error: nothing was read); -EEXIST @out exists (force=1 replaces a pcrfs
  * store); -ENOTDIR @out is something else; -ECANCELED cancelled; -EBUSY another
- * build runs in this process; -EIO (or another errno) the build failed (its
- * messages went to the log hook). */
+ * build runs in this process; -ENOMEM out of memory; -EIO (or another errno) the
+ * build failed (its messages went to the log hook). */
 PCRFS_API int pcrfs_build(const char *src, const char *out, const char *const *options,
                           const struct pcrfs_build_cb *cb, void *ctx);
 /* Walk @src and write the plan @plan of a build on many machines (mkpcrfs(1),

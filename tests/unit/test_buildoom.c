@@ -1,5 +1,5 @@
 /* The build pipeline out of memory: pcrfs_build(), pcrfs_build_plan(), a planned
- * build's part and pcrfs_merge() with the Nth of the pipeline's allocations failing
+ * build's part and pcrfs_merge(), and a build with tokens=, with the Nth of the pipeline's allocations failing
  * (util/xalloc.h, pcr_try_fail_from), and every one after it, for every N up to the
  * run's count. Each run must return -ENOMEM and say so ("out of memory", or the
  * errno's text after a file's name), and leave nothing behind: no STORE, no
@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include "check.h"
 #include "pcrfs/pcrfs.h"
+#include "pcrfs/tokens.h"
 #include "util/fsio.h"
 #include "util/xalloc.h"
 
@@ -33,6 +34,27 @@ static void put(const char *rel, const char *text)
     snprintf(path, sizeof(path), "%s/%s", base, rel);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        perror(path);
+        exit(2);
+    }
+    close(fd);
+}
+
+/* A token grid of @h x @w (values varied by @seed) as the .npy file @rel. */
+static void put_npy(const char *rel, unsigned h, unsigned w, unsigned seed)
+{
+    uint16_t grid[64];
+    uint8_t buf[512];
+    char path[256];
+    size_t n;
+    int fd;
+
+    for (unsigned i = 0; i < h * w && i < 64; i++)
+        grid[i] = (uint16_t)((i * 7 + seed) % 50);
+    n = pcr_npy_write_grid(h, w, grid, buf, sizeof(buf));
+    snprintf(path, sizeof(path), "%s/%s", base, rel);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (n == 0 || fd < 0 || write(fd, buf, n) != (ssize_t)n) {
         perror(path);
         exit(2);
     }
@@ -86,13 +108,14 @@ static unsigned extra_entries(const char *const *keep)
     return n;
 }
 
-enum what { BUILD, PLAN, PART, MERGE };
+enum what { BUILD, TOKENS, PLAN, PART, MERGE };
 
 static int run(enum what what, const char *out)
 {
     static const char *const build_opts[] = {"jobs=2", "per_record=2", NULL};
-    char src[96], path[96], plan_opt[128], p1[96], p2[96];
+    char src[96], path[96], plan_opt[128], p1[96], p2[96], tokens_opt[128];
     const char *part_opts[] = {plan_opt, "part=1/2", "jobs=2", NULL};
+    const char *tok_opts[] = {tokens_opt, "jobs=2", NULL};
     const char *const parts[] = {p1, p2};
 
     snprintf(src, sizeof(src), "%s/src", base);
@@ -100,9 +123,12 @@ static int run(enum what what, const char *out)
     snprintf(plan_opt, sizeof(plan_opt), "plan=%s/plan", base);
     snprintf(p1, sizeof(p1), "%s/p1", base);
     snprintf(p2, sizeof(p2), "%s/p2", base);
+    snprintf(tokens_opt, sizeof(tokens_opt), "tokens=%s/tok", base);
     switch (what) {
     case BUILD:
         return pcrfs_build(src, path, build_opts, NULL, NULL);
+    case TOKENS:
+        return pcrfs_build(src, path, tok_opts, NULL, NULL);
     case PLAN:
         return pcrfs_build_plan(src, path, build_opts + 1, NULL, NULL);
     case PART:
@@ -157,9 +183,9 @@ static void fail_each(enum what what, const char *name, const char *const *keep)
 int main(void)
 {
     static const char *const plan_opts[] = {"per_record=2", NULL};
-    const char *const keep_src[] = {"src", NULL};
-    const char *const keep_plan[] = {"src", "plan", NULL};
-    const char *const keep_parts[] = {"src", "plan", "p1", "p2", NULL};
+    const char *const keep_src[] = {"src", "tok", NULL};
+    const char *const keep_plan[] = {"src", "tok", "plan", NULL};
+    const char *const keep_parts[] = {"src", "tok", "plan", "p1", "p2", NULL};
     char src[96], plan[96], p1[96], p2[96];
     const char *p1_opts[] = {NULL, "part=1/2", NULL}, *p2_opts[] = {NULL, "part=2/2", NULL};
     char plan_opt[128];
@@ -180,8 +206,14 @@ int main(void)
     put("src/b/four.txt", "four\n");
     put("src/b/five.txt", "five\n");
     put_big("src/b/big.bin", (5u << 20) + 3);
+    dir("tok");
+    dir("tok/a");
+    put_npy("tok/top.npy", 4, 4, 1);
+    put_npy("tok/a/one.npy", 4, 4, 2);
+    put_npy("tok/a/two.npy", 4, 4, 3);
 
     fail_each(BUILD, "build", keep_src);
+    fail_each(TOKENS, "tokens", keep_src);
     fail_each(PLAN, "plan", keep_src);
 
     /* a planned build: the plan, then part 1 under failures, then both parts and

@@ -9,8 +9,9 @@
 #include "api/api_internal.h"
 #include "builder/run.h"
 
-/* One build per process: the pipeline's out-of-memory path (util/xalloc.h) holds
- * the build's temporary directory in a global. */
+/* One build per process, as pcrfs(3) says. The lock was for the out-of-memory
+ * path, which held the build's temporary directory in a global and no longer
+ * exists; it stays until the pipeline is reviewed for other process-wide state. */
 static pthread_mutex_t build_lock = PTHREAD_MUTEX_INITIALIZER;
 
 enum run { RUN_BUILD, RUN_PLAN, RUN_MERGE };

@@ -53,24 +53,6 @@ static const struct {
     {"tok_per_shard", "--tok-per-shard", TOKIMPORT_OPT_PER_SHARD},
 };
 
-/* The temporary directory, for the allocation failure path (see on_oom()), and the
- * hook it replaces while the build runs (a program's own, when the library is
- * linked into it statically). */
-static char *tmpdir_copy;
-static void (*prev_oom_hook)(void);
-
-/* Out of memory, maybe in a worker while the main thread uses the writer: the
- * writer cannot be aborted safely from here, so remove its directory by path;
- * the process exits right after (pcr_oom()). (A leftover would also be removed by
- * the next build of the same STORE, as its PID is gone.) */
-static void on_oom(void)
-{
-    pcr_log(PCR_LOG_ERR, "out of memory");
-    if (tmpdir_copy)
-        pcr_remove_tree(tmpdir_copy);
-    _exit(1);
-}
-
 /* "I/N", strictly: two decimal whole numbers, 1 <= I <= N <= MAX_PARTS. */
 static int parse_part(const char *arg, uint64_t *part, uint64_t *nparts, char *msg, size_t len)
 {
@@ -316,14 +298,6 @@ static int start_writer(struct build *b, const struct pcr_writer_opts *wopts)
         b->err = rc == -EEXIST ? rc : rc == -ENOTDIR || rc == -EINVAL ? -ENOTDIR : 0;
         return -1;
     }
-    tmpdir_copy = pcr_try_strdup(pcr_writer_tmpdir(b->w));
-    if (!tmpdir_copy) {
-        pcr_writer_abort(b->w);
-        b->w = NULL;
-        return pcr_bld_nomem(b->rep);
-    }
-    prev_oom_hook = pcr_oom_hook;
-    pcr_oom_hook = on_oom;
     if (stat(pcr_writer_tmpdir(b->w), &st) == 0) {
         b->exclude[b->nexclude].dev = st.st_dev;
         b->exclude[b->nexclude].ino = st.st_ino;
@@ -530,7 +504,6 @@ int pcr_bld_build(struct pcr_bld_opts *o, const char *src, const char *out)
         goto fail;
     rc = pcr_writer_finish(b->w, err, sizeof(err));
     b->w = NULL;
-    pcr_oom_hook = prev_oom_hook;
     tokimport_free(tok);
     if (rc < 0) {
         pcr_bld_err("writing %s: %s", b->store, strerror(-rc));
@@ -542,7 +515,6 @@ int pcr_bld_build(struct pcr_bld_opts *o, const char *src, const char *out)
     return 0;
 
 fail:
-    pcr_oom_hook = prev_oom_hook;
     if (b->w)
         pcr_writer_abort(b->w);
     b->w = NULL;
@@ -574,7 +546,5 @@ int pcr_bld_merge(struct pcr_bld_opts *o, const char *out, const char *const *pa
 
 void pcr_bld_opts_free(struct pcr_bld_opts *o)
 {
-    free(tmpdir_copy);
-    tmpdir_copy = NULL;
     build_free(&o->b);
 }

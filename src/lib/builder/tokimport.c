@@ -166,28 +166,28 @@ static const char *tok_path(struct tokimport *t, uint64_t d, const char *name)
     uint64_t chain[256];
     unsigned n = 0;
 
+    /* "tokens" and "/" are printable ASCII, which escaping keeps: all of it goes
+     * through pcr_escape(), which cannot fail (sbuf.h) */
     pcr_sbuf_reset(&t->path);
-    pcr_sbuf_add(&t->path, "tokens", 6);
+    pcr_escape(&t->path, "tokens", 6);
     for (uint64_t x = d; x != 0 && n < 256; x = t->dirs[x].parent)
         chain[n++] = x;
     while (n--) {
-        pcr_sbuf_add(&t->path, "/", 1);
+        pcr_escape(&t->path, "/", 1);
         pcr_escape(&t->path, t->dirs[chain[n]].name, strlen(t->dirs[chain[n]].name));
     }
     if (name) {
-        pcr_sbuf_add(&t->path, "/", 1);
+        pcr_escape(&t->path, "/", 1);
         pcr_escape(&t->path, name, strlen(name));
     }
-    return t->path.s;
+    return t->path.s ? t->path.s : PCR_ESCAPE_NOMEM;
 }
 
 /* Two entries of one directory with the same final name. */
 static void clash(struct tokimport *t, uint64_t d, const char *name, const char *a, const char *b)
 {
-    char *where = pcr_xstrdup(tok_path(t, d, name));
-
-    ti_bad(t, "%s: two entries would have this name: %s and %s", where, a, b);
-    free(where);
+    /* @a and @b are copies: t->path holds only this */
+    ti_bad(t, "%s: two entries would have this name: %s and %s", tok_path(t, d, name), a, b);
 }
 
 static const char *dup_desc(struct tokimport *t, const struct tfile *f, char *buf, size_t len)
@@ -198,13 +198,15 @@ static const char *dup_desc(struct tokimport *t, const struct tfile *f, char *bu
 
 /* Number the tree breadth-first (pcrfs/writer.h); two entries of one directory with
  * the same final name are bad items. */
-void ti_number_tree(struct tokimport *t)
+int ti_number_tree(struct tokimport *t)
 {
     uint64_t nd = 1, nf = 0, q;
     char a[4200], b[4200];
 
-    t->dorder = pcr_xmalloc(t->ndirs * sizeof(*t->dorder));
-    t->forder = pcr_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*t->forder));
+    t->dorder = pcr_try_malloc(t->ndirs * sizeof(*t->dorder));
+    t->forder = pcr_try_malloc((t->nfiles ? t->nfiles : 1) * sizeof(*t->forder));
+    if (!t->dorder || !t->forder)
+        return ti_nomem(t); /* tokimport_free() frees either */
     t->dorder[0] = 0;
     t->dirs[0].id = 1;
     for (q = 0; q < nd; q++) {
@@ -244,6 +246,7 @@ void ti_number_tree(struct tokimport *t)
         for (i = 0; i < d->nfiles; i++)
             t->forder[nf++] = d->files[i];
     }
+    return 0;
 }
 
 /* ---- pass 2 ------------------------------------------------------------------------ */
@@ -334,7 +337,7 @@ static int flush_shard(struct pcr_writer *w, const struct pcr_tok_item *items, u
 
 int tokimport_write(struct tokimport *t, struct pcr_writer *w)
 {
-    struct pcr_tok_item *items = pcr_xmalloc(t->o.per_shard * sizeof(*items));
+    struct pcr_tok_item *items = pcr_try_malloc(t->o.per_shard * sizeof(*items));
     size_t poolcap = t->total_tokens < SHARD_TOKENS ? (size_t)t->total_tokens : SHARD_TOKENS;
     uint16_t *pool;
     uint64_t k, cur = UINT64_MAX, done_bytes = 0;
@@ -343,7 +346,11 @@ int tokimport_write(struct tokimport *t, struct pcr_writer *w)
     int dfd = -1, rc;
 
     /* a grid never exceeds PCR_TOK_MAX_TOKENS <= SHARD_TOKENS, so one always fits */
-    pool = pcr_xmalloc((poolcap ? poolcap : 1) * sizeof(*pool));
+    pool = items ? pcr_try_malloc((poolcap ? poolcap : 1) * sizeof(*pool)) : NULL;
+    if (!pool) {
+        free(items);
+        return ti_nomem(t);
+    }
     rc = pcr_writer_set_tok_model(w, t->model);
     if (rc == 0)
         rc = write_dirs(t, w);

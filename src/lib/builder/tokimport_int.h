@@ -81,16 +81,22 @@ struct tokimport {
     struct pcr_sbuf esc, path; /* message buffers */
 };
 
+/* Out of memory: the build returns -ENOMEM (pcr_bld_nomem()). @return -1. */
+int ti_nomem(struct tokimport *t);
+/* Did memory run out in this build (so that a pass stops and fails)? */
+bool ti_out_of_memory(const struct tokimport *t);
+
 /* Append a directory (named @name, child of @parent; @rel its path under --tokens
- * DIR, or NULL) or a file (@name malloc()ed, taken) to the tree.
- * @return the directory's index / the file. */
+ * DIR, or NULL) or a file (@name malloc()ed, taken, freed on failure) to the tree.
+ * @return the directory's index / the file; out of memory (ti_nomem() said so)
+ * UINT64_MAX / NULL. */
 uint64_t ti_new_dir(struct tokimport *t, uint64_t parent, const char *name, const char *rel);
 struct tfile *ti_new_file(struct tokimport *t, uint64_t dir, char *name);
 
 /* FNV-1a over the shape and the values: a grid read twice must give the same. */
 uint64_t ti_grid_hash(const uint16_t *g, unsigned h, unsigned w);
 /* The final name of a source name: its last extension replaced by ".tok" (malloc()ed);
- * NULL if too long. */
+ * NULL if too long (errno ENAMETOOLONG) or out of memory (ENOMEM). */
 char *ti_tok_name(const char *base);
 /* For messages, valid until the next call: DIR/REL/NAME of an .npy source, escaped;
  * the source name of a --tokens file; where a file's grid comes from. */
@@ -103,8 +109,8 @@ void ti_bad(struct tokimport *t, const char *fmt, ...) __attribute__((format(pri
 void ti_skipped(struct tokimport *t, const char *what, const char *why);
 
 /* Number the tree breadth-first (pcrfs/writer.h); two entries of one directory with
- * the same final name are bad items. */
-void ti_number_tree(struct tokimport *t);
+ * the same final name are bad items. @return 0, or -1 out of memory (reported). */
+int ti_number_tree(struct tokimport *t);
 
 /* --tokens DIR: find every .npy file. @return 0 (bad entries counted); -1; -2
  * interrupted. */

@@ -40,7 +40,8 @@ static int on_dir(void *ctx, uint64_t parent, const char *name, const char *rel,
     struct tokimport *t = ctx;
 
     (void)st;
-    ti_new_dir(t, parent, name, rel);
+    if (ti_new_dir(t, parent, name, rel) == UINT64_MAX)
+        return -1; /* out of memory, said */
     /* the caller's chance to cancel (the walk polls the flag) */
     pcr_bld_progress(t->o.rep, PCRFS_BUILD_WALK, t->nfiles, 0, t->total_bytes, 0, false);
     return 0;
@@ -62,6 +63,8 @@ static int on_file(void *ctx, uint64_t d, int dfd, char **name, const char *rel,
     memcpy(*name + strlen(*name) - 3, "tok", 3);
     f = ti_new_file(t, d, *name);
     *name = NULL;
+    if (!f)
+        return -1; /* out of memory, said */
     f->size = (uint64_t)st->st_size;
     t->total_bytes += f->size;
     pcr_bld_progress(t->o.rep, PCRFS_BUILD_WALK, t->nfiles, 0, t->total_bytes, 0, false);
@@ -87,8 +90,11 @@ int ti_npy_walk(struct tokimport *t)
         o.exclude[k].warn = t->skip[k].store;
     }
     o.nexclude = t->nskip;
-    ti_new_dir(t, 0, "", "");
+    if (ti_new_dir(t, 0, "", "") == UINT64_MAX)
+        return -1;
     rc = walk_tree(&o, &ops);
+    if (rc == -ENOMEM)
+        return ti_nomem(t);
     if (t->skipped > MAX_REPORTED)
         pcr_bld_warn("skipped %" PRIu64 " more entries of %s that are not .npy files",
                      t->skipped - MAX_REPORTED, pcr_escaped(&t->esc, t->o.npy_dir));
@@ -119,8 +125,14 @@ int ti_load_npy(struct tokimport *t, int dfd, const struct tfile *f, uint16_t *g
     }
     /* One byte more than the size, to see a file that grew. */
     if ((size_t)st.st_size + 1 > t->bufcap) {
+        uint8_t *nb = pcr_try_realloc(t->buf, (size_t)st.st_size + 1);
+
+        if (!nb) {
+            close(fd);
+            return ti_nomem(t); /* the pass stops at ti_out_of_memory() */
+        }
+        t->buf = nb;
         t->bufcap = (size_t)st.st_size + 1;
-        t->buf = pcr_xrealloc(t->buf, t->bufcap);
     }
     for (;;) {
         ssize_t r = read(fd, t->buf + len, t->bufcap - len);

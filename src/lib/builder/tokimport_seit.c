@@ -88,20 +88,22 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
         }
         i = j;
     }
-    pcr_sbuf_add(&where, "", 0);
+    /* all through pcr_escape(), which cannot fail (sbuf.h; printable ASCII is kept) */
     if (root) {
-        pcr_sbuf_add(&where, " under tokens/", 14);
+        pcr_escape(&where, " under tokens/", 14);
         pcr_escape(&where, names[order[0]], root - 1);
     }
     if (mixed)
         pcr_bld_warn("%s: %" PRIu64 " class director%s%s hold%s images of several labels (the "
                      "first: '%s'); DatasetFolder's labels will differ from SeiT's",
                      pcr_escaped(&t->esc, t->o.seit_names), mixed, mixed == 1 ? "y" : "ies",
-                     where.s, mixed == 1 ? "s" : "", first_mixed.s);
+                     where.s ? where.s : "", mixed == 1 ? "s" : "",
+                     first_mixed.s ? first_mixed.s : PCR_ESCAPE_NOMEM);
     else if (renumbered)
         pcr_bld_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
                      " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
-                     pcr_escaped(&t->esc, t->o.seit_names), where.s, first_renum.s, renum_cls,
+                     pcr_escaped(&t->esc, t->o.seit_names), where.s ? where.s : "",
+                     first_renum.s ? first_renum.s : PCR_ESCAPE_NOMEM, renum_cls,
                      renum_label, renumbered, renumbered == 1 ? "" : "es",
                      renumbered == 1 ? "s" : "");
     pcr_sbuf_free(&first_mixed);
@@ -161,8 +163,13 @@ int ti_seit_tree(struct tokimport *t)
     }
     n = pcr_seit_count(t->seit);
     warn_odd(t);
-    names = pcr_xmalloc((n ? n : 1) * sizeof(*names));
-    order = pcr_xmalloc((n ? n : 1) * sizeof(*order));
+    names = pcr_try_malloc((n ? n : 1) * sizeof(*names));
+    order = pcr_try_malloc((n ? n : 1) * sizeof(*order));
+    if (!names || !order) {
+        free(names);
+        free(order);
+        return ti_nomem(t);
+    }
     for (i = 0; i < n; i++) {
         struct pcr_seit_item it;
 
@@ -170,18 +177,25 @@ int ti_seit_tree(struct tokimport *t)
             ti_bad(t, "SeiT image %" PRIu64 ": name too long", i);
             buf[0] = '\0';
         }
-        names[i] = pcr_xstrdup(buf);
+        names[i] = pcr_try_strdup(buf);
+        if (!names[i]) {
+            n = i; /* the names so far are freed below */
+            rc = ti_nomem(t);
+            break;
+        }
         order[i] = i;
         pcr_seit_item(t->seit, i, &it);
         t->total_bytes += it.length;
     }
-    if (n > 1)
+    if (rc == 0 && n > 1)
         qsort_r(order, n, sizeof(*order), cmp_name_idx, names);
-    ti_new_dir(t, 0, "", NULL);
-    for (i = 0; i < n && !t->bad; i++) {
+    if (rc == 0 && ti_new_dir(t, 0, "", NULL) == UINT64_MAX)
+        rc = -1;
+    for (i = 0; rc == 0 && i < n && !t->bad; i++) {
         const char *nm = names[order[i]], *p = nm, *slash;
         unsigned level = 0;
         uint64_t dir = 0;
+        struct tfile *f;
         char *tn;
 
         /* follow or create the directories of this name */
@@ -206,6 +220,10 @@ int ti_seit_tree(struct tokimport *t)
                 memcpy(comp, p, len);
                 comp[len] = '\0';
                 dir = ti_new_dir(t, dir, comp, NULL);
+                if (dir == UINT64_MAX) {
+                    rc = -1; /* out of memory, said */
+                    break;
+                }
                 stack[level].comp = p;
                 stack[level].len = len;
                 stack[level].dir = dir;
@@ -214,23 +232,32 @@ int ti_seit_tree(struct tokimport *t)
             level++;
             p = slash + 1;
         }
-        if (t->bad)
+        if (t->bad || rc < 0)
             break;
         /* the stack now holds exactly this name's directories */
         depth = level;
         tn = ti_tok_name(p);
+        if (!tn && errno == ENOMEM) {
+            rc = ti_nomem(t);
+            break;
+        }
         if (!tn) {
             ti_bad(t, "SeiT image %" PRIu64 ": the name '%s' is too long with .tok", order[i],
                    pcr_escaped(&t->esc, p));
             break;
         }
-        ti_new_file(t, dir, tn)->seit = order[i];
+        f = ti_new_file(t, dir, tn);
+        if (!f) {
+            rc = -1; /* out of memory, said */
+            break;
+        }
+        f->seit = order[i];
     }
-    if (!t->bad && t->o.seit_names)
+    if (rc == 0 && !t->bad && t->o.seit_names)
         check_labels(t, names, order, n);
     for (i = 0; i < n; i++)
         free(names[i]);
     free(names);
     free(order);
-    return 0;
+    return rc;
 }

@@ -23,7 +23,9 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
     /* SeiT images in file order: the data is read sequentially and messages come in
      * image order. (Files of a --tokens tree are already grouped by directory.) */
     if (t->seit) {
-        by_image = pcr_xmalloc((t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
+        by_image = pcr_try_malloc((t->nfiles ? t->nfiles : 1) * sizeof(*by_image));
+        if (!by_image)
+            return ti_nomem(t);
         for (i = 0; i < t->nfiles; i++)
             by_image[t->files[i].seit] = i;
     }
@@ -42,14 +44,22 @@ static int train(struct tokimport *t, struct pcr_tok_trainer *tr)
             pcr_seit_item(t->seit, f->seit, &it);
             f->size = it.length;
         }
-        if (ti_read_grid(t, f, &dfd, &cur, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0)
+        if (ti_read_grid(t, f, &dfd, &cur, t->grid, PCR_TOK_MAX_TOKENS, &h, &w) < 0) {
+            if (ti_out_of_memory(t)) {
+                rc = -1;
+                break;
+            }
             continue; /* a bad item: training goes on, the build fails after the pass */
+        }
         f->h = h;
         f->w = w;
         f->hash = ti_grid_hash(t->grid, h, w);
         t->total_tokens += (uint64_t)h * w;
-        if (!t->bad && pcr_tok_trainer_add(tr, t->grid, h, w) < 0)
-            pcr_oom();
+        /* the shape was checked by the read: -EINVAL cannot happen, -ENOMEM can */
+        if (!t->bad && pcr_tok_trainer_add(tr, t->grid, h, w) < 0) {
+            rc = ti_nomem(t);
+            break;
+        }
         done_bytes += f->size;
         pcr_bld_progress(t->o.rep, PCRFS_BUILD_TOKENS_READ, i + 1, t->nfiles, done_bytes,
                          t->total_bytes, false);
@@ -127,7 +137,11 @@ static int load_codebook(struct tokimport *t, uint64_t min_entries)
                     S_ISREG(st.st_mode) ? "larger than 256 MiB" : "not a regular file");
         return -1;
     }
-    t->codebook = pcr_xmalloc((size_t)st.st_size + 1);
+    t->codebook = pcr_try_malloc((size_t)st.st_size + 1);
+    if (!t->codebook) {
+        close(fd);
+        return ti_nomem(t);
+    }
     for (;;) {
         ssize_t r = read(fd, t->codebook + len, (size_t)st.st_size + 1 - len);
 
@@ -170,9 +184,9 @@ int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out)
     char err[1024] = "";
     int rc;
 
-    if (!t)
-        pcr_oom();
     *out = NULL;
+    if (!t)
+        return pcr_bld_nomem(o->rep);
     t->o = *o;
     if (!t->o.per_shard)
         t->o.per_shard = TOKIMPORT_PER_SHARD;
@@ -190,8 +204,11 @@ int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out)
     rc = o->codebook ? load_codebook(t, 0) : 0;
     if (rc == 0)
         rc = o->npy_dir ? ti_npy_walk(t) : ti_seit_tree(t);
+    /* a pass that met a bad item goes on; one out of memory stops here */
+    if (rc == 0 && ti_out_of_memory(t))
+        rc = -1;
     if (rc == 0)
-        ti_number_tree(t);
+        rc = ti_number_tree(t);
     src = o->npy_dir ? o->npy_dir : o->seit_data;
     if (rc == 0 && t->bad == 0 && t->nfiles == 0) {
         pcr_bld_err("%s: no token grid found%s", pcr_escaped(&t->esc, src),
@@ -199,11 +216,13 @@ int tokimport_scan(const struct tokimport_opts *o, struct tokimport **out)
         rc = -1;
     }
     if (rc == 0) {
-        t->grid = pcr_xmalloc((size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
+        t->grid = pcr_try_malloc((size_t)PCR_TOK_MAX_TOKENS * sizeof(*t->grid));
         to.coder = o->coder;
-        if (pcr_tok_trainer_new(&to, &tr) < 0)
-            pcr_oom();
-        rc = train(t, tr);
+        /* the coder was checked with the options: -EINVAL cannot happen, -ENOMEM can */
+        if (!t->grid || pcr_tok_trainer_new(&to, &tr) < 0)
+            rc = ti_nomem(t);
+        else
+            rc = train(t, tr);
     }
     if (rc == 0 && t->bad) {
         if (t->bad > MAX_REPORTED)
