@@ -1,11 +1,10 @@
 /* The build pipeline out of memory: pcrfs_build(), pcrfs_build_plan(), a planned
- * build's part and pcrfs_merge(), and a build with tokens=, with the Nth of the pipeline's allocations failing
- * (util/xalloc.h, pcr_try_fail_from), and every one after it, for every N up to the
- * run's count. Each run must return -ENOMEM and say so ("out of memory", or the
- * errno's text after a file's name), and leave nothing behind: no STORE, no
- * temporary directory or file; only a failure the pipeline tolerates by design (a
- * name in a message) may let it succeed. Leaks are the unit suite's valgrind and
- * ASan runs' to find. */
+ * build's part and pcrfs_merge(), and a build with tokens=, with the Nth of the pipeline's
+ * allocations failing (util/xalloc.h, pcr_try_fail_from), and every one after it, for every N up to
+ * the run's count. Each run must return -ENOMEM and say so ("out of memory", or the errno's text
+ * after a file's name), and leave nothing behind: no STORE, no temporary directory or file; only a
+ * failure the pipeline tolerates by design (a name in a message) may let it succeed. Leaks are the
+ * unit suite's valgrind and ASan runs' to find. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -169,15 +168,15 @@ static void fail_each(enum what what, const char *name, const char *const *keep)
         }
         failures++;
         CHECK(rc == -ENOMEM, "%s: N=%lu returned %d (%s)", name, n, rc, pcrfs_errmsg());
-        CHECK(strstr(pcrfs_errmsg(), "out of memory") || strstr(pcrfs_errmsg(), strerror(ENOMEM)), "%s: N=%lu said '%s'", name, n,
-              pcrfs_errmsg());
+        CHECK(strstr(pcrfs_errmsg(), "out of memory") || strstr(pcrfs_errmsg(), strerror(ENOMEM)),
+              "%s: N=%lu said '%s'", name, n, pcrfs_errmsg());
         CHECK(access(out, F_OK) != 0, "%s: N=%lu left %s", name, n, out);
         CHECK(extra_entries(keep) == 0, "%s: N=%lu left something behind", name, n);
         pcr_remove_tree(out);
     }
     CHECK(failures > 0, "%s: no allocation of the pipeline failed", name);
-    printf("%s: %lu allocations; %lu of the %lu runs failed with -ENOMEM\n", name, total,
-           failures, n - 1);
+    printf("%s: %lu allocations; %lu of the %lu runs failed with -ENOMEM\n", name, total, failures,
+           n - 1);
 }
 
 int main(void)

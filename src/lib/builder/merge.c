@@ -32,8 +32,8 @@ static void report_missing(const struct part *p, unsigned n)
             have++;
             continue;
         }
-        used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%" PRIu64,
-                                 shown ? ", " : "", k);
+        used +=
+            (size_t)snprintf(list + used, sizeof(list) - used, "%s%" PRIu64, shown ? ", " : "", k);
         shown++;
     }
     pcr_bld_err("missing part%s %s%s of %" PRIu64 " (plan %s): nothing was written",

@@ -103,9 +103,8 @@ static void check_labels(struct tokimport *t, char **names, const uint64_t *orde
         pcr_bld_warn("%s: DatasetFolder numbers classes by directory name%s: '%s' is class %" PRIu64
                      " but has SeiT label %" PRIu64 " (%" PRIu64 " class%s differ%s)",
                      pcr_escaped(&t->esc, t->o.seit_names), where.s ? where.s : "",
-                     first_renum.s ? first_renum.s : PCR_ESCAPE_NOMEM, renum_cls,
-                     renum_label, renumbered, renumbered == 1 ? "" : "es",
-                     renumbered == 1 ? "s" : "");
+                     first_renum.s ? first_renum.s : PCR_ESCAPE_NOMEM, renum_cls, renum_label,
+                     renumbered, renumbered == 1 ? "" : "es", renumbered == 1 ? "s" : "");
     pcr_sbuf_free(&first_mixed);
     pcr_sbuf_free(&first_renum);
     pcr_sbuf_free(&where);
