@@ -1,5 +1,5 @@
 /* The build pipeline out of memory: pcrfs_build(), pcrfs_build_plan(), a planned
- * build's part and pcrfs_merge(), and a build with tokens=, with the Nth of the pipeline's
+ * build's part and pcrfs_merge(), and builds with tokens= and seit=, with the Nth of the pipeline's
  * allocations failing (util/xalloc.h, pcr_try_fail_from), and every one after it, for every N up to
  * the run's count. Each run must return -ENOMEM and say so ("out of memory", or the errno's text
  * after a file's name), and leave nothing behind: no STORE, no temporary directory or file; only a
@@ -25,18 +25,23 @@
 
 static char base[64];
 
-static void put(const char *rel, const char *text)
+static void put_bytes(const char *rel, const void *data, size_t len)
 {
     char path[256];
     int fd;
 
     snprintf(path, sizeof(path), "%s/%s", base, rel);
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+    if (fd < 0 || write(fd, data, len) != (ssize_t)len) {
         perror(path);
         exit(2);
     }
     close(fd);
+}
+
+static void put(const char *rel, const char *text)
+{
+    put_bytes(rel, text, strlen(text));
 }
 
 /* A token grid of @h x @w (values varied by @seed) as the .npy file @rel. */
@@ -84,6 +89,29 @@ static void dir(const char *rel)
     }
 }
 
+/* A SeiT release of three 1x2 grids (one byte per token) under seit/: the data,
+ * its index (a 1-D '<i8' .npy of the offsets, padded as numpy pads), labels and
+ * names in two class directories. */
+static void put_seit(void)
+{
+    static const uint8_t data[] = {1, 2, 3, 4, 5, 6};
+    static const char dict[] = "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }";
+    uint8_t npy[128 + 4 * 8] = "\x93NUMPY\x01\x00";
+    size_t hlen = 128 - 10; /* magic, version and length, then the dict to 128 bytes */
+
+    npy[8] = (uint8_t)hlen;
+    memset(npy + 10, ' ', hlen - 1);
+    memcpy(npy + 10, dict, strlen(dict));
+    npy[127] = '\n';
+    for (unsigned i = 0; i < 4; i++)
+        npy[128 + i * 8] = (uint8_t)(2 * i); /* little-endian 0, 2, 4, 6 */
+    dir("seit");
+    put_bytes("seit/x-token.data.bin", data, sizeof(data));
+    put_bytes("seit/x-token.index.npy", npy, sizeof(npy));
+    put("seit/x-label.txt", "0\n1\n1\n");
+    put("seit/names.txt", "c0/a.JPEG\nc1/b.JPEG\nc1/c.JPEG\n");
+}
+
 /* Entries of @base other than those named in @keep (NULL-terminated). */
 static unsigned extra_entries(const char *const *keep)
 {
@@ -107,7 +135,7 @@ static unsigned extra_entries(const char *const *keep)
     return n;
 }
 
-enum what { BUILD, TOKENS, PLAN, PART, MERGE };
+enum what { BUILD, TOKENS, SEIT, PLAN, PART, MERGE };
 
 static int run(enum what what, const char *out)
 {
@@ -115,6 +143,8 @@ static int run(enum what what, const char *out)
     char src[96], path[96], plan_opt[128], p1[96], p2[96], tokens_opt[128];
     const char *part_opts[] = {plan_opt, "part=1/2", "jobs=2", NULL};
     const char *tok_opts[] = {tokens_opt, "jobs=2", NULL};
+    char seit[4][128];
+    const char *seit_opts[] = {seit[0], seit[1], seit[2], seit[3], "seit_shape=1x2", NULL};
     const char *const parts[] = {p1, p2};
 
     snprintf(src, sizeof(src), "%s/src", base);
@@ -123,11 +153,17 @@ static int run(enum what what, const char *out)
     snprintf(p1, sizeof(p1), "%s/p1", base);
     snprintf(p2, sizeof(p2), "%s/p2", base);
     snprintf(tokens_opt, sizeof(tokens_opt), "tokens=%s/tok", base);
+    snprintf(seit[0], sizeof(seit[0]), "seit=%s/seit/x-token.data.bin", base);
+    snprintf(seit[1], sizeof(seit[1]), "seit_index=%s/seit/x-token.index.npy", base);
+    snprintf(seit[2], sizeof(seit[2]), "seit_labels=%s/seit/x-label.txt", base);
+    snprintf(seit[3], sizeof(seit[3]), "seit_names=%s/seit/names.txt", base);
     switch (what) {
     case BUILD:
         return pcrfs_build(src, path, build_opts, NULL, NULL);
     case TOKENS:
         return pcrfs_build(src, path, tok_opts, NULL, NULL);
+    case SEIT:
+        return pcrfs_build(NULL, path, seit_opts, NULL, NULL);
     case PLAN:
         return pcrfs_build_plan(src, path, build_opts + 1, NULL, NULL);
     case PART:
@@ -182,9 +218,9 @@ static void fail_each(enum what what, const char *name, const char *const *keep)
 int main(void)
 {
     static const char *const plan_opts[] = {"per_record=2", NULL};
-    const char *const keep_src[] = {"src", "tok", NULL};
-    const char *const keep_plan[] = {"src", "tok", "plan", NULL};
-    const char *const keep_parts[] = {"src", "tok", "plan", "p1", "p2", NULL};
+    const char *const keep_src[] = {"src", "tok", "seit", NULL};
+    const char *const keep_plan[] = {"src", "tok", "seit", "plan", NULL};
+    const char *const keep_parts[] = {"src", "tok", "seit", "plan", "p1", "p2", NULL};
     char src[96], plan[96], p1[96], p2[96];
     const char *p1_opts[] = {NULL, "part=1/2", NULL}, *p2_opts[] = {NULL, "part=2/2", NULL};
     char plan_opt[128];
@@ -210,9 +246,11 @@ int main(void)
     put_npy("tok/top.npy", 4, 4, 1);
     put_npy("tok/a/one.npy", 4, 4, 2);
     put_npy("tok/a/two.npy", 4, 4, 3);
+    put_seit();
 
     fail_each(BUILD, "build", keep_src);
     fail_each(TOKENS, "tokens", keep_src);
+    fail_each(SEIT, "seit", keep_src);
     fail_each(PLAN, "plan", keep_src);
 
     /* a planned build: the plan, then part 1 under failures, then both parts and
