@@ -103,15 +103,15 @@ static int cmp_range(const void *a, const void *b)
  * gaps stay a small part of what the GET brings (a file's scans lie in every group
  * of its record: merged freely, one small image would bring most of the record,
  * 150x its bytes), the GETs go out in parallel. */
-/* Wait for @n slots of direct GETs (all of them when @n is more than the limit and
- * none is taken), within the operation's deadline. @return 0 or -ETIMEDOUT. */
+/* Wait for @n (at most the limit, http_connections) slots of direct GETs, within the
+ * operation's deadline. @return 0 or -ETIMEDOUT. */
 static int direct_take(struct http_backend *hb, unsigned n)
 {
     uint64_t deadline = http_deadline(&hb->x, 0, http_now_ms());
     int ret = 0;
 
     pthread_mutex_lock(&hb->direct_lock);
-    while (hb->direct_inflight && hb->direct_inflight + n > hb->x.nconn) {
+    while (hb->direct_inflight + n > hb->x.nconn) {
         uint64_t now = http_now_ms();
         if (now >= deadline) {
             ret = -ETIMEDOUT;
@@ -140,7 +140,7 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
     struct span sp[HTTP_MAX_BATCH];
     uint8_t *tmp[HTTP_MAX_BATCH] = {0};
     unsigned ns = 0;
-    int ret;
+    int ret = 0;
 
     /* NOLINTNEXTLINE(bugprone-sizeof-expression): an array of pointers, one pointer each */
     qsort(rg, n, sizeof(*rg), cmp_range);
@@ -172,10 +172,15 @@ static int read_direct(struct http_backend *hb, struct pcr_object *o, const stru
                                    .fd = -1};
         req_hooks(hb, &req[i]);
     }
-    if ((ret = direct_take(hb, ns)) != 0)
-        goto out;
-    ret = http_perform(&hb->x, req, ns);
-    direct_put(hb, ns);
+    /* At most http_connections GETs at once, a read's own included: a read of more
+     * spans than that sends them in turns. */
+    for (unsigned b = 0, k; !ret && b < ns; b += k) {
+        k = ns - b < hb->x.nconn ? ns - b : hb->x.nconn;
+        if ((ret = direct_take(hb, k)) != 0)
+            goto out;
+        ret = http_perform(&hb->x, req + b, k);
+        direct_put(hb, k);
+    }
     if (ret) {
         char why[160];
         http_describe(&req[0], why, sizeof(why));
