@@ -65,6 +65,14 @@ struct pcr_backend_ops {
      * reads fetch just their bytes). @return 0 or a negative errno (the reads that
      * follow report their own errors). */
     int (*advise)(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len);
+    /* Optional (may be NULL): advise() of [0, @len[i]) of each of the @n objects @o,
+     * which the reader reads side by side (the records of one window of a sampler,
+     * named in one hint), not one after another: an object-storage backend fetches
+     * their parts interleaved, the first part of each, then the second of each...,
+     * after those of earlier advice. Without it the store calls advise() for each in
+     * turn. @return 0 or a negative errno, as advise(). */
+    int (*advise_many)(struct pcr_backend *b, struct pcr_object *const *o, const uint64_t *len,
+                       size_t n);
     /* The object's size in bytes, as found at open. */
     uint64_t (*size)(struct pcr_backend *b, const struct pcr_object *o);
     void (*close)(struct pcr_backend *b, struct pcr_object *o);

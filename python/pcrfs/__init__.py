@@ -462,18 +462,26 @@ class _RecordSampler:
     because without hints the mount does not see this shuffled-within-window order
     as reading a record and fetches each file with GETs of its own (about 5 per
     image at scan5/ from object storage, against a few per record with them). Only
-    this rank's records are named. At the start of
-    each window its records are named, and while it is read the next window's, one
-    at a time: the mount's cache (cache_size) should hold about two windows of
-    record prefixes. The order of the indices is the same with or without it. The
+    this rank's records are named. Before the first sample, the records of the first
+    window and of the @prefetch_ahead windows after it are named, one hint per
+    window, and when a window starts, those of the window @prefetch_ahead after it:
+    a window's samples are shuffled, so each of its records is read from the
+    window's first sample on and must be on its way well before (named one at a time
+    while the window before was read, a record came too late: each was read while
+    its parts arrived, about one connection's worth per record). How far ahead the
+    mount really fetches is its own bound (parts in flight per connection, the cache:
+    pcrfs(1)); a record named beyond it waits its turn and costs nothing until then.
+    The order of the indices is the same with or without it. The
     mount reads a record whole only when told so or when it sees files of the record
     read in file-id order; in the sampler's shuffled order a record without a hint
     is read file by file (one request per file from object storage)."""
 
     def __init__(self, dataset, shuffle=True, window=8, seed=0, rank=None, world_size=None,
-                 drop_last=False, prefetch=None):
+                 drop_last=False, prefetch=None, prefetch_ahead=4):
         if window < 1:
             raise ValueError("window must be >= 1")
+        if prefetch_ahead < 0:
+            raise ValueError("prefetch_ahead must be >= 0")
         if rank is None or world_size is None:
             try:
                 import torch.distributed as dist
@@ -486,7 +494,7 @@ class _RecordSampler:
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError("rank %d not in [0, %d)" % (rank, world_size))
         self.shuffle, self.window, self.seed = shuffle, window, int(seed)
-        self.prefetch = prefetch
+        self.prefetch, self.prefetch_ahead = prefetch, int(prefetch_ahead)
         self._stores = _stores_of(dataset)
         self._hintable = {}  # mount root: whether its .pcrfs/prefetch/ takes hints
         self.rank, self.world_size, self.drop_last = rank, world_size, drop_last
@@ -574,23 +582,22 @@ class _RecordSampler:
         return self._iter_hinting()
 
     def _iter_hinting(self):
-        """The same indices as without hints; at the start of each window its
-        records are hinted, and while it is read the next window's, one record per
-        1/window of it, so the mount fetches ahead within about two windows."""
+        """The same indices as without hints; each window's records are named
+        @prefetch_ahead windows before it starts (the first ones before the first
+        sample), one hint per window, so that the mount fetches a window's records
+        side by side and window after window."""
         pieces = plan_epoch(self.records, self.world_size, self.seed, self.epoch,
                             self.shuffle, self.drop_last, self.window)[self.rank]
         wins = list(share_windows(pieces, self.window, self.shuffle,
                                   _rng(self.seed, self.epoch, 1 + self.rank)))
-        for w, (wp, idx) in enumerate(wins):
-            # (hinted again if it was while the last window was read: a record
-            # fetched already costs the mount nothing)
-            self._hint([self.keys[g] for g, _ in wp])
-            ahead = [self.keys[g] for g, _ in wins[w + 1][0]] if w + 1 < len(wins) else []
-            step = max(1, len(idx) // (len(ahead) + 1))
-            for j, i in enumerate(idx):
-                if ahead and j and j % step == 0 and j // step <= len(ahead):
-                    self._hint([ahead[j // step - 1]])
-                yield i
+        named = 0  # windows hinted so far
+        for w, (_, idx) in enumerate(wins):
+            # (a record in two windows is named twice: one fetched or on its way
+            # costs the mount nothing)
+            while named < len(wins) and named <= w + self.prefetch_ahead:
+                self._hint([self.keys[g] for g, _ in wins[named][0]])
+                named += 1
+            yield from idx
 
     def __len__(self):
         return self._len

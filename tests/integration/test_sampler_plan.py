@@ -268,6 +268,45 @@ class Datasets(unittest.TestCase):
         self.assertEqual(keys, [None] * 6)
         self.assertEqual(list(s), list(range(6)))
 
+    def test_hints_ahead(self):
+        """With prefetch hints, each window's records are named in one hint before
+        the window starts: the first window and the @prefetch_ahead next ones before
+        the first sample, then one window further each time a window starts; the
+        indices are those without hints. Before, the next window's records were
+        named one at a time across the current window (the last at 8/9 of it), too
+        late for a window whose records are all read from its first sample on."""
+        class Names:
+            samples = [("%d.bin" % i, 0) for i in range(24)]
+
+        class Target:  # stands for a pcrfs.Store: takes the hints
+            def __init__(self):
+                self.calls = []
+
+            def prefetch(self, recs):
+                self.calls.append((len(got), list(recs)))
+
+        for ahead in (1, 2):
+            s, _ = self.sampler(Names(), window=2, seed=3, prefetch=False)
+            # 6 records of 4 samples, as the store's (one mount root)
+            s.records = [list(range(4 * k, 4 * k + 4)) for k in range(6)]
+            s.keys = [("/m", k + 1) for k in range(6)]
+            plain = list(s)
+            t = Target()
+            s.prefetch, s.prefetch_ahead = t, ahead
+            s._target = lambda root: t
+            got = []
+            for i in s:
+                got.append(i)
+            self.assertEqual(got, plain)
+            wins = [sorted({s.keys[k][1] for k in range(6)
+                            if set(s.records[k]) & set(got[8 * w:8 * w + 8])})
+                    for w in range(3)]
+            want = [(0, wins[w]) for w in range(ahead + 1)] + \
+                [(8 * (w - ahead), wins[w]) for w in range(ahead + 1, 3)]
+            self.assertEqual([(n, sorted(r)) for n, r in t.calls], want, (ahead, t.calls))
+        with self.assertRaises(ValueError):
+            pcrfs.RecordSampler(Names(), prefetch_ahead=-1)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -71,6 +71,19 @@ static int bw_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off, 
     return bw->inner->ops->advise ? bw->inner->ops->advise(bw->inner, o, off, len) : 0;
 }
 
+static int bw_advise_many(struct pcr_backend *b, struct pcr_object *const *o, const uint64_t *len,
+                          size_t n)
+{
+    struct bw_backend *bw = (struct bw_backend *)b;
+    const struct pcr_backend_ops *in = bw->inner->ops;
+
+    if (in->advise_many)
+        return in->advise_many(bw->inner, o, len, n);
+    for (size_t i = 0; in->advise && i < n; i++)
+        in->advise(bw->inner, o[i], 0, len[i]);
+    return 0;
+}
+
 static uint64_t bw_size(struct pcr_backend *b, const struct pcr_object *o)
 {
     struct bw_backend *bw = (struct bw_backend *)b;
@@ -95,6 +108,7 @@ static const struct pcr_backend_ops bw_ops = {
     .open = bw_open,
     .read = bw_read,
     .advise = bw_advise,
+    .advise_many = bw_advise_many,
     .size = bw_size,
     .close = bw_close,
     .destroy = bw_destroy,

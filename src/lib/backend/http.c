@@ -262,6 +262,25 @@ static int http_advise(struct pcr_backend *b, struct pcr_object *o, uint64_t off
     return http_cache_advise(hb->cache, o, off, len);
 }
 
+static int http_advise_many(struct pcr_backend *b, struct pcr_object *const *o, const uint64_t *len,
+                            size_t n)
+{
+    struct http_backend *hb = (struct http_backend *)b;
+    uint64_t *cut;
+    int ret;
+
+    if (!hb->cache || !n)
+        return 0;
+    cut = malloc(n * sizeof(*cut));
+    if (!cut)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        cut[i] = len[i] < o[i]->size ? len[i] : o[i]->size;
+    ret = http_cache_advise_many(hb->cache, o, cut, n);
+    free(cut);
+    return ret;
+}
+
 static uint64_t http_size(struct pcr_backend *b, const struct pcr_object *o)
 {
     (void)b;
@@ -305,6 +324,7 @@ static const struct pcr_backend_ops http_ops = {
     .open = http_open,
     .read = http_read,
     .advise = http_advise,
+    .advise_many = http_advise_many,
     .size = http_size,
     .close = http_close,
     .destroy = http_destroy,

@@ -16,6 +16,16 @@
  * queue): they hold at most N - 1 of the N connections (at N = 1 one starts only
  * while no reader's part waits), and go a bounded depth ahead, counted in parts
  * (PREFETCH_SLOT_PARTS), not records.
+ * Order. Objects advised one at a time are fetched one after another (a scan in
+ * order reads them so); objects advised together (advise_many(): the records of
+ * one window of the sampler, read side by side in its shuffled order) part by part
+ * across them, A0 B0 ... H0 A1 B1 ..., so every record's next bytes arrive at the
+ * rate its reads need them. Before, A0..A5 came before B0 and H's first part waited
+ * behind A's last (BENCHMARKS.md §22: a window read at ~8 connections' worth
+ * whatever the connections). Prefetch never evicts what was fetched ahead and not
+ * read yet, nor what was read lately (PREFETCH_EVICT_AGE): a deep hint waits for
+ * room in the cache instead of pushing out the records being read; a reader's own
+ * part may evict anything at rest.
  * A read waits for parts in flight and for parts that have not started only while
  * each starts when one part in flight ends (demand parts, before every prefetch
  * part, at most N of them queued; at N = 1: one); a read that would wait for more
@@ -79,6 +89,10 @@
  * A part advised beyond it waits its turn (first advised, first fetched; a record
  * started goes on where it stopped). */
 #define PREFETCH_SLOT_PARTS 2
+/* Reads of the cache after which an object read no more may be evicted by
+ * prefetch: the records of a window being read are read every few reads (8 of them
+ * side by side: about every 8th), the ones of a window read to its end stop. */
+#define PREFETCH_EVICT_AGE 1024
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -108,6 +122,8 @@ struct http_cache {
     unsigned demand_queued; /* demand parts queued, not yet started */
     unsigned bg_parts;      /* prefetch parts queued or in flight */
     uint64_t defer_seq;     /* orders the objects whose prefetch waits for a turn */
+    uint64_t reads;         /* reads served so far (the age PREFETCH_EVICT_AGE counts) */
+    bool cache_wait;        /* prefetch waits for room in the cache (see reserve()) */
     unsigned allowed;       /* part GETs that may run at once (throttling) */
     uint64_t cut_at;        /* ms: when allowed was last halved */
     bool stop;
@@ -194,16 +210,25 @@ static void drop(struct http_cache *c, struct pcr_object *o, bool forget)
     publish(c);
 }
 
+/* Whether prefetch may evict @p: read since it was advised, and not lately (under
+ * the lock). */
+static bool stale(const struct http_cache *c, const struct pcr_object *p)
+{
+    return p->read_at && c->reads - p->read_at >= PREFETCH_EVICT_AGE;
+}
+
 /* Make room for @need more bytes of @o, evicting least recently used objects that
- * nobody reads or fetches. @return whether there is room (under the lock). */
-static bool reserve(struct http_cache *c, struct pcr_object *o, uint64_t need)
+ * nobody reads or fetches; for prefetch (@ahead) only stale() ones. @return whether
+ * there is room (under the lock). */
+static bool reserve(struct http_cache *c, struct pcr_object *o, uint64_t need, bool ahead)
 {
     if (need > c->limit)
         return false;
     while (c->used + need > c->limit) {
         struct pcr_object *victim = NULL;
         for (struct pcr_object *p = c->objs; p; p = p->cnext)
-            if (p != o && p->held && !p->users && !p->busy && (!victim || p->lru < victim->lru))
+            if (p != o && p->held && !p->users && !p->busy && (!ahead || stale(c, p)) &&
+                (!victim || p->lru < victim->lru))
                 victim = p;
         if (!victim)
             return false;
@@ -286,20 +311,24 @@ static int parts_of(struct http_cache *c, struct pcr_object *o)
     return 0;
 }
 
+enum { ASK_OK, ASK_ROOM, ASK_FAIL };
+
 /* Have part @p's first @need bytes fetched: a queued or running part asks for more,
  * an idle one is queued if the cache can hold it, for a reader that waits for it
  * (@demand: a foreground job of the queue, which runs before every background one,
  * demand parts first come first served) or as prefetch (a background job: at most
  * N - 1 of them run, workq.h). A queued prefetch part a reader now waits for
- * becomes a demand part. @return whether the bytes are in the cache or on their way (under the
- * lock). */
-static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, bool demand)
+ * becomes a demand part. @return ASK_OK (the bytes are in the cache or on their
+ * way), ASK_ROOM (no room in the cache) or ASK_FAIL (under the lock). */
+static int part_ask(struct http_cache *c, struct http_part *p, uint64_t need, bool demand)
 {
     if (p->got >= need)
-        return true;
+        return ASK_OK;
+    if (c->stop)
+        return ASK_FAIL;
     if (p->held < need) {
-        if (c->stop || !reserve(c, p->o, need - p->held))
-            return false;
+        if (!reserve(c, p->o, need - p->held, !demand))
+            return ASK_ROOM;
         p->held = need;
     }
     if (p->want < need)
@@ -311,50 +340,92 @@ static bool part_ask(struct http_cache *c, struct http_part *p, uint64_t need, b
             if (p->state == PART_QUEUED && pcr_workq_push(&c->q, &p->job, false))
                 http_count(&c->hb->st.front_pushes, 1);
         }
-        return true;
+        return ASK_OK;
     }
     part_set(c, p, PART_QUEUED, demand);
     if (!(demand ? pcr_workq_push(&c->q, &p->job, false) : pcr_workq_push_bg(&c->q, &p->job))) {
         part_end(c, p);
-        return false;
+        return ASK_FAIL;
     }
-    return true;
+    return ASK_OK;
 }
 
-/* Queue as prefetch the parts of @o that hold [off, end) and are not cached, as far
- * as the prefetch depth goes: the rest waits, keeping @o's turn (under the lock). */
-static void prefetch(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t end)
+/* The most objects one turn of prefetch_next() interleaves (a larger group goes on
+ * in the next turn). */
+#define GROUP_MAX 256
+
+/* Queue as prefetch the parts of the objects @g[0..n) (one group, in their order)
+ * that hold what was advised of them and are not cached, part by part across the
+ * objects, as far as the prefetch depth and the cache go: the rest waits, keeping
+ * each object's turn (under the lock). */
+static void prefetch_group(struct http_cache *c, struct pcr_object **g, unsigned n)
 {
-    uint64_t turn = o->deferred;
+    uint64_t turn[GROUP_MAX];
+    unsigned most = 0;
 
-    o->deferred = 0;
-    /* after a failed fetch, the misses inside the prefix fetch it again, later */
-    if (http_now_ms() < o->retry_after)
-        return;
-    for (unsigned i = (unsigned)(off / o->psize); i < o->nparts && o->parts[i].off < end; i++) {
-        struct http_part *p = &o->parts[i];
-        uint64_t need = part_need(p, end);
-        if (p->state == PART_IDLE && p->got < need && !prefetch_room(c)) {
-            o->deferred = turn ? turn : ++c->defer_seq;
-            return;
+    for (unsigned i = 0; i < n; i++) {
+        turn[i] = g[i]->deferred;
+        g[i]->deferred = 0;
+        /* after a failed fetch, the misses inside the prefix fetch it again, later */
+        if (http_now_ms() < g[i]->retry_after)
+            g[i] = NULL;
+        else if (g[i]->nparts > most)
+            most = g[i]->nparts;
+    }
+    for (unsigned k = 0; k < most; k++) {
+        for (unsigned i = 0; i < n; i++) {
+            struct pcr_object *o = g[i];
+            if (!o || k >= o->nparts || o->parts[k].off >= o->advised)
+                continue;
+            struct http_part *p = &o->parts[k];
+            uint64_t need = part_need(p, o->advised);
+            int how = ASK_ROOM;
+            if (p->state != PART_IDLE || p->got >= need || prefetch_room(c))
+                how = part_ask(c, p, need, false);
+            if (how == ASK_FAIL) {
+                g[i] = NULL; /* the rest direct */
+            } else if (how == ASK_ROOM) {
+                /* (an object done is only looked at again: nothing to queue) */
+                c->cache_wait = prefetch_room(c);
+                for (unsigned j = 0; j < n; j++)
+                    if (g[j])
+                        g[j]->deferred = turn[j];
+                return;
+            }
         }
-        if (!part_ask(c, p, need, false))
-            break; /* the cache is full of what is being read: the rest direct */
     }
 }
 
-/* Room for prefetch (a part ended, an object advised or closed): the objects
- * advised that wait for their turn go on, first advised first (under the lock). */
+/* Room for prefetch (a part ended, an object advised, read or closed): the objects
+ * advised that wait for their turn go on, first advised first, a group at a time
+ * (under the lock). */
 static void prefetch_next(struct http_cache *c)
 {
-    while (!c->stop && prefetch_room(c)) {
-        struct pcr_object *next = NULL;
+    c->cache_wait = false;
+    while (!c->stop && prefetch_room(c) && !c->cache_wait) {
+        struct pcr_object *first = NULL, *g[GROUP_MAX];
+        unsigned n = 0;
         for (struct pcr_object *p = c->objs; p; p = p->cnext)
-            if (p->deferred && (!next || p->deferred < next->deferred))
-                next = p;
-        if (!next)
+            if (p->deferred && (!first || p->deferred < first->deferred))
+                first = p;
+        if (!first)
             return;
-        prefetch(c, next, 0, next->advised);
+        /* its group in turn order (insertion into the few kept) */
+        for (struct pcr_object *p = c->objs; p; p = p->cnext) {
+            unsigned at;
+            if (!p->deferred || p->group != first->group)
+                continue;
+            for (at = n; at > 0 && g[at - 1]->deferred > p->deferred; at--)
+                ;
+            if (at == GROUP_MAX)
+                continue;
+            if (n == GROUP_MAX)
+                n--; /* the last turn drops out: it comes in a later turn */
+            memmove(&g[at + 1], &g[at], (n - at) * sizeof(*g));
+            g[at] = p;
+            n++;
+        }
+        prefetch_group(c, g, n);
     }
 }
 
@@ -504,6 +575,8 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
     o->nparts = 0;
     o->busy = 0;
     o->deferred = 0;
+    o->group = 0;
+    o->read_at = 0;
     o->closing = false;
     o->cprev = NULL;
     o->cnext = c->objs;
@@ -539,26 +612,44 @@ void http_cache_remove(struct http_cache *c, struct pcr_object *o)
     pthread_mutex_unlock(&c->lock);
 }
 
-int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len)
+/* Advice of [0, @end) of @o in group @group (under the lock). */
+static void advise_one(struct http_cache *c, struct pcr_object *o, uint64_t end, uint64_t group)
 {
-    uint64_t end = off + len;
-
-    if (len == 0)
-        return 0;
-    pthread_mutex_lock(&c->lock);
     /* a prefix the cache cannot hold whole is read directly: fetched part by part
      * it would evict its own first parts before they are read */
-    if (end - off > c->limit || parts_of(c, o) != 0) {
-        pthread_mutex_unlock(&c->lock);
-        return 0;
-    }
+    if (end > c->limit || parts_of(c, o) != 0)
+        return;
     if (end > o->advised)
         o->advised = end;
     o->lru = ++c->tick;
+    o->read_at = 0; /* to be read: not evicted by prefetch until it was */
     /* in turn: an object advised before it and still waiting for room goes first
-     * (its parts from @off on: the store advises whole prefixes, off 0) */
-    if (!o->deferred)
+     * (its parts from 0 on: the store advises whole prefixes) */
+    if (!o->deferred) {
         o->deferred = ++c->defer_seq;
+        o->group = group ? group : o->deferred;
+    }
+}
+
+int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len)
+{
+    if (len == 0)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    advise_one(c, o, off + len, 0);
+    prefetch_next(c);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+int http_cache_advise_many(struct http_cache *c, struct pcr_object *const *o, const uint64_t *len,
+                           size_t n)
+{
+    pthread_mutex_lock(&c->lock);
+    uint64_t group = c->defer_seq + 1; /* the first one's turn names the group */
+    for (size_t i = 0; i < n; i++)
+        if (len[i])
+            advise_one(c, o[i], len[i], group);
     prefetch_next(c);
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -645,7 +736,7 @@ static int lookup(struct http_cache *c, struct pcr_object *o, const struct pcr_r
             uint64_t need = part_need(p, end);
             if (p->got >= need)
                 continue;
-            if (!part_ask(c, p, p->want > need ? p->want : need, true))
+            if (part_ask(c, p, p->want > need ? p->want : need, true) != ASK_OK)
                 return DIRECT;
             waiting = true;
         }
@@ -725,6 +816,10 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr
     fd = o->fd;
     o->users++;
     o->lru = ++c->tick;
+    o->read_at = ++c->reads;
+    /* prefetch waiting for room: the objects no longer read may make some */
+    if (c->cache_wait && c->reads % 64 == 0)
+        prefetch_next(c);
     pthread_mutex_unlock(&c->lock);
     for (unsigned k = 0; k < n; k++)
         if (hit[k] && pread_all(fd, r[k].buf, r[k].len, r[k].off) != 0)

@@ -19,6 +19,10 @@ struct pcr_object {
     unsigned nparts;
     unsigned busy;                    /* parts queued or being fetched */
     uint64_t deferred;                /* advised, its prefetch waiting for a turn: order */
+    uint64_t group;                   /* the advice it was deferred by (objects advised
+                                         together share it: their parts interleave) */
+    uint64_t read_at;                 /* the cache's read count at its last read; 0: not
+                                         read since advised (prefetch does not evict it) */
     bool closing;                     /* http_cache_remove() runs: no part queued again */
     uint64_t held;                    /* bytes of the cache's limit reserved for this object */
     uint64_t advised;                 /* the largest end advise() asked for */
@@ -43,6 +47,11 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o);
 void http_cache_remove(struct http_cache *c, struct pcr_object *o);
 /* advise(): queue the parts of @o that hold [off, off + len) and are not cached. */
 int http_cache_advise(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len);
+/* advise_many(): the prefixes [0, len[i]) of the @n objects @o, read side by side:
+ * their parts are queued interleaved (the first of each, then the second...), after
+ * those of earlier advice. */
+int http_cache_advise_many(struct http_cache *c, struct pcr_object *const *o, const uint64_t *len,
+                           size_t n);
 /* Serve the ranges @r[0..n) of one read from the cache, waiting for fetches in
  * flight that bring them (and for at most one part that has not started); @hit[k]
  * says whether @r[k] was served (the others: read them directly). @return 0, or a

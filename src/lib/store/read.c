@@ -680,10 +680,51 @@ static struct rec *rec_ready(struct pcr_store *s, uint64_t id)
     return r;
 }
 
-/* The first open tells the level: the records hinted before it are advised at it
- * (in record order; the store's, not the hint's). */
+/* Advise the records @ids[0..n) at @level, read side by side (one hint: a window of
+ * the sampler): the backend fetches their prefixes interleaved (advise_many), else
+ * each in turn. */
+static void advise_hint(struct pcr_store *s, const uint64_t *ids, size_t n, unsigned level)
+{
+    struct pcr_backend *b = backend(s);
+    struct pcr_object *o[PCR_PREFETCH_MAX];
+    uint64_t len[PCR_PREFETCH_MAX];
+
+    for (size_t at = 0; at < n; at += PCR_PREFETCH_MAX) {
+        size_t k = 0;
+        for (size_t i = at; i < n && i < at + PCR_PREFETCH_MAX; i++) {
+            struct rec *r = rec_ready(s, ids[i]);
+            uint64_t prefix = r ? rec_prefix(s, r, level) : 0;
+            if (!prefix)
+                continue;
+            o[k] = __atomic_load_n(&r->obj, __ATOMIC_ACQUIRE);
+            len[k++] = prefix;
+        }
+        if (b->ops->advise_many && k)
+            b->ops->advise_many(b, o, len, k);
+        else
+            for (size_t i = 0; i < k; i++)
+                b->ops->advise(b, o[i], 0, len[i]);
+    }
+}
+
+struct hinted {
+    uint64_t seq, group, id;
+};
+
+static int by_seq(const void *a, const void *b)
+{
+    uint64_t x = ((const struct hinted *)a)->seq, y = ((const struct hinted *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+/* The first open tells the level: the records hinted before it are advised at it,
+ * in the order they were hinted, each hint's records together (advise_hint()).
+ * Before, in record order: a sampler's fifth window could go before its first. */
 static void hints_at_level(struct pcr_store *s, unsigned level)
 {
+    struct hinted *h;
+    uint64_t *ids;
+    size_t n = 0;
     bool first;
 
     if (__atomic_load_n(&s->level_seen, __ATOMIC_ACQUIRE))
@@ -695,16 +736,27 @@ static void hints_at_level(struct pcr_store *s, unsigned level)
     pthread_mutex_unlock(&s->rec_lock);
     if (!first)
         return;
-    for (uint64_t id = 1; id <= s->nrecs; id++) {
-        struct rec *r;
-        bool waits;
-        pthread_mutex_lock(&s->rec_lock);
-        waits = s->recs[id - 1].hint_waits;
-        s->recs[id - 1].hint_waits = false;
-        pthread_mutex_unlock(&s->rec_lock);
-        if (waits && (r = rec_ready(s, id)) != NULL)
-            advise(s, r, rec_prefix(s, r, level));
+    h = calloc(s->hint_seq ? s->hint_seq : 1, sizeof(*h));
+    ids = calloc(s->hint_seq ? s->hint_seq : 1, sizeof(*ids));
+    pthread_mutex_lock(&s->rec_lock);
+    for (uint64_t id = 1; h && ids && id <= s->nrecs && n < s->hint_seq; id++) {
+        struct rec *r = &s->recs[id - 1];
+        if (r->hint_waits)
+            h[n++] = (struct hinted){r->hint_waits, r->hint_group, id};
+        r->hint_waits = 0;
     }
+    pthread_mutex_unlock(&s->rec_lock);
+    if (n)
+        qsort(h, n, sizeof(*h), by_seq);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = h[i].id;
+    for (size_t i = 0, j; i < n; i = j) {
+        for (j = i + 1; j < n && h[j].group == h[i].group; j++)
+            ;
+        advise_hint(s, ids + i, j - i, level);
+    }
+    free(h);
+    free(ids);
 }
 
 /* File @f of record @r is opened at @level (@prefix: what its level needs). */
@@ -771,8 +823,14 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
     pthread_mutex_lock(&s->rec_lock);
     if (!s->level_seen) {
         /* (under the lock: the first open either sees these or came before) */
-        for (size_t i = 0; i < n; i++)
-            s->recs[records[i] - 1].hint_waits = true;
+        uint64_t group = s->hint_seq + 1; /* the hint's first */
+        for (size_t i = 0; i < n; i++) {
+            struct rec *r = &s->recs[records[i] - 1];
+            if (r->hint_waits)
+                continue; /* (named before: it keeps its place) */
+            r->hint_waits = ++s->hint_seq;
+            r->hint_group = group;
+        }
         pthread_mutex_unlock(&s->rec_lock);
         /* their objects opened now (a HEAD each), not in the first open */
         for (size_t i = 0; i < n; i++)
@@ -780,11 +838,7 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n)
         return 0;
     }
     pthread_mutex_unlock(&s->rec_lock);
-    for (size_t i = 0; i < n; i++) {
-        struct rec *r = rec_ready(s, records[i]);
-        if (r)
-            advise(s, r, rec_prefix(s, r, level));
-    }
+    advise_hint(s, records, n, level);
     return 0;
 }
 

@@ -63,8 +63,9 @@ struct rec {
     uint8_t seq_turn;
     bool known;          /* this node was told of it (a hint) or opened a file of it:
                             a scan's guess ahead may fetch it once hints came (atomic) */
-    bool hint_waits;     /* hinted before any file was opened: advised at the first
-                            open's level (rec_lock) */
+    uint64_t hint_waits; /* hinted before any file was opened: advised at the first
+                            open's level, in this order (rec_lock; 0: not) */
+    uint64_t hint_group; /* ...together with the records of the same hint (rec_lock) */
     uint64_t fail_until; /* ms (monotonic): failed on the network, its files
                             fail at once until then (atomic; 0: not) */
 };
@@ -146,6 +147,7 @@ struct pcr_store {
     unsigned seq_level;     /* the level of the last open (atomic): hints' prefixes */
     bool level_seen;        /* a file was opened, so seq_level holds (set under rec_lock;
                                atomic) */
+    uint64_t hint_seq;      /* counts the records hinted before the first open (rec_lock) */
     bool hinted;            /* a reader named records (pcr_store_prefetch()): a scan's
                                guess ahead only for records it knows (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
