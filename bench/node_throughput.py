@@ -12,7 +12,9 @@ stream to S3 is capped) and adds a round-trip time and a cost per new connection
   pcrfs    a fresh s3:// mount (empty cache) read in RecordSampler order by
            --readers threads for --window seconds (the rate: bytes / the time to the
            last byte; the data is large enough that the window, not the end of the
-           view, ends a run), full/ and scan5/, at each
+           view, ends a run; and the rate from the moment the sampler's first window
+           was read, which a fresh mount reaches only once its first parts are in),
+           full/ and scan5/, at each
            -o http_connections=N the build accepts (main's daemon has none: one run
            per view, the proxy counting the connections it opened); GETs per image and
            bytes fetched / bytes served from /.pcrfs/stats.
@@ -217,8 +219,9 @@ class NodeBench(s3.Bench):
         @daemon: the mount's process, whose CPU is counted with the servers'."""
         a = self.a
         pids = ",".join("%s=%d" % kv for kv in self.servers(daemon=daemon).items() if kv[1])
+        # (the rate once RecordSampler's first window, 8 records, was read)
         args = [root, order or "--sampler", "--threads", str(a.readers), "--timeout",
-                str(a.window), "--cpu-pids", pids]
+                str(a.window), "--after", str(8 * a.per_record), "--cpu-pids", pids]
         show = ["/usr/bin/python3", os.path.join(HERE, "order_read.py")] + args[:-1] + [
             "daemon=PID,proxy=PID,s3rver=PID"]
         return self.pyjson("order_read.py", args, timeout=a.window + 300, show=show)

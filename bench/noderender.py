@@ -44,7 +44,9 @@ def run_figures(r, kind):
     else:
         gets, fetched = p.get("gets", 0), p.get("bytes_down", 0)
     files = max(r["files"], 1)
+    late = r.get("after")
     return {"mbs": r["mb_per_s"], "ips": r["files_per_s"], "gpi": gets / files,
+            "late": late["mb_per_s"] if late else None, "first": r.get("first_s"),
             "amp": fetched / r["bytes"] if r["bytes"] else 0.0,
             "conns": p.get("connections", 0), "peak": p.get("peak_connections", 0),
             "window": 1.0 if r.get("timed_out", True) else 0.0, "secs": r["seconds"],
@@ -135,7 +137,7 @@ def r_label(label, invs):
                    "limit: min(N × cap, ceiling)", "CPU cores: proxy / s3rver / curl",
                    "idle / other jobs (cores)", "bound by", "every invocation"], rows)]
     # the node
-    rows, best5, s3fs_ips = [], None, None
+    rows, late_rows, best5, s3fs_ips = [], [], None, None
     cpu_bound = {}  # reader -> the settings at which it was CPU-bound
     by = {}
     for inv in invs:
@@ -144,7 +146,8 @@ def r_label(label, invs):
             by.setdefault(key, []).extend(row["runs"])
     for (kind, view, n), runs in by.items():
         f = [run_figures(r, kind) for r in runs]
-        med = {k: s3render.med([x[k] for x in f]) for k in f[0] if k != "cpu"}
+        med = {k: s3render.med([x[k] for x in f]) for k in f[0]
+               if k not in ("cpu", "late", "first")}
         n_eff = n or med["peak"]  # no option: the connections it had open at most
         lim = limit(n_eff, cap, ceil)
         name = "pcrfs %s/" % view if kind == "pcrfs" else "s3fs originals"
@@ -158,6 +161,13 @@ def r_label(label, invs):
         ended = ("window" if not ended else
                  "order: %d of %d, in %s s" % (ended, len(f), n0(s3render.med(
                      [x["secs"] for x in f if not x["window"]]))))
+        lates = [x["late"] for x in f if x["late"] is not None]
+        late = ("—" if len(lates) < len(f) else "%s (%s): %s" % (
+            n1(s3render.med(lates)), n2(s3render.med(lates) * 1e6 / lim),
+            " / ".join(n1(x) for x in lates)))
+        firsts = [x["first"] for x in f if x["first"] is not None]
+        late_rows.append([name, setting, "%s s" % n1(s3render.med(firsts)) if firsts else "—",
+                          late])
         rows.append([name, setting, "%s / %s" % (n0(med["conns"]), n0(med["peak"])),
                      "**%s**" % n1(med["mbs"]), n1(med["ips"]), mb(lim), n2(ratio),
                      "%.4f" % med["gpi"], n2(med["amp"]), ended, used, idle,
@@ -172,6 +182,14 @@ def r_label(label, invs):
                    "limit (MB/s)", "÷ limit", "GETs/image", "fetched ÷ served", "run ended by",
                    "CPU cores: daemon / proxy / s3rver / readers", "idle / other jobs (cores)",
                    "bound by", "every run (MB/s)"], rows)]
+    if any(x[3] != "—" or x[2] != "—" for x in late_rows):
+        out += ["", "After the start: the time to the first file read, and the rate from the "
+                "moment the sampler's first window (8 records) was read to the last byte "
+                "(median, its ÷ limit, and every run; — where a run read less than a "
+                "window and 2 s more): what a long run gets once a fresh mount's first "
+                "parts are in.", "",
+                table(["reader", "connections", "first file", "MB/s after the first window "
+                       "(÷ limit): every run"], late_rows)]
     if any(r.get("cpu") for rs in by.values() for r in rs):
         out += ["", "CPU-bound (the machine idle below %d%% of its cores, medians): %s." % (
             CPU_BOUND * 100, "; ".join("%s at N = %s" % (k, ", ".join(v))
