@@ -421,7 +421,8 @@ static void prefetch_next(struct http_cache *c)
                 continue;
             if (n == GROUP_MAX)
                 n--; /* the last turn drops out: it comes in a later turn */
-            memmove(&g[at + 1], &g[at], (n - at) * sizeof(*g));
+            for (unsigned k = n; k > at; k--)
+                g[k] = g[k - 1];
             g[at] = p;
             n++;
         }
