@@ -984,6 +984,41 @@ class Parts(Fixture, unittest.TestCase):
         # alternating while both have parts left
         self.assertEqual(got[:2 * n], [1, 2] * n, got)
 
+    def test_prefetch_keeps_unread(self):
+        """Prefetch does not evict what it fetched ahead and nobody read yet: with a
+        cache of about 1.3 records, record 2 named after record 1 waits for room
+        instead of pushing record 1 out before its first file is read, so every file
+        of record 1 is then served from the cache. Before, record 2's parts evicted
+        record 1 (least recently used) and its files were read with GETs of their own
+        (a sampler naming windows ahead would evict the window being read)."""
+        index = os.path.join(self.store, "index.db")
+        rec1 = sorted(files_of_record(index, 1))
+        size1 = os.path.getsize(os.path.join(self.store, "records", "000001.pcr"))
+        mnt = self.mount(self.url(), "keep", "-o", self.cache("keep") +
+                         ",http_part_size=64k,cache_size=%d" % int(1.3 * size1))
+        rel = sorted(files_of_record(index, 2))[0]
+        self.assertEqual(read(os.path.join(mnt, "full", rel)),
+                         read(os.path.join(self.local, "full", rel)))  # the level
+        for k in ("1", "2"):
+            try:
+                os.stat(os.path.join(mnt, ".pcrfs", "prefetch", k))
+            except FileNotFoundError:
+                pass
+        end, last = time.monotonic() + 30, None
+        while time.monotonic() < end:  # until nothing more is fetched for a second
+            time.sleep(1)
+            st = stats(mnt)["http"]
+            if st["fetch_bytes"] == last and st["cache_bytes"] > 0:
+                break
+            last = st["fetch_bytes"]
+        st0 = stats(mnt)["http"]
+        for r in rec1:
+            self.assertEqual(read(os.path.join(mnt, "full", r)),
+                             read(os.path.join(self.local, "full", r)), r)
+        st = stats(mnt)["http"]
+        self.assertEqual(st["cache_misses"], st0["cache_misses"], (st0, st))
+        self.assertGreaterEqual(st["cache_hits"] - st0["cache_hits"], len(rec1), (st0, st))
+
     def test_hint_waits_for_level(self):
         """A hint names records, not a view: one that comes before any file was
         opened (the sampler hints a window before its first file) is fetched at the
