@@ -162,9 +162,11 @@ def r_label(label, invs):
                  "order: %d of %d, in %s s" % (ended, len(f), n0(s3render.med(
                      [x["secs"] for x in f if not x["window"]]))))
         lates = [x["late"] for x in f if x["late"] is not None]
+        # a run that read the whole view also read, after the first window, what
+        # was fetched ahead during the start: its rate there is an upper bound
         late = ("—" if len(lates) < len(f) else "%s (%s): %s" % (
             n1(s3render.med(lates)), n2(s3render.med(lates) * 1e6 / lim),
-            " / ".join(n1(x) for x in lates)))
+            " / ".join(n1(x["late"]) + ("" if x["window"] else "*") for x in f)))
         firsts = [x["first"] for x in f if x["first"] is not None]
         late_rows.append([name, setting, "%s s" % n1(s3render.med(firsts)) if firsts else "—",
                           late])
@@ -187,7 +189,10 @@ def r_label(label, invs):
                 "moment the sampler's first window (8 records) was read to the last byte "
                 "(median, its ÷ limit, and every run; — where a run read less than a "
                 "window and 2 s more): what a long run gets once a fresh mount's first "
-                "parts are in.", "",
+                "parts are in. * a run that read the whole view: it also read after the "
+                "first window what was fetched ahead during the start and nothing was "
+                "left ahead at its end, so its rate there is an upper bound (it can pass "
+                "the limit).", "",
                 table(["reader", "connections", "first file", "MB/s after the first window "
                        "(÷ limit): every run"], late_rows)]
     if any(r.get("cpu") for rs in by.values() for r in rs):
