@@ -236,6 +236,8 @@ class NodeBench(s3.Bench):
             opts += ",http_connections=%d" % n
         if a.part_size and self.opts_ok["http_part_size"]:
             opts += ",http_part_size=%s" % a.part_size
+        if a.cache_size:
+            opts += ",cache_size=%s" % a.cache_size
         self.mount([self.pcrfs, "s3://%s/store" % BUCKET, mnt, "-o", opts], mnt,
                    env=self.env_s3(port))
         try:
@@ -301,6 +303,7 @@ class NodeBench(s3.Bench):
                "load_start": s3.loadavg(), "cores": os.cpu_count(),
                "cap_mbps": a.cap_mbps, "rtt_ms": a.rtt_ms, "connect_ms": a.connect_ms,
                "readers": a.readers, "window": a.window, "part_size": a.part_size,
+               "cache_size": a.cache_size,
                "hints": a.hints,
                "s3fs_opts": S3FS_OPTS,
                "s3fs": subprocess.run(["dpkg-query", "-W", "-f=${Version}", "s3fs"],
@@ -364,6 +367,8 @@ def main():
     ap.add_argument("--conns", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1, 4, 16, 32, 64], help="-o http_connections values")
     ap.add_argument("--views", type=lambda s: s.split(","), default=["scan5", "full"])
+    ap.add_argument("--cache-size", default="", help="-o cache_size (default: the "
+                    "daemon's own)")
     ap.add_argument("--part-size", default="", help="-o http_part_size (default: the "
                     "daemon's own)")
     ap.add_argument("--cap-mbps", type=float, default=2.0, help="per connection (MB/s)")
