@@ -42,6 +42,10 @@ What each test asserts, and would be false if the feature broke:
   test_prefetch_depth_in_parts  two connections, both records hinted: at most 2
                           parts queued or in flight ahead (before: all of both
                           records'), the rest fetched in turn, both whole in the cache
+  test_direct_gets_bounded  one read of a file of full/ alone, its ranges in every
+                          group of the record (10 GETs of its own): at most
+                          http_connections of them wait for an answer at once (1 at
+                          1, 2 at 2; before 1ccd576: 10 at once at 1)
 Every wait is bounded; nothing but 127.0.0.1 is contacted.
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
 """
@@ -139,6 +143,10 @@ class Proxy:
         self.cap_bps = 64 * 1024  # mode "cap": each response's body at this rate
         self.corrupt_left = 0
         self.corrupt_min = 65536  # mode "corrupt": only bodies longer than this
+        self.delay = 0.0       # every GET of records/ waits this long before its answer
+        self.inflight = 0      # GETs of records/ that arrived and are not answered yet
+        self.max_inflight = 0  # ... the most at once
+        self.sent = {}         # path: body bytes sent for GETs of it
         self.release = threading.Event()
         proxy = self
 
@@ -171,6 +179,24 @@ class Proxy:
             self.log.append((time.monotonic(), req.command, req.path, status))
 
     def handle(self, req, head):
+        if head or "/records/" not in req.path:
+            self.answer(req, head)
+            return
+        # in flight: from its arrival until its answer starts (after the delay), so a
+        # client that sends the next GET once it has the last byte of one is never
+        # counted twice, whenever this thread gets to run after the write
+        with self.lock:
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            if self.delay:
+                self.release.wait(self.delay)
+        finally:
+            with self.lock:
+                self.inflight -= 1
+        self.answer(req, head)
+
+    def answer(self, req, head):
         rec = "/records/" in req.path
         if rec and time.monotonic() < self.storm_until:
             self.note(req, 503)
@@ -219,6 +245,8 @@ class Proxy:
         req.end_headers()
         if head:
             return
+        with self.lock:
+            self.sent[req.path] = self.sent.get(req.path, 0) + len(data)
         try:
             if rec and self.mode == "trickle":
                 end = time.monotonic() + 30
@@ -249,6 +277,9 @@ class Proxy:
     def reset(self):
         with self.lock:
             self.log.clear()
+            self.sent.clear()
+            self.max_inflight = self.inflight
+        self.delay = 0.0
         self.mode = "pass"
         self.corrupt_min = 65536
         self.storm_until = 0.0
@@ -557,6 +588,36 @@ class Robust(Fixture, unittest.TestCase):
         self.assertGreaterEqual(st["cache_bytes"], sum(sizes) - 2 * 16384, st)
         self.assertEqual(st["direct_bytes"], d0, (d0, st))
         self.unmount_last()
+
+    def test_direct_gets_bounded(self):
+        """One read of a file of full/, read alone (no hint, not in order: it GETs its
+        own bytes), has a range in every group of its record, i.e. more GETs than
+        http_connections=1 allows at once: they go out in turns, never more than one
+        in flight (before 1ccd576: all of them at once when none was in flight, the
+        node bench's proxy saw 13 at http_connections=1). At 2 connections the proxy
+        sees 2 at once: it does count GETs that overlap."""
+        self.proxy.delay = 0.2  # every GET of a record lasts >= 0.2 s: turns overlap
+        rels = sorted(files_of_record(self.index, 1))
+        for n, rel in ((1, rels[7]), (2, rels[150])):
+            name = "direct%d" % n
+            mnt = self.mount(self.proxy.url(), name, "-o", "%s,http_timeout=10,http_retries=2,"
+                             "http_connections=%d" % (self.cache(name), n))
+            path = os.path.join(mnt, "full", rel)
+            os.stat(path)
+            with self.proxy.lock:  # the mount's own requests (the index) are done
+                self.proxy.max_inflight = self.proxy.inflight
+            t0 = time.monotonic()
+            self.assertEqual(read(path), read(os.path.join(self.local, "full", rel)), rel)
+            gets = self.proxy.requests(lambda e: e[0] >= t0 and e[1] == "GET" and
+                                       e[2].endswith("/records/000001.pcr"))
+            note("one read of full/ at http_connections=%d: %d GETs, at most %d at once, "
+                 "%.2f s" % (n, len(gets), self.proxy.max_inflight, time.monotonic() - t0))
+            # (the record's header is one GET before the file's own)
+            self.assertGreater(len(gets) - 1, n, "a read of too few ranges for the test")
+            self.assertLessEqual(self.proxy.max_inflight, n, gets)
+            if n == 2:
+                self.assertEqual(self.proxy.max_inflight, 2, gets)
+            self.unmount_last()
 
     def test_corrupt_part_heals_alone(self):
         """A byte flipped in one part of 64 KiB: the checksum mismatch drops just the
