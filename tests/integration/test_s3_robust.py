@@ -46,6 +46,9 @@ What each test asserts, and would be false if the feature broke:
                           group of the record (10 GETs of its own): at most
                           http_connections of them wait for an answer at once (1 at
                           1, 2 at 2; before 1ccd576: 10 at once at 1)
+  test_hint_then_token_file  a store with tokens, a hint before any open, then a file
+                          of tokens/: nothing of the hinted record fetched; then a
+                          file of scan2/: its scan2/ prefix, not the whole record
 Every wait is bounded; nothing but 127.0.0.1 is contacted.
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
 """
@@ -618,6 +621,54 @@ class Robust(Fixture, unittest.TestCase):
             if n == 2:
                 self.assertEqual(self.proxy.max_inflight, 2, gets)
             self.unmount_last()
+
+    def test_hint_then_token_file(self):
+        """A store with a token tree: a hint given before any open waits for the first
+        open of a file of an image view, whose level it is fetched at. A file of tokens/
+        tells no level (its shard is another object, and hints name the image
+        records): after a hint and a token file, no byte of the hinted record has been
+        fetched; after a file of scan2/, the record's scan2/ prefix (under 0.6 of the
+        record), not the whole record (had the token file ended the wait at the top
+        level, the whole record would be fetched)."""
+        mnt = self.mount_proxy("tokhint", "-o", "http_timeout=10")
+        size1 = os.path.getsize(os.path.join(self.store, "records", "000001.pcr"))
+        tokrel = None
+        for d, _, names in sorted(os.walk(os.path.join(self.local, "tokens"))):
+            if names:
+                tokrel = os.path.relpath(os.path.join(d, sorted(names)[0]),
+                                         os.path.join(self.local, "tokens"))
+                break
+        self.assertIsNotNone(tokrel, "the store has no token files")
+
+        def sent(part):
+            with self.proxy.lock:
+                return sum(n for p, n in self.proxy.sent.items() if part in p)
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1"))
+        except FileNotFoundError:
+            pass
+        self.assertEqual(read(os.path.join(mnt, "tokens", tokrel)),
+                         read(os.path.join(self.local, "tokens", tokrel)), tokrel)
+        time.sleep(1.0)  # (a record advised at the token read: under way by now)
+        rec1, tok = sent("/records/000001.pcr"), sent("/tokens/")
+        self.assertGreater(tok, 0, "the token file came from no shard")
+        self.assertEqual(rec1, 0, "the hinted record fetched after a token file only")
+        rel = sorted(files_of_record(self.index, 1))[3]
+        self.assertEqual(read(os.path.join(mnt, "scan2", rel)),
+                         read(os.path.join(self.local, "scan2", rel)), rel)
+        end = time.monotonic() + 20
+        while time.monotonic() < end:  # the prefix fetched: no part in flight
+            st = stats(mnt)["http"]
+            if st["prefix_fetches"] >= 2 and st["fetch_bytes"] >= st["cache_bytes"] > 0:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        rec1 = sent("/records/000001.pcr")
+        note("hint, a token file, a file of scan2/: %d bytes of record 1 (%d) fetched, "
+             "%d of token shards" % (rec1, size1, tok))
+        self.assertGreater(rec1, 0)
+        self.assertLess(rec1, 0.6 * size1)
+        self.unmount_last()
 
     def test_corrupt_part_heals_alone(self):
         """A byte flipped in one part of 64 KiB: the checksum mismatch drops just the
