@@ -50,7 +50,7 @@ What each test asserts, and would be false if the feature broke:
                           of tokens/: nothing of the hinted record fetched; then a
                           file of scan2/: its scan2/ prefix, not the whole record
   test_unmount_mid_fetch  fusermount3 -u while part GETs trickle or hang: the daemon
-                          aborts them and exits 0 within 4 s (before: 39.5 s, each
+                          aborts them and exits 0 within 6 s (before: 39.5 s, each
                           GET's own time limit and a retry, record after record)
 Every wait is bounded; nothing but 127.0.0.1 is contacted.
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
@@ -709,7 +709,7 @@ class Robust(Fixture, unittest.TestCase):
             note("unmount with %d part GETs (%s): the daemon ended in %.2f s" % (
                 fetching, mode, took))
             self.assertEqual(rc, 0, m.stderr())
-            self.assertLess(took, 4.0, m.stderr())
+            self.assertLess(took, 6.0, m.stderr())  # (a hung GET: ~1 s per record)
             self.assertNotIn("fetching bytes", m.stderr())  # an abort is no error to log
 
     def test_corrupt_part_heals_alone(self):
