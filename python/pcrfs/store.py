@@ -264,9 +264,8 @@ class Store:
         """The bytes of file @path (or @length of them at @offset)."""
         p = os.fsencode(path)
         if length is not None:
-            buf = bytearray(length or 1)
-            n = self._readinto(p, buf, length, offset)
-            return bytes(buf) if n == len(buf) else bytes(memoryview(buf)[:n])
+            sc = _scratch_get(length)
+            return _scratch_bytes(sc, self._readinto(p, sc.buf, length, offset, sc.addr))
         # One call, no stat first: into this thread's scratch buffer, and a short read
         # is the end of the file (pcrfs(3)). Only a file that fills the buffer asks
         # for its size and is read again. A stat (a second walk of the path) and a
@@ -287,15 +286,14 @@ class Store:
             if n < 0:
                 _raise(n, path)
             if n < sc.size:
-                out = sc.view[:n].tobytes()
-                if sc.size > _SCRATCH_KEEP:
-                    _scratch.sc = None
-                return out
+                return _scratch_bytes(sc, n)
             sc = _scratch_get(max(self.size(path) - offset, 0) + 1)
         raise OSError(errno.EIO, "its size changes at every read", path)
 
     def _read_open(self, lib, h, p, path, offset):
-        """The bytes of @path from @offset through one open handle (one version)."""
+        """The bytes of @path from @offset through one open handle (one version),
+        read into this thread's scratch buffer and copied once, into the bytes
+        returned (before: a fresh zero-filled bytearray per file, then copied)."""
         f = ctypes.c_void_p()
         rc = lib.pcrfs_file_open(h, p, ctypes.byref(f))
         if rc < 0:
@@ -305,17 +303,16 @@ class Store:
             if size < 0:
                 _raise(size, path)
             want = max(size - offset, 0)
-            buf = bytearray(want)
+            sc = _scratch_get(want)
             got = 0
             while got < want:
-                addr = ctypes.addressof(ctypes.c_char.from_buffer(buf, got))
-                n = lib.pcrfs_file_read(f, addr, want - got, offset + got)
+                n = lib.pcrfs_file_read(f, sc.addr + got, want - got, offset + got)
                 if n < 0:
                     _raise(n, path)
                 if n == 0:
                     break
                 got += n
-            return bytes(buf) if got == want else bytes(memoryview(buf)[:got])
+            return _scratch_bytes(sc, got)
         finally:
             lib.pcrfs_file_close(f)
 
@@ -459,6 +456,15 @@ class _Scratch:
         self.arr = (ctypes.c_char * size).from_buffer(self.buf)
         self.addr = ctypes.addressof(self.arr)
         self.view = memoryview(self.buf)
+
+
+def _scratch_bytes(sc, n):
+    """The first @n bytes of scratch buffer @sc as bytes: the read's one copy. A
+    buffer grown past _SCRATCH_KEEP for one large file is dropped after it."""
+    out = sc.view[:n].tobytes()
+    if sc.size > _SCRATCH_KEEP:
+        _scratch.sc = None
+    return out
 
 
 def _scratch_get(need):

@@ -11,6 +11,8 @@ What each test asserts, and would be false if the feature broke:
   /dev/null, yields every sample with torchvision's classes and targets;
 - one Store read by 4 threads at once gives every file's bytes;
 - Store.readinto() fills bytearrays and numpy arrays with read()'s bytes, no more;
+  with mix/ served (a read is an open), read() allocates one copy of the file (the
+  bytes it returns) and gives a mount's bytes, draw for draw, also from an offset;
   read() with a scratch buffer smaller than every file gives the sized read's bytes;
   the default loader's image equals Image.open().convert('RGB') (RGB, L, CMYK JPEGs,
   a PNG with a transparent palette entry);
@@ -146,22 +148,28 @@ class LibraryTest(unittest.TestCase):
         for v in ("q90", "q95", "q99", "tokens"):
             self.assertIn(v, views)
 
+    def big_store(self):
+        """A store of one 640x640 JPEG (c/big.jpg, over 256 KiB at its largest
+        scans), built once, and the mix= option of those scans."""
+        from PIL import Image
+        src = os.path.join(self.tmp, "big-src")
+        store = os.path.join(self.tmp, "big-store")
+        if not os.path.exists(store):
+            os.makedirs(os.path.join(src, "c"), exist_ok=True)
+            rnd = __import__("random").Random(3)
+            im = Image.frombytes("RGB", (640, 640),
+                                 bytes(rnd.getrandbits(8) for _ in range(640 * 640 * 3)))
+            im.save(os.path.join(src, "c", "big.jpg"), quality=97)
+            mu.build_store(src, store, per_record=4)
+        with pcrfs.Store(store) as st:
+            top = max(int(n[4:]) for n in st.listdir() if n.startswith("scan"))
+        return store, "%d-%d" % (top - 1, top)
+
     def test_per_open_views_one_draw_per_read(self):
         # mix/ draws a pass at each open: Store.read() of a file bigger than its
         # scratch buffer (256 KiB) must still be one open, so that N reads see the
         # passes a mount's N opens see (a partial read, then a whole one, drew two).
-        from PIL import Image
-        src = os.path.join(self.tmp, "big-src")
-        os.makedirs(os.path.join(src, "c"), exist_ok=True)
-        rnd = __import__("random").Random(3)
-        im = Image.frombytes("RGB", (640, 640), bytes(rnd.getrandbits(8) for _ in range(640 * 640 * 3)))
-        im.save(os.path.join(src, "c", "big.jpg"), quality=97)
-        store = os.path.join(self.tmp, "big-store")
-        if not os.path.exists(store):
-            mu.build_store(src, store, per_record=4)
-        with pcrfs.Store(store) as st:
-            top = max(int(n[4:]) for n in st.listdir() if n.startswith("scan"))
-        mix = "%d-%d" % (top - 1, top)  # the largest scans: the file is > 256 KiB
+        store, mix = self.big_store()  # the largest scans: the file is > 256 KiB
         opts = {"mix": mix, "mix_seed": "5"}
         mnt = os.path.join(self.tmp, "mnt")
         with pcrfs.Store(store, **opts) as st:
@@ -177,6 +185,40 @@ class LibraryTest(unittest.TestCase):
         self.assertEqual([len(b) for b in got], [len(b) for b in want])
         self.assertEqual(got, want)
         self.assertGreater(len(set(got)), 1)  # the passes differ: the draws are seen
+
+    def test_per_open_read_copies_once(self):
+        # With mix/ served every Store.read() is an open (one draw); it reads into
+        # the thread's scratch buffer and copies once, into the bytes it returns:
+        # those are all it allocates (before: a zero-filled bytearray of the file and
+        # then its copy, twice the file). The bytes are a mount's, draw for draw,
+        # also from an offset.
+        import tracemalloc
+        store, mix = self.big_store()
+        path, off = "mix/c/big.jpg", 1000
+        with pcrfs.Store(store, mix=mix, mix_seed="5") as st:
+            got = [st.read("full/c/big.jpg")]  # the largest: the scratch buffer grows
+            tracemalloc.start()
+            try:
+                tracemalloc.reset_peak()
+                got.append(st.read(path))
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            got += [st.read(path), st.read(path, off)]
+        self.assertIsInstance(got[1], bytes)
+        self.assertGreater(len(got[1]), 1 << 18)
+        self.assertLess(peak, 1.25 * len(got[1]), "more than one copy of %d bytes" % len(got[1]))
+        mnt = os.path.join(self.tmp, "mnt")
+        m = mu.Mount(store, mnt, "-o", "mix=%s,mix_seed=5" % mix)
+        with m:
+            want = []
+            for p, at in (("full/c/big.jpg", 0), (path, 0), (path, 0), (path, off)):
+                with open(os.path.join(mnt, p), "rb") as f:
+                    f.seek(at)
+                    want.append(f.read())
+            self.assertEqual(m.unmount(), 0)
+        self.assertEqual([len(b) for b in got], [len(b) for b in want])
+        self.assertEqual(got, want)
 
     def test_range_and_errors(self):
         with pcrfs.Store(self.store) as st:

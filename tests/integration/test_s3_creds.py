@@ -20,6 +20,8 @@ What each test asserts, and would be false if the feature broke:
                  under ASan/UBSan every loop is cut to 25 s and 1 rotation); the
                  container token also from AWS_CONTAINER_AUTHORIZATION_TOKEN (a wrong
                  one: a one-line error naming container credentials)
+  unmount during a renewal  a credential_process that hangs on renewal: the
+                 daemon ends 0 within 4 s of fusermount3 -u (before: 25 s)
   revoked token  a token the proxy revokes is answered InvalidToken, one it expires
                  early 400 ExpiredToken: the read is retried once with renewed
                  credentials and succeeds
@@ -462,6 +464,44 @@ class Creds(ts.Fixture, unittest.TestCase):
         m, info, st = self.rotation("process", "process", SOAK, self.env(AWS_CONFIG_FILE=conf),
                                     "-o", "profile=proc")
         self.assertIn("credential_process of profile proc", info["credentials"]["source"])
+
+    def test_unmount_during_renewal(self):
+        """fusermount3 -u while a renewal runs (a credential_process that answers at
+        once the first time, then takes 25 s): the daemon ends 0 within a few seconds,
+        the renewal abandoned. Before, the exit waited for the renewal to end, here
+        the process's 25 s (up to its 30 s limit; an STS request's 10 s)."""
+        script = os.path.join(self.tmp, "cred-slow.py")
+        started = os.path.join(self.tmp, "cred-slow.started")
+        with open(script, "w") as f:
+            f.write("import os, sys, time, urllib.request\n"
+                    "if os.path.exists(%r):\n"
+                    "    open(%r, 'w').close()\n"
+                    "    time.sleep(25)\n"
+                    "open(%r, 'w').close()\n"
+                    "sys.stdout.write(urllib.request.urlopen(%r, timeout=5).read().decode())\n"
+                    % (script + ".once", started, script + ".once", self.meta + "/process"))
+        conf = os.path.join(self.tmp, "slow-config")
+        with open(conf, "w") as f:
+            f.write("[profile slow]\ncredential_process = %s %s\nregion = us-east-1\n"
+                    "endpoint_url = %s\n" % (mu.PYTHON, script, self.endpoint))
+        os.chmod(conf, 0o600)
+        m = self.mount_env("slowproc", self.env(AWS_CONFIG_FILE=conf), "-o", "profile=slow",
+                           "-o", "nokeep_cache", "-o", "cache=" + os.path.join(self.tmp, "afile"))
+        rel = sorted(r for r in self.want if r.startswith("scan2/"))[0]
+        # a request at about half the credentials' life starts the renewal
+        end = time.monotonic() + LIFE + 10
+        while time.monotonic() < end and not os.path.exists(started):
+            self.assertEqual(ts.read(os.path.join(m.mnt, rel)), self.want[rel])
+            time.sleep(0.5)
+        self.assertTrue(os.path.exists(started), "no renewal started")
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        rc = m.unmount(timeout=60)
+        took = time.monotonic() - t0
+        print("\n  unmount during a renewal (credential_process): the daemon ended in "
+              "%.2f s" % took, file=sys.stderr)
+        self.assertEqual(rc, 0, m.stderr())
+        self.assertLess(took, 4.0, m.stderr())
 
     def test_revoked_token_retried_once(self):
         # detached (the daemon forks after the credentials are found): the renewal

@@ -42,6 +42,16 @@ What each test asserts, and would be false if the feature broke:
   test_prefetch_depth_in_parts  two connections, both records hinted: at most 2
                           parts queued or in flight ahead (before: all of both
                           records'), the rest fetched in turn, both whole in the cache
+  test_direct_gets_bounded  one read of a file of full/ alone, its ranges in every
+                          group of the record (10 GETs of its own): at most
+                          http_connections of them wait for an answer at once (1 at
+                          1, 2 at 2; before 1ccd576: 10 at once at 1)
+  test_hint_then_token_file  a store with tokens, a hint before any open, then a file
+                          of tokens/: nothing of the hinted record fetched; then a
+                          file of scan2/: its scan2/ prefix, not the whole record
+  test_unmount_mid_fetch  fusermount3 -u while part GETs trickle or hang: the daemon
+                          aborts them and exits 0 within 6 s (before: 39.5 s, each
+                          GET's own time limit and a retry, record after record)
 Every wait is bounded; nothing but 127.0.0.1 is contacted.
 Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.py -v
 """
@@ -139,6 +149,10 @@ class Proxy:
         self.cap_bps = 64 * 1024  # mode "cap": each response's body at this rate
         self.corrupt_left = 0
         self.corrupt_min = 65536  # mode "corrupt": only bodies longer than this
+        self.delay = 0.0       # every GET of records/ waits this long before its answer
+        self.inflight = 0      # GETs of records/ that arrived and are not answered yet
+        self.max_inflight = 0  # ... the most at once
+        self.sent = {}         # path: body bytes sent for GETs of it
         self.release = threading.Event()
         proxy = self
 
@@ -171,6 +185,24 @@ class Proxy:
             self.log.append((time.monotonic(), req.command, req.path, status))
 
     def handle(self, req, head):
+        if head or "/records/" not in req.path:
+            self.answer(req, head)
+            return
+        # in flight: from its arrival until its answer starts (after the delay), so a
+        # client that sends the next GET once it has the last byte of one is never
+        # counted twice, whenever this thread gets to run after the write
+        with self.lock:
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            if self.delay:
+                self.release.wait(self.delay)
+        finally:
+            with self.lock:
+                self.inflight -= 1
+        self.answer(req, head)
+
+    def answer(self, req, head):
         rec = "/records/" in req.path
         if rec and time.monotonic() < self.storm_until:
             self.note(req, 503)
@@ -219,6 +251,8 @@ class Proxy:
         req.end_headers()
         if head:
             return
+        with self.lock:
+            self.sent[req.path] = self.sent.get(req.path, 0) + len(data)
         try:
             if rec and self.mode == "trickle":
                 end = time.monotonic() + 30
@@ -249,6 +283,9 @@ class Proxy:
     def reset(self):
         with self.lock:
             self.log.clear()
+            self.sent.clear()
+            self.max_inflight = self.inflight
+        self.delay = 0.0
         self.mode = "pass"
         self.corrupt_min = 65536
         self.storm_until = 0.0
@@ -557,6 +594,123 @@ class Robust(Fixture, unittest.TestCase):
         self.assertGreaterEqual(st["cache_bytes"], sum(sizes) - 2 * 16384, st)
         self.assertEqual(st["direct_bytes"], d0, (d0, st))
         self.unmount_last()
+
+    def test_direct_gets_bounded(self):
+        """One read of a file of full/, read alone (no hint, not in order: it GETs its
+        own bytes), has a range in every group of its record, i.e. more GETs than
+        http_connections=1 allows at once: they go out in turns, never more than one
+        in flight (before 1ccd576: all of them at once when none was in flight, the
+        node bench's proxy saw 13 at http_connections=1). At 2 connections the proxy
+        sees 2 at once: it does count GETs that overlap."""
+        self.proxy.delay = 0.2  # every GET of a record lasts >= 0.2 s: turns overlap
+        rels = sorted(files_of_record(self.index, 1))
+        for n, rel in ((1, rels[7]), (2, rels[150])):
+            name = "direct%d" % n
+            mnt = self.mount(self.proxy.url(), name, "-o", "%s,http_timeout=10,http_retries=2,"
+                             "http_connections=%d" % (self.cache(name), n))
+            path = os.path.join(mnt, "full", rel)
+            os.stat(path)
+            with self.proxy.lock:  # the mount's own requests (the index) are done
+                self.proxy.max_inflight = self.proxy.inflight
+            t0 = time.monotonic()
+            self.assertEqual(read(path), read(os.path.join(self.local, "full", rel)), rel)
+            gets = self.proxy.requests(lambda e: e[0] >= t0 and e[1] == "GET" and
+                                       e[2].endswith("/records/000001.pcr"))
+            note("one read of full/ at http_connections=%d: %d GETs, at most %d at once, "
+                 "%.2f s" % (n, len(gets), self.proxy.max_inflight, time.monotonic() - t0))
+            # (the record's header is one GET before the file's own)
+            self.assertGreater(len(gets) - 1, n, "a read of too few ranges for the test")
+            self.assertLessEqual(self.proxy.max_inflight, n, gets)
+            if n == 2:
+                self.assertEqual(self.proxy.max_inflight, 2, gets)
+            self.unmount_last()
+
+    def test_hint_then_token_file(self):
+        """A store with a token tree: a hint given before any open waits for the first
+        open of a file of an image view, whose level it is fetched at. A file of tokens/
+        tells no level (its shard is another object, and hints name the image
+        records): after a hint and a token file, no byte of the hinted record has been
+        fetched; after a file of scan2/, the record's scan2/ prefix (under 0.6 of the
+        record), not the whole record (had the token file ended the wait at the top
+        level, the whole record would be fetched)."""
+        mnt = self.mount_proxy("tokhint", "-o", "http_timeout=10")
+        size1 = os.path.getsize(os.path.join(self.store, "records", "000001.pcr"))
+        tokrel = None
+        for d, _, names in sorted(os.walk(os.path.join(self.local, "tokens"))):
+            if names:
+                tokrel = os.path.relpath(os.path.join(d, sorted(names)[0]),
+                                         os.path.join(self.local, "tokens"))
+                break
+        self.assertIsNotNone(tokrel, "the store has no token files")
+
+        def sent(part):
+            with self.proxy.lock:
+                return sum(n for p, n in self.proxy.sent.items() if part in p)
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1"))
+        except FileNotFoundError:
+            pass
+        self.assertEqual(read(os.path.join(mnt, "tokens", tokrel)),
+                         read(os.path.join(self.local, "tokens", tokrel)), tokrel)
+        time.sleep(1.0)  # (a record advised at the token read: under way by now)
+        rec1, tok = sent("/records/000001.pcr"), sent("/tokens/")
+        self.assertGreater(tok, 0, "the token file came from no shard")
+        self.assertEqual(rec1, 0, "the hinted record fetched after a token file only")
+        rel = sorted(files_of_record(self.index, 1))[3]
+        self.assertEqual(read(os.path.join(mnt, "scan2", rel)),
+                         read(os.path.join(self.local, "scan2", rel)), rel)
+        end = time.monotonic() + 20
+        while time.monotonic() < end:  # the prefix fetched: no part in flight
+            st = stats(mnt)["http"]
+            if st["prefix_fetches"] >= 2 and st["fetch_bytes"] >= st["cache_bytes"] > 0:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        rec1 = sent("/records/000001.pcr")
+        note("hint, a token file, a file of scan2/: %d bytes of record 1 (%d) fetched, "
+             "%d of token shards" % (rec1, size1, tok))
+        self.assertGreater(rec1, 0)
+        self.assertLess(rec1, 0.6 * size1)
+        self.unmount_last()
+
+    def test_unmount_mid_fetch(self):
+        """fusermount3 -u while part GETs trickle (8 bytes every 0.25 s) or hang (no
+        answer), at http_timeout=10: the daemon aborts them and exits 0 within a few
+        seconds (a hung GET hears of it within about a second). Before, it waited for
+        every running part GET to end: each attempt's own time limit (10 s here), then
+        a retry within the deadline of 2 x http_timeout, record after record: 39.5 s
+        with two records hinted (the exits of over 15 s seen under load)."""
+        for mode in ("trickle", "hang"):
+            self.proxy.reset()
+            name = "midfetch-" + mode
+            mnt = self.mount(self.proxy.url(), name, "-o", "%s,http_timeout=10,"
+                             "http_retries=2,http_part_size=64k,http_connections=4"
+                             % self.cache(name))
+            self.open_one(mnt)
+            # both records opened (their HEADs) before the server stops answering
+            self.assert_right(mnt, "full", self.record_paths(mnt, "full", 2, 1))
+            self.proxy.mode = mode
+            t0 = time.monotonic()
+            try:
+                os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1,2"))
+            except FileNotFoundError:
+                pass
+            end = time.monotonic() + 10
+            while time.monotonic() < end and not self.proxy.requests(
+                    lambda e: e[0] >= t0 and e[1] == "GET" and "/records/" in e[2]):
+                time.sleep(0.05)
+            time.sleep(0.5)  # the parts' GETs under way
+            fetching = len(self.proxy.requests(lambda e: e[0] >= t0 and e[1] == "GET"))
+            self.assertGreater(fetching, 0, "no part GET under way")
+            m = self.mounts.pop()
+            t1 = time.monotonic()
+            rc = m.unmount(timeout=60)
+            took = time.monotonic() - t1
+            note("unmount with %d part GETs (%s): the daemon ended in %.2f s" % (
+                fetching, mode, took))
+            self.assertEqual(rc, 0, m.stderr())
+            self.assertLess(took, 6.0, m.stderr())  # (a hung GET: ~1 s per record)
+            self.assertNotIn("fetching bytes", m.stderr())  # an abort is no error to log
 
     def test_corrupt_part_heals_alone(self):
         """A byte flipped in one part of 64 KiB: the checksum mismatch drops just the

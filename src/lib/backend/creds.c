@@ -101,6 +101,7 @@ struct http_creds {
     /* renewal, under lock */
     bool refreshing;
     pid_t refresher; /* the process whose thread renews (a fork loses it) */
+    bool stop;       /* http_creds_free() runs: a renewal in flight gives up (atomic) */
     int64_t next_try_ms, last_ms, next_poll_ms;
     unsigned fail_streak;
     uint64_t refreshes, failures;
@@ -379,6 +380,21 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
     return n;
 }
 
+/* Whether the set is being freed: a renewal in flight stops (its request aborted,
+ * its credential_process killed) rather than hold up the exit that frees it. */
+static bool stopping(const struct http_creds *c)
+{
+    return __atomic_load_n(&c->stop, __ATOMIC_RELAXED);
+}
+
+/* libcurl's progress callback of a renewal's request: nonzero aborts it. */
+static int fetch_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                          curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return stopping(arg) ? 1 : 0;
+}
+
 /* One request; the body (at most HTTP_CRED_MAX_DOC bytes) into *out. @return the
  * HTTP status, or a negative errno with a reason in @err. */
 static long fetch(struct http_creds *c, const char *method, const char *url,
@@ -406,6 +422,9 @@ static long fetch(struct http_creds *c, const char *method, const char *url,
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, fetch_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     if (c->kind == K_IMDS || c->kind == K_CONTAINER)
         curl_easy_setopt(h, CURLOPT_PROXY, ""); /* link-local: never through a proxy */
     if (c->ca_bundle)
@@ -520,8 +539,10 @@ out:
     return ret;
 }
 
-/* Run credential_process @cmd; its output (bounded, timed) into *out. */
-static int run_process(const char *cmd, char **out, size_t *outlen, char *err, size_t errlen)
+/* Run credential_process @cmd of @c; its output (bounded, timed, killed once @c is
+ * being freed) into *out. */
+static int run_process(const struct http_creds *c, const char *cmd, char **out, size_t *outlen,
+                       char *err, size_t errlen)
 {
     posix_spawn_file_actions_t fa;
     int pfd[2], status = 0, ret = 0;
@@ -556,7 +577,11 @@ static int run_process(const char *cmd, char **out, size_t *outlen, char *err, s
             ret = -ETIMEDOUT;
             break;
         }
-        int r = poll(&p, 1, (int)left);
+        if (stopping(c)) {
+            ret = -ECANCELED;
+            break;
+        }
+        int r = poll(&p, 1, left < 100 ? (int)left : 100); /* (100 ms: stopping() seen) */
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -589,6 +614,8 @@ static int run_process(const char *cmd, char **out, size_t *outlen, char *err, s
     } else if (ret == -E2BIG) {
         pcr_errf(err, errlen, "credential_process: output over %u bytes", HTTP_CRED_MAX_DOC);
         ret = -EINVAL;
+    } else if (ret == -ECANCELED) {
+        pcr_errf(err, errlen, "credential_process: stopped (the store is closed)");
     }
     if (ret) {
         explicit_bzero(buf, n > HTTP_CRED_MAX_DOC ? HTTP_CRED_MAX_DOC : n);
@@ -636,7 +663,7 @@ static int get_files(struct http_creds *c, struct http_cred_doc *d, bool *proces
         ret = 1;
     } else if (proc || cproc) {
         *process = true;
-        ret = run_process(proc ? proc : cproc, &out, &len, err, errlen);
+        ret = run_process(c, proc ? proc : cproc, &out, &len, err, errlen);
         if (ret == 0) {
             ret = http_cred_parse_json(out, len, true, d, why, sizeof(why));
             if (ret)
@@ -880,10 +907,11 @@ static void renew(struct http_creds *c)
         c->fail_streak++;
         c->next_try_ms = c->last_ms + (wait > RETRY_MAX_MS ? RETRY_MAX_MS : wait);
         fmt_time(c->expiry_ms, when, sizeof(when));
-        pcr_log(PCR_LOG_WARN,
-                "credentials from %s: renewal failed (%s); the current ones "
-                "expire %s",
-                c->source, why, when);
+        if (!stopping(c)) /* (stopped by http_creds_free(): no failure to report) */
+            pcr_log(PCR_LOG_WARN,
+                    "credentials from %s: renewal failed (%s); the current ones "
+                    "expire %s",
+                    c->source, why, when);
     }
     c->refreshing = false;
     pthread_cond_broadcast(&c->cond);
@@ -1271,7 +1299,11 @@ void http_creds_free(struct http_creds *c)
         }
     pthread_mutex_unlock(&all_lock);
     pthread_mutex_lock(&c->lock);
-    while (renewing(c)) /* a renewal thread uses c: bounded by its deadlines */
+    /* a renewal thread uses c: it stops (its request aborted within about a second,
+     * its credential_process killed within 100 ms) rather than run to its deadline,
+     * up to 30 s, which held a daemon's exit */
+    __atomic_store_n(&c->stop, true, __ATOMIC_RELAXED);
+    while (renewing(c))
         pthread_cond_wait(&c->cond, &c->lock);
     pthread_mutex_unlock(&c->lock);
     zfree(&c->id), zfree(&c->secret), zfree(&c->token);

@@ -275,6 +275,17 @@ static void fetch_throttled(void *arg)
     http_cache_throttled(((struct part_fetch *)arg)->p->c);
 }
 
+/* No reader will want the part: its object is being closed or the cache freed (the
+ * mount ends). Its GET is aborted then, not waited out: a trickling or hung server
+ * held a daemon's exit for 2 x http_timeout per record (tens of seconds). */
+static bool fetch_cancelled(void *arg)
+{
+    const struct http_part *p = ((struct part_fetch *)arg)->p;
+
+    return __atomic_load_n(&p->o->closing, __ATOMIC_RELAXED) ||
+           __atomic_load_n(&p->c->stop, __ATOMIC_RELAXED);
+}
+
 /* How many bytes of part @p a range ending at @end needs. */
 static uint64_t part_need(const struct http_part *p, uint64_t end)
 {
@@ -479,6 +490,7 @@ static void part_run(struct pcr_job *j)
                             .fd_off = from,
                             .on_progress = fetch_progress,
                             .on_throttled = fetch_throttled,
+                            .cancelled = fetch_cancelled,
                             .arg = &f};
     struct http_req *rq = &f.r;
     http_count(&hb->st.prefix_fetches, 1);
@@ -494,7 +506,7 @@ static void part_run(struct pcr_job *j)
         if (!c->logged_write++)
             pcr_log(PCR_LOG_WARN, "cache %s: %s; reading with a GET per range instead", c->dir,
                     ret == -ENOSPC ? "file system full" : "cannot write");
-    } else if (ret && !c->logged_fetch++) {
+    } else if (ret && ret != -ECANCELED && !c->logged_fetch++) {
         char why[160];
         http_describe(rq, why, sizeof(why));
         pcr_log(PCR_LOG_ERR, "%s: fetching bytes %llu-%llu: %s", o->url, (unsigned long long)from,
@@ -557,10 +569,10 @@ void http_cache_free(struct http_cache *c)
     if (!c)
         return;
     pthread_mutex_lock(&c->lock);
-    c->stop = true;
+    __atomic_store_n(&c->stop, true, __ATOMIC_RELAXED); /* (read by fetch_cancelled()) */
     pthread_cond_broadcast(&c->progress);
     pthread_mutex_unlock(&c->lock);
-    pcr_workq_free(&c->q); /* running parts end within their deadline */
+    pcr_workq_free(&c->q); /* running parts are aborted (fetch_cancelled()) */
     while (c->objs)
         http_cache_remove(c, c->objs);
     pthread_mutex_destroy(&c->lock);
@@ -589,11 +601,11 @@ void http_cache_add(struct http_cache *c, struct pcr_object *o)
 
 void http_cache_remove(struct http_cache *c, struct pcr_object *o)
 {
-    /* queued parts dropped, running ones waited for (they end within their
-     * deadline, none queues its part again); without the cache's lock, which they
-     * take */
+    /* queued parts dropped, running ones aborted and waited for (their GETs see
+     * closing within about a second: fetch_cancelled(); none queues its part
+     * again); without the cache's lock, which they take */
     pthread_mutex_lock(&c->lock);
-    o->closing = true;
+    __atomic_store_n(&o->closing, true, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->lock);
     if (!c->stop)
         pcr_workq_cancel(&c->q, o);

@@ -32,6 +32,12 @@ struct http_req {
     void (*on_progress)(void *arg, uint64_t n);
     /* an answer was 503 or 429 (after the attempt, before the backoff), or NULL */
     void (*on_throttled)(void *arg);
+    /* whether the layer above no longer wants the request (its object is being
+     * closed, the mount ends), or NULL: asked as the transfer progresses (libcurl's
+     * progress callback: with every few bytes, and about once a second while none
+     * come), it aborts the transfer with -ECANCELED, and no attempt or backoff
+     * follows; an exit need not wait out a trickling or hung GET */
+    bool (*cancelled)(void *arg);
     void *arg;
     long timeout_ms; /* 0: the backend's */
     /* results */

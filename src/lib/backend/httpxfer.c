@@ -209,6 +209,25 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
     return n;
 }
 
+/* libcurl's progress callback of a request with a cancel hook: nonzero aborts it. */
+static int on_xferinfo(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    const struct http_req *r = arg;
+
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return r->cancelled(r->arg) ? 1 : 0;
+}
+
+/* Whether every request of @r[0..n) was cancelled (none without a cancel hook). */
+static bool all_cancelled(const struct http_req *r, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (!r[i].cancelled || !r[i].cancelled(r[i].arg))
+            return false;
+    return n > 0;
+}
+
 /* ---- one request ---- */
 
 static int req_setup(struct http_transport *tp, struct http_req *r)
@@ -249,6 +268,11 @@ static int req_setup(struct http_transport *tp, struct http_req *r)
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);
     r->errbuf[0] = '\0';
+    if (r->cancelled) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xferinfo);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, r);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
     if (t->ca_bundle)
         curl_easy_setopt(h, CURLOPT_CAINFO, t->ca_bundle);
     if (r->head)
@@ -320,6 +344,8 @@ static int req_result(struct http_transport *tp, struct http_req *r, CURLcode cc
         return r->err = -ETIMEDOUT;
     case CURLE_OUT_OF_MEMORY:
         return r->err = -ENOMEM;
+    case CURLE_ABORTED_BY_CALLBACK:
+        return r->err = -ECANCELED; /* its cancel hook: not retried */
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:
@@ -556,6 +582,11 @@ int http_perform(struct http_transport *tp, struct http_req *r, unsigned n)
             struct http_req *q = &r[i];
             if (q->err == 0 || (q->err != -EINPROGRESS && !q->retryable))
                 continue;
+            if (q->cancelled && q->cancelled(q->arg)) {
+                q->err = -ECANCELED;
+                q->retryable = false;
+                continue;
+            }
             if (now + MIN_ATTEMPT_MS > until) {
                 /* out of time: the last answer stands */
                 if (q->err == -EINPROGRESS)
@@ -641,12 +672,18 @@ int http_perform(struct http_transport *tp, struct http_req *r, unsigned n)
             break;
         }
         http_count(&tp->st.backoff_ms, wait);
-        sleep_ms(wait);
+        /* in slices: a backoff (a Retry-After of up to a minute) ends once every
+         * request was cancelled */
+        for (uint64_t left = wait, s; left && !all_cancelled(r, n); left -= s) {
+            s = left < 100 ? left : 100;
+            sleep_ms(s);
+        }
     }
     for (unsigned i = 0; i < n; i++) {
         if (r[i].err && !ret)
             ret = r[i].err;
-        if (r[i].err && r[i].err != -ENOSPC && r[i].err != -EROFS) /* not the server's */
+        if (r[i].err && r[i].err != -ENOSPC && r[i].err != -EROFS &&
+            r[i].err != -ECANCELED) /* not the server's */
             http_count(&tp->st.errors, 1);
     }
     return ret;

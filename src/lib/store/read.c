@@ -635,10 +635,13 @@ out:
  *   not fetch. (Before, any hint turned the guess off for good: a special case.)
  *   A hint names records, not a view: their prefix is the level of the last file
  *   opened, and a hint that comes before any file was opened waits for the first
- *   open (hints_at_level()). Before, it was advised at the top level: the sampler
- *   hints a window before its first file, so at scan5/ its first window was fetched
- *   whole, 3x the bytes (43 MB records for 14 MB prefixes: BENCHMARKS.md §22,
- *   fetched / served 2-4 in a 15 s run).
+ *   open of a file of an image view (hints_at_level()). A file of tokens/ tells no
+ *   level: it lies in the token tree, a store of its own that no hint names, so the
+ *   hints still wait after it (ending their wait at the top level would fetch the
+ *   hinted records whole for a reader of tokens). Before, a hint was advised at
+ *   once at the top level: the sampler hints a window before its first file, so at
+ *   scan5/ its first window was fetched whole, 3x the bytes (43 MB records for 14 MB
+ *   prefixes: BENCHMARKS.md §22, fetched / served 2-4 in a 15 s run).
  * Every other miss reads just the bytes its file needs. */
 #define SEQ_CURSORS 4
 #define SEQ_RUN     2
@@ -893,7 +896,6 @@ static int handle_open(struct pcr_store *s, const struct pcr_file *f, unsigned l
         return -EIO;
     }
     if (f->kind == PCR_KIND_TOKENS) {
-        hints_at_level(s, 0); /* (a token file reads its whole record) */
         h = calloc(1, sizeof(*h));
         if (!h)
             return -ENOMEM;
@@ -986,10 +988,8 @@ static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsign
         pcr_count(&s->stats.errors, 1);
         return -EIO;
     }
-    if (f->kind == PCR_KIND_TOKENS) {
-        hints_at_level(s, 0);
+    if (f->kind == PCR_KIND_TOKENS)
         return token_pread(s, f, r, buf, len, off);
-    }
     plan_make(s, f, r, level, &p);
     if (off == 0) {
         pcr_count(&s->stats.level[p.level].opens, 1);
