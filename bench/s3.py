@@ -11,7 +11,9 @@ Started by bench/s3.sh (which installs s3fs and s3rver and builds pcrfs first).
   local  Cold whole-file reads (one thread) and a Pillow decode pass in RecordSampler
          order and in a random order: a local mount with and without
          -o readahead=record against plain files holding the same bytes; in record
-         order also the daemon started in the reader's session instead of its own.
+         order also the daemon started in the reader's session instead of its own,
+         and reads after an ImageFolder-style listing in the same process (untimed)
+         with -o readdirplus=no|auto|yes, plain files after the same listing.
 
 Every run is bounded in time; the rounds are interleaved (A, B, C, A, B, C, ...) and
 the tables show medians with every run's figure kept in WORK/s3-results.json.
