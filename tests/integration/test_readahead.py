@@ -81,6 +81,36 @@ class Readahead(StoreFixture, unittest.TestCase):
         with self.mount(self.store):
             self.assertEqual(self.advised_after(order), 0)
 
+    def test_record_advised_once_per_visit(self):
+        """One record holds about 5.8 of every 64 opens (one in eleven; the rest from the
+        other two records) for 330 opens, so its count goes below 6 and back again and
+        again, as a record of a RecordSampler window does (8 records: ~8 of 64): it is
+        read ahead once, not at every crossing; the other two once each. Every read
+        reaches the daemon (its pages dropped after each: POSIX_FADV_DONTNEED). Fails
+        with the advice at each crossing: 27 advised."""
+        recs = self.by_record(self.store)
+        a, b, c = sorted(recs)[:3]
+        # (each record's files in reverse id order: the scan-in-order rule sees none)
+        ra, rb, rc = (list(reversed(recs[x])) for x in (a, b, c))
+        others = [x for pair in zip(rb, rc) for x in pair]
+        order, k = [], 0
+        for i in range(30):
+            order.append(ra[i % len(ra)])
+            for _ in range(10):
+                order.append(others[k % len(others)])
+                k += 1
+        with self.mount(self.store, "-o", "readahead=record"):
+            for rel in order:
+                p = os.path.join(os.fsencode(self.mnt), b"scan1", os.fsencode(rel))
+                with open(p, "rb", buffering=0) as f:
+                    self.assertEqual(f.read(), self.oracle(rel, "scan1"), rel)
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            with open(os.path.join(self.mnt, ".pcrfs", "stats"), "rb") as f:
+                stats = json.load(f)
+            self.assertEqual(stats["records_advised"], 3)
+            # (every read reached the daemon: otherwise the test shows nothing)
+            self.assertGreaterEqual(stats["views"]["scan1"]["opens"], len(order))
+
     def test_reader_spread_over_records_gets_nothing_read_ahead(self):
         """One file of each of 12 records in turn (a shuffle over the store), in
         reverse id order within each: no record holds 6 of the last opens, nothing is

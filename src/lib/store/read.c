@@ -729,19 +729,29 @@ static void hints_at_level(struct pcr_store *s, unsigned level)
     }
 }
 
-/* An open of a file of record @id (1..nrecs), under rec_lock. @return whether the
- * record just became one that SEQ_DENSE of the last PCR_SEQ_DENSE_WINDOW opens lie in
- * (again, after it dropped below: its advice then picks up a higher level too). */
-static bool dense_note(struct pcr_store *s, uint32_t id)
+/* An open of a file of record @id (1..nrecs) that needs @prefix, under rec_lock.
+ * @return whether to advise the record: SEQ_DENSE of the last PCR_SEQ_DENSE_WINDOW
+ * opens lie in it, and it was not advised at least this far since its count last
+ * left 0 (a visit). Once per visit, not at each crossing of SEQ_DENSE: a window of
+ * RecordSampler puts about 8 of every 64 opens in each of its records, a count that
+ * goes up and down across 6 all the time, and each crossing advised the record's
+ * whole prefix again (about 50 calls per record, each a WILLNEED over 42 MB that the
+ * page cache holds already: BENCHMARKS.md, "Cold local reads in record order"). A
+ * higher level (a larger @prefix) is advised again; a record come back after 64
+ * opens elsewhere (the next epoch) is a new visit. */
+static bool dense_note(struct pcr_store *s, uint32_t id, uint64_t prefix)
 {
     unsigned pos = s->dense_pos++ % PCR_SEQ_DENSE_WINDOW;
     uint32_t old = s->dense_ring[pos];
     struct rec *r = &s->recs[id - 1];
 
-    if (old)
-        s->recs[old - 1].dense_n--;
+    if (old && --s->recs[old - 1].dense_n == 0)
+        s->recs[old - 1].dense_pfx = 0;
     s->dense_ring[pos] = id;
-    return ++r->dense_n == SEQ_DENSE;
+    if (++r->dense_n < SEQ_DENSE || prefix <= r->dense_pfx)
+        return false;
+    r->dense_pfx = prefix;
+    return true;
 }
 
 /* File @f of record @r is opened at @level (@prefix: what its level needs). */
@@ -774,7 +784,7 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
         r->seq_run[i] = 0;
     }
     if (__atomic_load_n(&(s->parent ? s->parent : s)->readahead, __ATOMIC_RELAXED))
-        go = dense_note(s, f->record) || go;
+        go = dense_note(s, f->record, prefix) || go;
     pthread_mutex_unlock(&s->rec_lock);
     if (!go || __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE))
         return; /* (failing: see rec_ready()) */

@@ -67,6 +67,8 @@ struct rec {
     uint8_t seq_turn;
     uint8_t dense_n;     /* opens of its files among the store's last
                             PCR_SEQ_DENSE_WINDOW (read.c, seq_note(); rec_lock) */
+    uint64_t dense_pfx;  /* the prefix advised since dense_n last left 0, or 0
+                            (read.c, dense_note(); rec_lock) */
     bool known;          /* this node was told of it (a hint) or opened a file of it:
                             a scan's guess ahead may fetch it once hints came (atomic) */
     bool hint_waits;     /* hinted before any file was opened: advised at the first
