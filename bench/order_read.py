@@ -3,7 +3,7 @@
 bench/node_throughput.py).
 
     order_read.py ROOT ORDER|--sampler [--decode] [--timeout S] [--threads N]
-                  [--cpu-pids NAME=PID,...] [--after N]
+                  [--cpu-pids NAME=PID,...] [--list] [--after N]
 
 ORDER is a file of relative paths, one a line (the order an ImageFolder with a
 given sampler would open them). Each file is read as ImageFolder's loaders read
@@ -23,6 +23,9 @@ order ended the run (timed_out false: the whole order was read, and the rate is
 that of a run shorter than S). cpu (bench/cpustat.py) covers that same interval:
 the CPU seconds of the readers (self), of each --cpu-pids process (e.g. the daemon
 serving ROOT) and the machine's idle time.
+--list first lists ROOT as torchvision's ImageFolder does (os.scandir of ROOT, then
+os.walk of each class directory: names and d_type, no stat), in the same process
+and before the clock starts; list_seconds says how long that took (0 without it).
 
 --after N adds "after": the rate from the moment N files were read to the last
 byte (bytes, seconds, mb_per_s; null when fewer than N + 1 files were read or less
@@ -73,6 +76,17 @@ class sampled:
         return self.got[i]
 
 
+def list_tree(root):
+    """ImageFolder's listing of @root (torchvision's find_classes and make_dataset):
+    the class directories, then every file under each; returns the files seen."""
+    n = 0
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    for c in classes:
+        for _, _, files in os.walk(os.path.join(root, c), followlinks=True):
+            n += len(files)
+    return n
+
+
 def main():
     timeout = float(opt("--timeout", 0))
     threads = max(1, int(opt("--threads", 1)))
@@ -88,6 +102,11 @@ def main():
             paths = [os.path.join(root, line.rstrip("\n")) for line in f if line.strip()]
     if decode:
         from PIL import Image
+    list_secs = 0.0
+    if "--list" in sys.argv:
+        t = time.perf_counter()
+        list_tree(root)
+        list_secs = time.perf_counter() - t
     n = nbytes = done = 0
     mark = {}  # when @after files were read: t, bytes
     lock = threading.Lock()
@@ -128,8 +147,8 @@ def main():
                 "mb_per_s": (nbytes - mark["bytes"]) / (secs - mark["t"]) / 1e6}
     json.dump({"root": root, "decode": decode, "threads": threads, "files": n,
                "bytes": nbytes, "seconds": secs, "files_per_s": n / secs, "mb_per_s": nbytes / secs / 1e6,
-               "timed_out": n < len(paths), "cpu": cpu, "first_s": mark.get("first"),
-               "after": late}, sys.stdout)
+               "timed_out": n < len(paths), "cpu": cpu, "list_seconds": list_secs,
+               "first_s": mark.get("first"), "after": late}, sys.stdout)
     print()
 
 

@@ -11,7 +11,9 @@ Started by bench/s3.sh (which installs s3fs and s3rver and builds pcrfs first).
   local  Cold whole-file reads (one thread) and a Pillow decode pass in RecordSampler
          order and in a random order: a local mount with and without
          -o readahead=record against plain files holding the same bytes; in record
-         order also the daemon started in the reader's session instead of its own.
+         order also the daemon started in the reader's session instead of its own,
+         and reads after an ImageFolder-style listing in the same process (untimed)
+         with -o readdirplus=no|auto|yes, plain files after the same listing.
 
 Every run is bounded in time; the rounds are interleaved (A, B, C, A, B, C, ...) and
 the tables show medians with every run's figure kept in WORK/s3-results.json.
@@ -40,6 +42,8 @@ REPO = os.path.dirname(HERE)
 BUCKET = "bench"
 KEY = "S3RVER"  # s3rver's built-in credentials
 VIEWS = ("scan5", "full")
+sys.path.insert(0, HERE)
+from s3render import LISTED, LISTED_PLAIN, READDIRPLUS  # noqa: E402  (the labels it renders)
 
 
 def free_port():
@@ -464,10 +468,16 @@ class Bench:
         # the daemon in the reader's session (pcrfs(1), "Cold reads and the daemon's
         # session"): record order, read pass only
         same = ("pcrfs -o readahead=record, reader's session", "pcrfs-same", True)
+        # after an ImageFolder-style listing in the same process (order_read.py --list,
+        # untimed): without readdirplus each cold read still LOOKUPs its name, with it
+        # the listing brought the names (ops.c, "readdirplus off"); record order, read
+        # pass only; plain files get the same listing
+        listed = [(LISTED % rdp, "pcrfs", True) for rdp in READDIRPLUS] + \
+            [(LISTED_PLAIN, "plain", False)]
         cases = []  # (view, order, decode, label, kind, ra)
         for v in VIEWS:
             for order in ("record", "random"):
-                for label, kind, ra in kinds + ([same] if order == "record" else []):
+                for label, kind, ra in kinds + ([same] + listed if order == "record" else []):
                     cases.append((v, order, False, label, kind, ra))
             for label, kind, ra in kinds:  # the decode pass: record order only
                 cases.append((v, "record", True, label, kind, ra))
@@ -477,6 +487,9 @@ class Bench:
                 v, order, decode, label, kind, ra = c
                 if kind != "plain":
                     cmd = [self.pcrfs, a.store, mnt] + (["-o", "readahead=record"] if ra else [])
+                    for rdp in READDIRPLUS:
+                        if label == LISTED % rdp and rdp != "no":
+                            cmd += ["-o", "readdirplus=" + rdp]
                     self.mount(cmd, mnt, session=kind == "pcrfs")
                     root = os.path.join(mnt, v)
                 else:
@@ -487,6 +500,8 @@ class Bench:
                 args = [root, orders[order], "--timeout", str(a.run_timeout)]
                 if decode:
                     args.append("--decode")
+                if label in (LISTED_PLAIN,) + tuple(LISTED % r for r in READDIRPLUS):
+                    args.append("--list")
                 r = self.pyjson("order_read.py", args, timeout=a.run_timeout + 60)
                 r["load"] = loadavg()
                 runs[c].append(r)

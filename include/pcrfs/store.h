@@ -228,6 +228,8 @@ struct pcr_stats {
                             before (object storage; see pcrfs(1)) */
     uint64_t heals;      /* reads whose bytes failed the checksum, served after
                             the backend fetched them again */
+    uint64_t advised;    /* record prefixes asked for ahead of their reader (a
+                            readahead, a cache's fetch): read.c, advise() */
 };
 void pcr_store_stats(const struct pcr_store *s, struct pcr_stats *out);
 

@@ -627,6 +627,22 @@ out:
  *   once, e.g. a DataLoader's workers; a shuffle almost never does this), and then
  *   also the next SEQ_AHEAD records when this is the mount's first record read so or
  *   the one before was read the same way (a scan of the store in order); or
+ * - with -o readahead=record (a local store whose user said its reader goes record
+ *   by record; object storage has the hints for that, and Must 3's guarantee
+ *   without them), a reader is seen going through it in an order of its own:
+ *   SEQ_DENSE of the last PCR_SEQ_DENSE_WINDOW files opened lie in the record.
+ *   RecordSampler
+ *   shuffles the files of a window of records (8) together, so it never opens two
+ *   files in file-id order, but each record of its window holds about 1/8 of what
+ *   it opens; a shuffle over a store of R records puts 64/R of the last 64 opens in
+ *   a record (0.05 on ImageNet's 1,250: an open makes its record the sixth with
+ *   odds of ~2e-9, one record read ahead in ~300 epochs). Without this, a
+ *   RecordSampler that gives no hints (prefetch=False, or the paths of its order
+ *   read by another program, as bench/order_read.py does) was read file by file:
+ *   cold, record order, -o readahead=record, scan5/ 0.69-0.71x and full/
+ *   0.37-0.69x plain files (BENCHMARKS.md, "Cold local reads in record order"),
+ *   where advising every record at its first open (before issue 19's Must 3) read
+ *   1.08-1.13x and 0.86-0.91x on 2026-11-23; or
  * - the reader said which records come next (pcr_store_prefetch(), the sampler's
  *   hint through /.pcrfs/prefetch). Once readers name their records, a scan's guess
  *   ahead is bounded by what this node reads: only records it was told of or has
@@ -646,6 +662,7 @@ out:
 #define SEQ_CURSORS 4
 #define SEQ_RUN     2
 #define SEQ_AHEAD   2 /* records fetched ahead of a scan in order */
+#define SEQ_DENSE   6 /* of the last PCR_SEQ_DENSE_WINDOW opens: a record read now */
 
 /* The prefix of record @r at @level (level 0: the top). */
 static uint64_t rec_prefix(const struct pcr_store *s, const struct rec *r, unsigned level)
@@ -660,8 +677,10 @@ static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix)
     struct pcr_backend *b = backend(s);
     struct pcr_object *o = __atomic_load_n(&r->obj, __ATOMIC_ACQUIRE);
 
-    if (b->ops->advise && o && r->valid && prefix)
+    if (b->ops->advise && o && r->valid && prefix) {
         b->ops->advise(b, o, 0, prefix);
+        pcr_count(&s->stats.advised, 1);
+    }
 }
 
 /* Record @id (1..nrecs) opened and its header checked, for advice ahead of its
@@ -762,6 +781,31 @@ static void hints_at_level(struct pcr_store *s, unsigned level)
     free(ids);
 }
 
+/* An open of a file of record @id (1..nrecs) that needs @prefix, under rec_lock.
+ * @return whether to advise the record: SEQ_DENSE of the last PCR_SEQ_DENSE_WINDOW
+ * opens lie in it, and it was not advised at least this far since its count last
+ * left 0 (a visit). Once per visit, not at each crossing of SEQ_DENSE: a window of
+ * RecordSampler puts about 8 of every 64 opens in each of its records, a count that
+ * goes up and down across 6 all the time, and each crossing advised the record's
+ * whole prefix again (about 50 calls per record, each a WILLNEED over 42 MB that the
+ * page cache holds already: BENCHMARKS.md, "Cold local reads in record order"). A
+ * higher level (a larger @prefix) is advised again; a record come back after 64
+ * opens elsewhere (the next epoch) is a new visit. */
+static bool dense_note(struct pcr_store *s, uint32_t id, uint64_t prefix)
+{
+    unsigned pos = s->dense_pos++ % PCR_SEQ_DENSE_WINDOW;
+    uint32_t old = s->dense_ring[pos];
+    struct rec *r = &s->recs[id - 1];
+
+    if (old && --s->recs[old - 1].dense_n == 0)
+        s->recs[old - 1].dense_pfx = 0;
+    s->dense_ring[pos] = id;
+    if (++r->dense_n < SEQ_DENSE || prefix <= r->dense_pfx)
+        return false;
+    r->dense_pfx = prefix;
+    return true;
+}
+
 /* File @f of record @r is opened at @level (@prefix: what its level needs). */
 static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *r, unsigned level,
                      uint64_t prefix)
@@ -791,6 +835,8 @@ static void seq_note(struct pcr_store *s, const struct pcr_file *f, struct rec *
         r->seq_next[i] = f->id + 1;
         r->seq_run[i] = 0;
     }
+    if (__atomic_load_n(&(s->parent ? s->parent : s)->readahead, __ATOMIC_RELAXED))
+        go = dense_note(s, f->record, prefix) || go;
     pthread_mutex_unlock(&s->rec_lock);
     if (!go || __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE))
         return; /* (failing: see rec_ready()) */

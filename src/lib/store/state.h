@@ -47,6 +47,10 @@ enum rec_state {
     REC_BAD = 2,       /* missing, damaged, or its index row is invalid: EIO */
 };
 
+/* read.c, seq_note(): how many of the last opens are looked at for a reader going
+ * record by record in its own order (a sampler that shuffles within a window) */
+#define PCR_SEQ_DENSE_WINDOW 64
+
 struct rec {
     char name[72]; /* as in the index, validated (pcr_record_name_ok) */
     uint64_t size, nimages;
@@ -61,6 +65,10 @@ struct rec {
     uint64_t seq_next[4];
     uint8_t seq_run[4];
     uint8_t seq_turn;
+    uint8_t dense_n;     /* opens of its files among the store's last
+                            PCR_SEQ_DENSE_WINDOW (read.c, seq_note(); rec_lock) */
+    uint64_t dense_pfx;  /* the prefix advised since dense_n last left 0, or 0
+                            (read.c, dense_note(); rec_lock) */
     bool known;          /* this node was told of it (a hint) or opened a file of it:
                             a scan's guess ahead may fetch it once hints came (atomic) */
     uint64_t hint_waits; /* hinted before any file was opened: advised at the first
@@ -151,6 +159,13 @@ struct pcr_store {
     bool hinted;            /* a reader named records (pcr_store_prefetch()): a scan's
                                guess ahead only for records it knows (atomic) */
     struct carry_slot carry[PCR_CARRY_SLOTS];
+    /* the records of the last PCR_SEQ_DENSE_WINDOW opens, a ring (read.c, seq_note();
+     * rec_lock; 0: none yet) */
+    uint32_t dense_ring[PCR_SEQ_DENSE_WINDOW];
+    unsigned dense_pos;
+    /* readahead=record (pcr_store_set_readahead(); atomic): the rule of the record
+     * most recent opens lie in applies (read.c, seq_note()) */
+    bool readahead;
 };
 
 static inline void pcr_count(uint64_t *ctr, uint64_t n)

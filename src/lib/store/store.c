@@ -583,6 +583,7 @@ void pcr_store_set_readahead(struct pcr_store *s, bool on)
 {
     if (s->parent)
         s = s->parent;
+    __atomic_store_n(&s->readahead, on, __ATOMIC_RELAXED);
     pcr_backend_posix_readahead(s->base, on);
 }
 

@@ -576,6 +576,7 @@ int pcr_views_stats_json(const struct pcr_views *vs, const char *head, char **ou
     /* an s3:// store's credentials: where from and when they expire, no secret */
     if (pcr_http_creds_json(creds, sizeof(creds)) == 0)
         pcr_json_printf(&b, "  \"credentials\": %s,\n", creds);
+    pcr_json_printf(&b, "  \"records_advised\": %llu,\n", (unsigned long long)st->advised);
     pcr_json_printf(&b,
                     "  \"errors\": %llu,\n  \"dirs_loaded\": %llu,\n"
                     "  \"files_loaded\": %llu\n}\n",

@@ -1,0 +1,132 @@
+#!/usr/bin/python3
+"""-o readahead=record on a local store: which records the store reads ahead
+(pcrfs(1), -o readahead; src/lib/store/read.c, "reading record by record"), counted
+by "records_advised" of /.pcrfs/stats.
+
+A reader that goes record by record in an order of its own (RecordSampler shuffles the
+files of a window of records together, so no two of its opens follow in file-id order)
+gets each record it reads read ahead once most of what it opens lies in that record;
+a reader spread over many records (a shuffle) gets nothing read ahead. Each test
+mounts its own store and leaves nothing mounted.
+
+Run by hand:  PCRFS_BUILD_DIR=/path/to/build /usr/bin/python3 test_readahead.py -v
+"""
+
+import json
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import mount_util as mu  # noqa: E402
+from test_mount import StoreFixture  # noqa: E402
+
+
+class Readahead(StoreFixture, unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        # 24 files: in 3 records of 8 (cls.store) and in 12 records of 2 (cls.many)
+        cls.make_fixture(classes=4, per_class=6, seed=23, awkward=False, per_record=8)
+        cls.many = os.path.join(cls.tmp, "many.pcr")
+        mu.build_store(cls.src, cls.many, per_record=2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.remove_fixture()
+
+    def mount(self, store, *options):
+        """A mount of @store for a with block (unmounted at its end, whatever happens)."""
+        self.mnt = os.path.join(self.tmp, "mnt-" + self._testMethodName)
+        return mu.Mount(store, self.mnt, *options)
+
+    def by_record(self, store):
+        """{record: [relative path, ...] in file-id order} of @store, from a mount of
+        its own (a file's id is the low 55 bits of its inode number: pcrfs(1))."""
+        rec = mu.record_of_id(store)
+        mnt = os.path.join(self.tmp, "mnt-ids")
+        out = {}
+        with mu.Mount(store, mnt):
+            ids = {rel: os.stat(os.path.join(os.fsencode(mnt), b"full", rel)).st_ino &
+                   ((1 << 55) - 1) for rel in self.files}
+        for rel in sorted(self.files, key=ids.get):
+            out.setdefault(rec[ids[rel]], []).append(rel)
+        return out
+
+    def advised_after(self, order, view="scan1"):
+        """Read @order (relative paths) of @view whole, one file after another, and
+        check the bytes; returns how many record prefixes the store advised."""
+        for rel in order:
+            with open(os.path.join(os.fsencode(self.mnt), os.fsencode(view), rel), "rb",
+                      buffering=0) as f:
+                self.assertEqual(f.read(), self.oracle(rel, view), rel)
+        with open(os.path.join(self.mnt, ".pcrfs", "stats"), "rb") as f:
+            return json.load(f)["records_advised"]
+
+    def test_record_read_in_its_own_order_is_read_ahead(self):
+        """A record's files in reverse id order (never two in file-id order: the
+        scan-in-order rule cannot see it) make the record read ahead once 6 of the last
+        opens lie in it: once for the record, and nothing without readahead=record.
+        Fails without the rule: 0."""
+        recs = self.by_record(self.store)
+        self.assertGreaterEqual(len(recs), 3)
+        first = sorted(recs)[0]
+        order = list(reversed(recs[first]))
+        self.assertGreaterEqual(len(order), 6)
+        with self.mount(self.store, "-o", "readahead=record"):
+            self.assertEqual(self.advised_after(order[:5]), 0)
+            self.assertEqual(self.advised_after(order[5:]), 1)
+        with self.mount(self.store):
+            self.assertEqual(self.advised_after(order), 0)
+
+    def test_record_advised_once_per_visit(self):
+        """One record holds about 5.8 of every 64 opens (one in eleven; the rest from the
+        other two records) for 330 opens, so its count goes below 6 and back again and
+        again, as a record of a RecordSampler window does (8 records: ~8 of 64): it is
+        read ahead once, not at every crossing; the other two once each. Every read
+        reaches the daemon (its pages dropped after each: POSIX_FADV_DONTNEED). Fails
+        with the advice at each crossing: 27 advised."""
+        recs = self.by_record(self.store)
+        a, b, c = sorted(recs)[:3]
+        # (each record's files in reverse id order: the scan-in-order rule sees none)
+        ra, rb, rc = (list(reversed(recs[x])) for x in (a, b, c))
+        others = [x for pair in zip(rb, rc) for x in pair]
+        order, k = [], 0
+        for i in range(30):
+            order.append(ra[i % len(ra)])
+            for _ in range(10):
+                order.append(others[k % len(others)])
+                k += 1
+        with self.mount(self.store, "-o", "readahead=record"):
+            for rel in order:
+                p = os.path.join(os.fsencode(self.mnt), b"scan1", os.fsencode(rel))
+                with open(p, "rb", buffering=0) as f:
+                    self.assertEqual(f.read(), self.oracle(rel, "scan1"), rel)
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            with open(os.path.join(self.mnt, ".pcrfs", "stats"), "rb") as f:
+                stats = json.load(f)
+            self.assertEqual(stats["records_advised"], 3)
+            # (every read reached the daemon: otherwise the test shows nothing)
+            self.assertGreaterEqual(stats["views"]["scan1"]["opens"], len(order))
+
+    def test_reader_spread_over_records_gets_nothing_read_ahead(self):
+        """One file of each of 12 records in turn (a shuffle over the store), in
+        reverse id order within each: no record holds 6 of the last opens, nothing is
+        read ahead."""
+        recs = self.by_record(self.many)
+        self.assertGreaterEqual(len(recs), 10)
+        order = []
+        for i in range(max(len(v) for v in recs.values())):
+            for r in sorted(recs):
+                files = list(reversed(recs[r]))
+                if i < len(files):
+                    order.append(files[i])
+        # (the bytes of a file do not depend on its record: the oracle of cls.store)
+        with self.mount(self.many, "-o", "readahead=record"):
+            self.assertEqual(self.advised_after(order), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
