@@ -3,7 +3,7 @@
 bench/node_throughput.py).
 
     order_read.py ROOT ORDER|--sampler [--decode] [--timeout S] [--threads N]
-                  [--cpu-pids NAME=PID,...] [--list]
+                  [--cpu-pids NAME=PID,...] [--list] [--limit N]
 
 ORDER is a file of relative paths, one a line (the order an ImageFolder with a
 given sampler would open them). Each file is read as ImageFolder's loaders read
@@ -23,10 +23,14 @@ order ended the run (timed_out false: the whole order was read, and the rate is
 that of a run shorter than S). cpu (bench/cpustat.py) covers that same interval:
 the CPU seconds of the readers (self), of each --cpu-pids process (e.g. the daemon
 serving ROOT) and the machine's idle time.
+--limit N reads only the first N files of the order (0, the default: all of them).
+order_sha1 is the SHA-1 of the relative paths started, one a line, in the order
+started: two runs read the same files in the same order when they print the same.
 --list first lists ROOT as torchvision's ImageFolder does (os.scandir of ROOT, then
 os.walk of each class directory: names and d_type, no stat), in the same process
 and before the clock starts; list_seconds says how long that took (0 without it).
 """
+import hashlib
 import io
 import json
 import os
@@ -84,6 +88,7 @@ def main():
     timeout = float(opt("--timeout", 0))
     threads = max(1, int(opt("--threads", 1)))
     pids = cpustat.parse_pids(opt("--cpu-pids", ""))
+    limit = max(0, int(opt("--limit", 0)))
     decode = "--decode" in sys.argv
     if "--sampler" in sys.argv:
         (root,) = [x for x in sys.argv[1:] if not x.startswith("--")]
@@ -99,6 +104,7 @@ def main():
         t = time.perf_counter()
         list_tree(root)
         list_secs = time.perf_counter() - t
+    total = min(len(paths), limit) if limit else len(paths)
     n = nbytes = 0
     lock = threading.Lock()
     meter = cpustat.Meter(pids)
@@ -108,7 +114,7 @@ def main():
         nonlocal n, nbytes
         while True:
             with lock:
-                if n >= len(paths) or (timeout and time.perf_counter() - t0 > timeout):
+                if n >= total or (timeout and time.perf_counter() - t0 > timeout):
                     return
                 p = paths[n]
                 n += 1
@@ -126,9 +132,12 @@ def main():
         t.join()
     secs = time.perf_counter() - t0
     cpu = meter.stop()
+    sha = hashlib.sha1("".join(os.path.relpath(paths[i], root) + "\n"
+                               for i in range(n)).encode()).hexdigest()
     json.dump({"root": root, "decode": decode, "threads": threads, "files": n,
                "bytes": nbytes, "seconds": secs, "files_per_s": n / secs, "mb_per_s": nbytes / secs / 1e6,
-               "timed_out": n < len(paths), "cpu": cpu, "list_seconds": list_secs},
+               "timed_out": n < total, "cpu": cpu, "list_seconds": list_secs,
+               "order_sha1": sha},
               sys.stdout)
     print()
 
