@@ -522,6 +522,10 @@ class Bench:
                     args.append("--list")
                 r = self.pyjson("order_read.py", args, timeout=a.run_timeout + 60)
                 r["load"] = loadavg()
+                if kind != "plain":
+                    # records the daemon read ahead (hinted or seen going record by
+                    # record): untimed, after the reads
+                    r["records_advised"] = self.pcrfs_stats(mnt).get("records_advised")
                 runs[c].append(r)
                 if kind != "plain":
                     self.umount(mnt)

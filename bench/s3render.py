@@ -20,6 +20,7 @@ LISTED = "pcrfs -o readahead=record,readdirplus=%s, after a listing"
 LISTED_PLAIN = "plain files, after a listing"
 # bench/s3.py's label of the order drawn from RecordSampler(prefetch=True) on the mount
 HINTED = "pcrfs -o readahead=record, RecordSampler's hints"
+SEEN = "pcrfs -o readahead=record"  # bench/s3.py's label of the same without hints
 
 
 def med(xs):
@@ -311,12 +312,14 @@ def local_hinted(groups, tgt):
             continue
         h = g[HINTED]["runs"]
         hf = med([r["files_per_s"] for r in h])
+        adv = ("%s; %s" % (adv_runs(h), adv_runs(g[SEEN]["runs"]))
+               if SEEN in g else "")
         plains = [(l, g[l]["runs"]) for l in (LISTED_PLAIN, "plain files") if l in g]
         for l, p in plains:
             pf = med([r["files_per_s"] for r in p])
             rows.append(["%s/" % view, l, n0(pf), n0(hf), n2(hf / pf),
                          ", ".join(n2(a["files_per_s"] / b["files_per_s"])
-                                   for a, b in zip(h, p))])
+                                   for a, b in zip(h, p)), adv])
         l, p = plains[0]
         pf = med([r["files_per_s"] for r in p])
         tgt.append(["%s/ cold, record order + the sampler's hints >= %.1fx %s" %
@@ -331,9 +334,19 @@ def local_hinted(groups, tgt):
             "job's does; ImageFolder's listing and the sampler's grouping untimed. The "
             "same order as the order file's (checked: SHA-1 of the paths read), against "
             "plain files read in it after a listing and fresh (medians; by round: each "
-            "round's ratio):", "",
+            "round's ratio). Advice: `records_advised` of `/.pcrfs/stats` after the "
+            "reads (advice calls to the backend, a record advised again counted again), "
+            "by round, with the hints and without them (the first table's "
+            "readahead=record row, which advises the records it sees read record by "
+            "record):", "",
             table(["view", "plain files", "plain, files/s", "with hints, files/s",
-                   "hints / plain", "by round"], rows)]
+                   "hints / plain", "by round", "advice: hints; without"], rows)]
+
+
+def adv_runs(runs):
+    """records_advised of each of @runs ('?' where not counted)."""
+    return "/".join("?" if r.get("records_advised") is None else str(r["records_advised"])
+                    for r in runs)
 
 
 RENDER = {"s3": r_s3, "local": r_local}
