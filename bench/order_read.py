@@ -3,7 +3,7 @@
 bench/node_throughput.py).
 
     order_read.py ROOT ORDER|--sampler [--decode] [--timeout S] [--threads N]
-                  [--cpu-pids NAME=PID,...] [--list] [--after N]
+                  [--cpu-pids NAME=PID,...] [--list] [--after N] [--limit N]
 
 ORDER is a file of relative paths, one a line (the order an ImageFolder with a
 given sampler would open them). Each file is read as ImageFolder's loaders read
@@ -23,6 +23,9 @@ order ended the run (timed_out false: the whole order was read, and the rate is
 that of a run shorter than S). cpu (bench/cpustat.py) covers that same interval:
 the CPU seconds of the readers (self), of each --cpu-pids process (e.g. the daemon
 serving ROOT) and the machine's idle time.
+--limit N reads only the first N files of the order (0, the default: all of them).
+order_sha1 is the SHA-1 of the relative paths started, one a line, in the order
+started: two runs read the same files in the same order when they print the same.
 --list first lists ROOT as torchvision's ImageFolder does (os.scandir of ROOT, then
 os.walk of each class directory: names and d_type, no stat), in the same process
 and before the clock starts; list_seconds says how long that took (0 without it).
@@ -34,6 +37,7 @@ first window is in, which a fresh mount reaches only after its first parts arriv
 (a part of 8 MiB at 2 MB/s: ~4 s) and which is what a long training run sees.
 first_s is the time to the first file read.
 """
+import hashlib
 import io
 import json
 import os
@@ -91,6 +95,7 @@ def main():
     timeout = float(opt("--timeout", 0))
     threads = max(1, int(opt("--threads", 1)))
     pids = cpustat.parse_pids(opt("--cpu-pids", ""))
+    limit = max(0, int(opt("--limit", 0)))
     decode = "--decode" in sys.argv
     after = int(opt("--after", 0))
     if "--sampler" in sys.argv:
@@ -107,6 +112,7 @@ def main():
         t = time.perf_counter()
         list_tree(root)
         list_secs = time.perf_counter() - t
+    total = min(len(paths), limit) if limit else len(paths)
     n = nbytes = done = 0
     mark = {}  # when @after files were read: t, bytes
     lock = threading.Lock()
@@ -117,7 +123,7 @@ def main():
         nonlocal n, nbytes, done
         while True:
             with lock:
-                if n >= len(paths) or (timeout and time.perf_counter() - t0 > timeout):
+                if n >= total or (timeout and time.perf_counter() - t0 > timeout):
                     return
                 p = paths[n]
                 n += 1
@@ -145,10 +151,12 @@ def main():
         late = {"files": done - after, "bytes": nbytes - mark["bytes"],
                 "seconds": secs - mark["t"],
                 "mb_per_s": (nbytes - mark["bytes"]) / (secs - mark["t"]) / 1e6}
+    sha = hashlib.sha1("".join(os.path.relpath(paths[i], root) + "\n"
+                               for i in range(n)).encode()).hexdigest()
     json.dump({"root": root, "decode": decode, "threads": threads, "files": n,
                "bytes": nbytes, "seconds": secs, "files_per_s": n / secs, "mb_per_s": nbytes / secs / 1e6,
-               "timed_out": n < len(paths), "cpu": cpu, "list_seconds": list_secs,
-               "first_s": mark.get("first"), "after": late}, sys.stdout)
+               "timed_out": n < total, "cpu": cpu, "list_seconds": list_secs,
+               "first_s": mark.get("first"), "after": late, "order_sha1": sha}, sys.stdout)
     print()
 
 

@@ -13,7 +13,12 @@ Started by bench/s3.sh (which installs s3fs and s3rver and builds pcrfs first).
          -o readahead=record against plain files holding the same bytes; in record
          order also the daemon started in the reader's session instead of its own,
          and reads after an ImageFolder-style listing in the same process (untimed)
-         with -o readdirplus=no|auto|yes, plain files after the same listing.
+         with -o readdirplus=no|auto|yes, plain files after the same listing; and
+         the order drawn on the timed mount from RecordSampler(ImageFolder(MNT/view),
+         prefetch=True), which names the next records through MNT/.pcrfs/prefetch/
+         as a training job's sampler does (bench/order_read.py --sampler).
+         --limit N reads the first N files of each order (a large store in minutes),
+         --record-only the record order's read pass only.
 
 Every run is bounded in time; the rounds are interleaved (A, B, C, A, B, C, ...) and
 the tables show medians with every run's figure kept in WORK/s3-results.json.
@@ -43,7 +48,7 @@ BUCKET = "bench"
 KEY = "S3RVER"  # s3rver's built-in credentials
 VIEWS = ("scan5", "full")
 sys.path.insert(0, HERE)
-from s3render import LISTED, LISTED_PLAIN, READDIRPLUS  # noqa: E402  (the labels it renders)
+from s3render import HINTED, LISTED, LISTED_PLAIN, READDIRPLUS  # noqa: E402  (its labels)
 
 
 def free_port():
@@ -107,6 +112,8 @@ class Bench:
         for path, name in ((self.a.build, "$BUILD"), (self.work, "$WORK"),
                            (self.a.store, "$STORE"), (self.a.dataset, "$DATASET"),
                            (REPO, ".")):
+            if not path:
+                continue
             s = s.replace(path + "/", name + "/").replace(path, name)
         s = s.replace("/usr/bin/python3 ./", "python3 ")
         return s.replace("$BUILD/src/tools/", "").replace("$BUILD/src/fuse/", "")
@@ -474,11 +481,19 @@ class Bench:
         # pass only; plain files get the same listing
         listed = [(LISTED % rdp, "pcrfs", True) for rdp in READDIRPLUS] + \
             [(LISTED_PLAIN, "plain", False)]
+        # the order drawn from RecordSampler(ImageFolder(MNT/view), prefetch=True) on
+        # the timed mount (its listing untimed, as --list's), hinting the records it
+        # comes to: the same order as the order file's, read against the plain files
+        # rows (order_sha1 checked below)
+        hinted = (HINTED, "pcrfs", True)
         cases = []  # (view, order, decode, label, kind, ra)
         for v in VIEWS:
-            for order in ("record", "random"):
-                for label, kind, ra in kinds + ([same] + listed if order == "record" else []):
+            for order in ("record",) if a.record_only else ("record", "random"):
+                for label, kind, ra in kinds + ([same] + listed + [hinted]
+                                                if order == "record" else []):
                     cases.append((v, order, False, label, kind, ra))
+            if a.record_only:
+                continue
             for label, kind, ra in kinds:  # the decode pass: record order only
                 cases.append((v, "record", True, label, kind, ra))
         runs = {c: [] for c in cases}
@@ -497,19 +512,30 @@ class Bench:
                 self.log("round %d: cold %s, %s/, %s order%s" % (
                     rep + 1, label, v, order, ", decode" if decode else ""))
                 self.drop_caches()
-                args = [root, orders[order], "--timeout", str(a.run_timeout)]
+                args = [root, "--sampler" if label == HINTED else orders[order],
+                        "--timeout", str(a.run_timeout)]
+                if a.limit:
+                    args += ["--limit", str(a.limit)]
                 if decode:
                     args.append("--decode")
                 if label in (LISTED_PLAIN,) + tuple(LISTED % r for r in READDIRPLUS):
                     args.append("--list")
                 r = self.pyjson("order_read.py", args, timeout=a.run_timeout + 60)
                 r["load"] = loadavg()
+                if kind != "plain":
+                    # records the daemon read ahead (hinted or seen going record by
+                    # record): untimed, after the reads
+                    r["records_advised"] = self.pcrfs_stats(mnt).get("records_advised")
                 runs[c].append(r)
                 if kind != "plain":
                     self.umount(mnt)
+        for v in VIEWS:
+            same_order(runs[(v, "record", False, "plain files", "plain", False)],
+                       runs[(v, "record", False) + hinted])
         rows = [{"view": c[0], "order": c[1], "decode": c[2], "label": c[3],
                  "runs": runs[c]} for c in cases]
-        return {"reps": a.reps, "rows": rows}
+        return {"reps": a.reps, "rows": rows, "limit": a.limit,
+                "record_only": a.record_only}
 
     # ---- driver -----------------------------------------------------------------------------
 
@@ -549,6 +575,17 @@ class Bench:
         return self.res
 
 
+def same_order(plain, hinted):
+    """The sampler's order read with hints must be the order file's that the plain
+    files were read in (the rows compare nothing otherwise): same paths, same order,
+    wherever both runs read to their end."""
+    want = {r["order_sha1"] for r in plain if not r["timed_out"]}
+    for r in hinted:
+        if not r["timed_out"] and want and r["order_sha1"] not in want:
+            raise RuntimeError("the sampler's order (%s) is not the order file's (%s)" %
+                               (r["order_sha1"], ", ".join(sorted(want))))
+
+
 def find_dataset(data):
     cands = sorted(d for d in glob.glob(os.path.join(data, "ds-*")) if os.path.isdir(d))
     return cands[0] if cands else None
@@ -576,12 +613,18 @@ def main():
     ap.add_argument("--run-timeout", type=float, default=180,
                     help="seconds after which a run stops and counts what it did")
     ap.add_argument("--only", type=lambda s: s.split(","), default=["s3", "local"])
+    ap.add_argument("--limit", type=int, default=0,
+                    help="local: read the first N files of each order (default all)")
+    ap.add_argument("--record-only", action="store_true",
+                    help="local: the record order's read pass only (no random order, "
+                    "no decode pass)")
     ap.add_argument("--out", default=os.path.join(REPO, "BENCHMARKS.md"))
     ap.add_argument("--render-only", action="store_true")
     a = ap.parse_args()
     a.work = os.path.abspath(a.work)
     a.build = os.path.abspath(a.build)
-    a.dataset = os.path.abspath(a.dataset or find_dataset(a.data) or "")
+    ds = a.dataset or find_dataset(a.data)
+    a.dataset = os.path.abspath(ds) if ds else ""  # checked only where it is read
     a.store = os.path.abspath(a.store or os.path.join(a.data, "store.pcr"))
     if not a.s3rver:
         d = os.environ.get("PCRFS_S3RVER_DIR") or os.path.join(REPO, "tests", "s3")
@@ -590,7 +633,10 @@ def main():
     import s3render
 
     def check():
-        for what, p in (("dataset", a.dataset), ("store", os.path.join(a.store, "index.db"))):
+        need = [("store", os.path.join(a.store, "index.db"))]
+        if "s3" in a.only:  # the local section reads the store only
+            need.append(("dataset", a.dataset))
+        for what, p in need:
             if not os.path.exists(p):
                 sys.exit("s3bench: no %s at %s (run bench/run.sh first, or --%s)" %
                          (what, p, what))

@@ -10,7 +10,10 @@
 # DIR, default ../bench-data; or --dataset and --store). Runs as root (FUSE mounts,
 # drop_caches). About 30 minutes on 2 cores with the defaults; bench/s3.py --help
 # lists the knobs (--rtts, --reps, --only s3|local, --render-only); with --only local
-# (section 13 alone, about 4 minutes) neither s3fs nor s3rver is installed.
+# (section 13 alone, about 4 minutes) neither s3fs nor s3rver is installed, and
+# only the store is needed (--store of any store): --limit N and --record-only keep
+# a large store's run to minutes (write it with --out elsewhere than BENCHMARKS.md
+# to keep section 13's standard table).
 set -euo pipefail
 
 cmdline=${BENCH_CMDLINE:-"bench/s3.sh${*:+ $*}"}
@@ -24,7 +27,7 @@ while [ $# -gt 0 ]; do
     --build) build=$2; shift 2 ;;
     --driver) driver=$2; shift 2 ;;
     --only) [ "$2" = local ] && only_local=1; args+=("$1" "$2"); shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
                exec /usr/bin/python3 "$repo/bench/s3.py" --help ;;
     *) args+=("$1"); shift ;;
     esac

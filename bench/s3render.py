@@ -18,6 +18,9 @@ SAME = "pcrfs -o readahead=record, reader's session"  # bench/s3.py's label
 READDIRPLUS = ("no", "auto", "yes")
 LISTED = "pcrfs -o readahead=record,readdirplus=%s, after a listing"
 LISTED_PLAIN = "plain files, after a listing"
+# bench/s3.py's label of the order drawn from RecordSampler(prefetch=True) on the mount
+HINTED = "pcrfs -o readahead=record, RecordSampler's hints"
+SEEN = "pcrfs -o readahead=record"  # bench/s3.py's label of the same without hints
 
 
 def med(xs):
@@ -221,9 +224,15 @@ def r_local(res):
     out += ["", "Medians of %d interleaved rounds, each cold (fresh mount, "
             "`sync; echo 3 > /proc/sys/vm/drop_caches` right before); one Python thread, "
             "`open(p, 'rb', buffering=0).read()` per file; the decode pass adds Pillow's "
-            "`Image.open(...).convert('RGB')`." % s["reps"]]
+            "`Image.open(...).convert('RGB')`.%s%s" % (
+                s["reps"],
+                " Each run reads the first %d files of its order (`--limit`), not all."
+                % s["limit"] if s.get("limit") else "",
+                " The record order's read pass only (`--record-only`): no random order, "
+                "no decode pass." if s.get("record_only") else "")]
     out += local_rounds(groups)
     out += local_listed(groups)
+    out += local_hinted(groups, tgt)
     out += ["", "**Targets** (judged on the first table's record-order read pass: the "
             "issue's definition, a fresh mount read without a listing)", "",
             table(["target", "measured", ""], tgt)]
@@ -290,6 +299,54 @@ def local_listed(groups):
             "pcrfs' (medians):", "",
             table(["view", "reader", "listing, s", "reads, files/s", "reads / plain",
                    "epoch / plain", "files/s by round"], rows)]
+
+
+def local_hinted(groups, tgt):
+    """Record order, read pass, the order drawn on the timed mount from
+    RecordSampler(ImageFolder(view), prefetch=True), which hints the records it comes
+    to (its listing untimed), against plain files read in the same order (after the
+    same kind of listing, and fresh); adds its line to the targets @tgt."""
+    rows = []
+    for (view, order, decode), g in groups.items():
+        if order != "record" or decode or HINTED not in g:
+            continue
+        h = g[HINTED]["runs"]
+        hf = med([r["files_per_s"] for r in h])
+        adv = ("%s; %s" % (adv_runs(h), adv_runs(g[SEEN]["runs"]))
+               if SEEN in g else "")
+        plains = [(l, g[l]["runs"]) for l in (LISTED_PLAIN, "plain files") if l in g]
+        for l, p in plains:
+            pf = med([r["files_per_s"] for r in p])
+            rows.append(["%s/" % view, l, n0(pf), n0(hf), n2(hf / pf),
+                         ", ".join(n2(a["files_per_s"] / b["files_per_s"])
+                                   for a, b in zip(h, p)), adv])
+        l, p = plains[0]
+        pf = med([r["files_per_s"] for r in p])
+        tgt.append(["%s/ cold, record order + the sampler's hints >= %.1fx %s" %
+                    (view, LOCAL_TARGET, l), "%.2fx" % (hf / pf),
+                    status(hf / pf >= LOCAL_TARGET)])
+    if not rows:
+        return []
+    return ["", "Record order, read pass, `-o readahead=record`, the order drawn on the "
+            "timed mount from `pcrfs.RecordSampler(ImageFolder(MNT/view), seed=0, "
+            "prefetch=True)` as it is read (`bench/order_read.py --sampler`): the sampler "
+            "names the records coming next through `MNT/.pcrfs/prefetch/` as a training "
+            "job's does; ImageFolder's listing and the sampler's grouping untimed. The "
+            "same order as the order file's (checked: SHA-1 of the paths read), against "
+            "plain files read in it after a listing and fresh (medians; by round: each "
+            "round's ratio). Advice: `records_advised` of `/.pcrfs/stats` after the "
+            "reads (advice calls to the backend, a record advised again counted again), "
+            "by round, with the hints and without them (the first table's "
+            "readahead=record row, which advises the records it sees read record by "
+            "record):", "",
+            table(["view", "plain files", "plain, files/s", "with hints, files/s",
+                   "hints / plain", "by round", "advice: hints; without"], rows)]
+
+
+def adv_runs(runs):
+    """records_advised of each of @runs ('?' where not counted)."""
+    return "/".join("?" if r.get("records_advised") is None else str(r["records_advised"])
+                    for r in runs)
 
 
 RENDER = {"s3": r_s3, "local": r_local}
