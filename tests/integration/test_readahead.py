@@ -111,6 +111,18 @@ class Readahead(StoreFixture, unittest.TestCase):
             # (every read reached the daemon: otherwise the test shows nothing)
             self.assertGreaterEqual(stats["views"]["scan1"]["opens"], len(order))
 
+    def test_hinted_records_counted(self):
+        """Records named in .pcrfs/prefetch/ before the first open are advised at the
+        first open's level, and records_advised counts them as it counts the others
+        (one open of record 1 advises nothing of its own). Fails with the hint path
+        uncounted: 0."""
+        recs = self.by_record(self.store)
+        first, *rest = sorted(recs)
+        with self.mount(self.store, "-o", "readahead=record"):
+            with self.assertRaises(FileNotFoundError):  # (the lookup is the hint)
+                os.stat(os.path.join(self.mnt, ".pcrfs", "prefetch", ",".join(map(str, rest))))
+            self.assertEqual(self.advised_after(recs[first][:1]), len(rest))
+
     def test_reader_spread_over_records_gets_nothing_read_ahead(self):
         """One file of each of 12 records in turn (a shuffle over the store), in
         reverse id order within each: no record holds 6 of the last opens, nothing is

@@ -721,6 +721,7 @@ static void advise_hint(struct pcr_store *s, const uint64_t *ids, size_t n, unsi
             o[k] = __atomic_load_n(&r->obj, __ATOMIC_ACQUIRE);
             len[k++] = prefix;
         }
+        pcr_count(&s->stats.advised, k); /* (as advise() counts one) */
         if (b->ops->advise_many && k)
             b->ops->advise_many(b, o, len, k);
         else
