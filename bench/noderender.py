@@ -137,7 +137,7 @@ def r_label(label, invs):
                    "limit: min(N × cap, ceiling)", "CPU cores: proxy / s3rver / curl",
                    "idle / other jobs (cores)", "bound by", "every invocation"], rows)]
     # the node
-    rows, late_rows, best5, s3fs_ips = [], [], None, None
+    rows, late_rows, best5, s3fs_ips, limit5 = [], [], None, None, []
     cpu_bound = {}  # reader -> the settings at which it was CPU-bound
     by = {}
     for inv in invs:
@@ -175,6 +175,8 @@ def r_label(label, invs):
                      "%.4f" % med["gpi"], n2(med["amp"]), ended, used, idle,
                      bound_by(m, ratio), " / ".join(n1(x["mbs"]) for x in f)])
         if kind == "pcrfs" and view == "scan5":
+            each = [x["mbs"] * 1e6 / lim for x in f]
+            limit5.append((n, lim, min(each), max(each), len(each)))
             if best5 is None or med["mbs"] > best5[0]:
                 best5 = (med["mbs"], med["ips"], lim, n)
         if kind == "s3fs":
@@ -200,17 +202,19 @@ def r_label(label, invs):
             CPU_BOUND * 100, "; ".join("%s at N = %s" % (k, ", ".join(v))
                                        for k, v in cpu_bound.items()) or "no row")]
     if best5:
-        t = [["scan5/ ≥ %.1f× the physical limit" % LIMIT_TARGET,
-              "%s× (%s MB/s of %s, %s)" % (n2(best5[0] * 1e6 / best5[2]), n1(best5[0]),
-                                          mb(best5[2]), "N = %d" % best5[3] if best5[3]
-                                          else "no option"),
-              status(best5[0] * 1e6 / best5[2] >= LIMIT_TARGET)]]
+        # one line per N: met only when every run held it (issue 19: three runs)
+        t = [["scan5/ ≥ %.1f× the physical limit, %s" % (
+                  LIMIT_TARGET, "N = %d" % n if n else "no option"),
+              "%s× of %s MB/s in %d run(s)" % (n2(lo) if n2(lo) == n2(hi) else
+                                                 "%s-%s" % (n2(lo), n2(hi)), mb(lim), k),
+              status(lo >= LIMIT_TARGET) if k >= 3 or lo < LIMIT_TARGET else
+              "held, in fewer than 3 runs"] for n, lim, lo, hi, k in limit5]
         if s3fs_ips:
             t.append(["scan5/ ≥ %g× s3fs-fuse on the originals (images/s)" % S3FS_TARGET,
                       "%s× (%s against %s images/s)" % (n2(best5[1] / s3fs_ips),
                                                         n0(best5[1]), n0(s3fs_ips)),
                       status(best5[1] / s3fs_ips >= S3FS_TARGET)])
-        out += ["", table(["target (issue 19)", "measured (best scan5/ row)", "status"], t,
+        out += ["", table(["target (issue 19)", "measured (every run; s3fs: best scan5/ row)", "status"], t,
                           ["l", "r", "l"])]
     cmds = [c for c in last.get("cmds", []) if c != "curl --parallel --parallel-max N -K CFG"]
     out.append(s3render.cmds_block(cmds, "bench/node_throughput.py's work directory"))
