@@ -30,6 +30,7 @@ WORK/node-results.json under --label, so runs at different times show their spre
 Only 127.0.0.1 is contacted. Everything started is stopped at the end.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -79,20 +80,26 @@ class NodeBench(s3.Bench):
     def make_data(self):
         """An ImageNet-like tree of a.classes x a.per_class generated JPEGs, hard-linked
         a.copies times under other class names, and its store of a.per_record images per
-        record; both reused when their stamps match."""
+        record; each reused while its stamp matches. A stamp keys on what makes the
+        data (the generator's text, mkpcrfs's version, the arguments with WORK's paths
+        relative, the stamp of what it was made from), not on where the checkout or the
+        build lies: another build directory of the same version reuses the store."""
         a = self.a
         uniq = os.path.join(self.work, "unique")
-        gen = ["/usr/bin/python3", os.path.join(REPO, "tests/gen/mkdataset.py"), "--out", uniq,
+        script = os.path.join(REPO, "tests/gen/mkdataset.py")
+        gen = ["/usr/bin/python3", script, "--out", uniq,
                "--classes", str(a.classes), "--per-class", str(a.per_class), "--seed", "1",
                "--size", str(a.size), "--manifest", uniq + ".manifest.json"]
         self.record(gen)
-        if not self.stamped(uniq, gen):
+        with open(script, "rb") as f:
+            key = ["mkdataset.py", hashlib.sha256(f.read()).hexdigest()] + self.rel(gen[2:])
+        if not self.stamped(uniq, key):
             self.log("generating %d JPEGs" % (a.classes * a.per_class))
             shutil.rmtree(uniq, ignore_errors=True)
             self.run(gen, timeout=3600)
-            self.stamp(uniq, gen)
+            self.stamp(uniq, key)
         ds = a.dataset
-        key = [a.copies, os.path.getmtime(uniq + ".stamp")]
+        key = [a.copies, self.stamp_of(uniq)]
         cp = "cp -al $WORK/unique/CLASS $DATASET/cCOPY-CLASS  # COPY = 0..%d" % (a.copies - 1)
         self.record(cp)
         if not self.stamped(ds, key):
@@ -105,12 +112,28 @@ class NodeBench(s3.Bench):
             self.stamp(ds, key)
         mk = [self.mkpcrfs, "-j2", "-n", str(a.per_record), ds, a.store]
         self.record(mk)
-        key = [mk, os.path.getmtime(ds + ".stamp")]
+        version = subprocess.run([self.mkpcrfs, "--version"], capture_output=True,
+                                 text=True).stdout.strip()
+        key = [version] + self.rel(mk[1:]) + [self.stamp_of(ds)]
         if not self.stamped(a.store, key):
             self.log("building the store (%s)" % self.show(mk))
             shutil.rmtree(a.store, ignore_errors=True)
             self.run(mk, timeout=3600)
             self.stamp(a.store, key)
+
+    def rel(self, args):
+        """@args with WORK's paths relative to WORK (a stamp must not name a path)."""
+        return [os.path.relpath(x, self.work) if x.startswith(self.work + os.sep) else x
+                for x in args]
+
+    @staticmethod
+    def stamp_of(path):
+        """The stamp of @path as a digest: what the next step's key holds."""
+        try:
+            with open(path + ".stamp", "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            return None
 
     @staticmethod
     def stamped(path, key):
