@@ -284,7 +284,6 @@ struct pcr_http_stats {
     uint64_t fetch_bytes;       /* of bytes: those of part GETs into the cache */
     uint64_t direct_bytes;      /* of bytes: those of direct reads (GETs of their own) */
     uint64_t front_pushes;      /* queued parts moved to the front for a waiting reader */
-    uint64_t ramp_objects;      /* objects fetched in ramp-up parts (a mount's start) */
 };
 /* @return 0 and *out; -ENOENT no object-storage backend is open. */
 int pcr_http_stats(struct pcr_http_stats *out);

@@ -984,69 +984,6 @@ class Parts(Fixture, unittest.TestCase):
         # alternating while both have parts left
         self.assertEqual(got[:2 * n], [1, 2] * n, got)
 
-    def test_ramp_up_parts(self):
-        """A fresh mount's first http_connections x http_part_size bytes of prefix
-        are fetched in parts of a quarter of the part size (its first files come
-        sooner, its first records spread over more connections), the rest in whole
-        parts: at 256k and 1 connection, record 1 (named first, larger than the
-        256,000 bytes of the ramp) in parts of 64,000 bytes, record 2 in one GET.
-        Before, record 1 was two parts, 256,000 bytes and the rest."""
-        src = os.path.join(self.tmp, "src")
-        store = os.path.join(self.tmp, "store-ramp")
-        if not os.path.exists(store):
-            mu.run([mu.program("MKPCRFS"), "-q", "-n", "300", src, store], check=0)
-            self.server.upload(store, "ramp")
-        sizes = {k: os.path.getsize(os.path.join(store, "records", "%06d.pcr" % k))
-                 for k in (1, 2)}
-        self.assertGreater(sizes[1], 256000 + 64000, sizes)  # (else no test)
-        self.assertLess(sizes[2], 256000, sizes)
-        proxy = LogProxy(self.server.port)
-        self.addCleanup(proxy.close)
-        env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % proxy.port)
-        m = mu.Mount(self.url("ramp"), os.path.join(self.tmp, "ramp"), "-o",
-                     self.cache("ramp") + ",http_part_size=256k,http_connections=1", env=env)
-        self.mounts.append(m)
-        m.start(timeout=60)
-        mnt = m.mnt
-        index = os.path.join(store, "index.db")
-        local = self.mount(store, "ramp-local")
-        rel = sorted(files_of_record(index, 1))[0]
-        read(os.path.join(mnt, "full", rel))  # the level (its own GETs, small)
-        with proxy.lock:
-            first = len(proxy.log)
-        try:
-            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1,2"))
-        except FileNotFoundError:
-            pass
-
-        def parts():
-            """{record: [length of each GET after the first read]} in the order sent."""
-            out = {1: [], 2: []}
-            with proxy.lock:
-                for line, rng in proxy.log[first:]:
-                    if not line.startswith("GET ") or not rng or "/records/" not in line:
-                        continue
-                    k = int(line.split("/records/")[1][:6])
-                    a, b = (int(x) for x in rng.split("=")[1].split("-"))
-                    if k in out:
-                        out[k].append(b + 1 - a)
-            return out
-        end, seen = time.monotonic() + 60, None
-        while time.monotonic() < end:  # until no part is sent for a second
-            time.sleep(1)
-            if parts() == seen:
-                break
-            seen = parts()
-        got = parts()
-        self.assertGreaterEqual(len(got[1]), sizes[1] // 64000, got)
-        self.assertTrue(all(n <= 64000 for n in got[1]), got)
-        self.assertEqual(got[2], [sizes[2]], got)
-        self.assertEqual(stats(mnt)["http"]["ramp_objects"], 1)
-        for k in (1, 2):  # and the bytes are right
-            for rel in sorted(files_of_record(index, k)):
-                self.assertEqual(read(os.path.join(mnt, "full", rel)),
-                                 read(os.path.join(local, "full", rel)), rel)
-
     def test_prefetch_keeps_unread(self):
         """Prefetch does not evict what it fetched ahead and nobody read yet: with a
         cache of about 1.3 records, record 2 named after record 1 waits for room

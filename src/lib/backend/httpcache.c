@@ -93,18 +93,6 @@
  * prefetch: the records of a window being read are read every few reads (8 of them
  * side by side: about every 8th), the ones of a window read to its end stop. */
 #define PREFETCH_EVICT_AGE 1024
-/* Ramp-up: the first http_connections x http_part_size bytes of prefix a mount sets
- * up are fetched as parts of a quarter of http_part_size (at least RAMP_PART_MIN:
- * a part size below 256k has no ramp-up).
- * A fresh mount's first readers need most of every part of their records (a file's
- * bytes lie in every scan group up to its level, across the prefix): with 8 MiB
- * parts at 2 MB/s per connection the first file came after 3-4 s whatever the
- * connections, and at 64 connections the sampler's first window (8 records, 16-48
- * parts) held only some of them (BENCHMARKS.md §22). Quarter parts end 4x sooner and
- * spread the first window over 4x as many connections; the cost is 3 x
- * http_connections GETs more per mount (96 at the default), nothing per image
- * afterwards. mountpoint-s3's prefetcher starts small and grows for the same reason. */
-#define RAMP_PART_MIN 64000 /* the smallest -o http_part_size */
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -140,7 +128,6 @@ struct http_cache {
     uint64_t cut_at;        /* ms: when allowed was last halved */
     bool stop;
     uint64_t tick;
-    uint64_t ramp_left;                          /* bytes of prefix still set up in ramp-up parts */
     int logged_file, logged_write, logged_fetch; /* said once */
 };
 
@@ -305,30 +292,15 @@ static uint64_t part_need(const struct http_part *p, uint64_t end)
     return (end < p->off + p->len ? end : p->off + p->len) - p->off;
 }
 
-/* The part size of an object whose first @end bytes are asked for (under the lock):
- * a quarter of http_part_size while the mount ramps up, then http_part_size. */
-static uint64_t part_size_for(struct http_cache *c, uint64_t end)
+/* @o's parts, set up on first use (under the lock). @return 0 or -ENOMEM. */
+static int parts_of(struct http_cache *c, struct pcr_object *o)
 {
-    uint64_t ps = c->hb->part_size, small = ps / 4 > RAMP_PART_MIN ? ps / 4 : RAMP_PART_MIN;
-
-    if (c->ramp_left == 0 || small >= ps)
-        return ps;
-    c->ramp_left -= end < c->ramp_left ? end : c->ramp_left;
-    http_count(&c->hb->st.ramp_objects, 1);
-    return small;
-}
-
-/* @o's parts, set up on first use, for its first @end bytes (under the lock).
- * @return 0 or -ENOMEM. */
-static int parts_of(struct http_cache *c, struct pcr_object *o, uint64_t end)
-{
-    uint64_t ps;
+    uint64_t ps = c->hb->part_size;
 
     if (o->parts)
         return 0;
     if (o->size == 0)
         return -ENOMEM;
-    ps = part_size_for(c, end < o->size ? end : o->size);
     if (o->size / ps >= MAX_PARTS)
         ps = o->size / (MAX_PARTS - 1);
     o->psize = ps;
@@ -584,7 +556,6 @@ int http_cache_new(struct http_transport *hb, const char *dir, uint64_t limit,
     c->hb = hb;
     c->limit = limit;
     c->allowed = hb->nconn;
-    c->ramp_left = (uint64_t)hb->nconn * hb->part_size;
     __atomic_store_n(&hb->st.fetch_concurrency, c->allowed, __ATOMIC_RELAXED);
     pthread_mutex_init(&c->lock, NULL);
     pcr_cond_init_monotonic(&c->progress);
@@ -659,7 +630,7 @@ static void advise_one(struct http_cache *c, struct pcr_object *o, uint64_t end,
 {
     /* a prefix the cache cannot hold whole is read directly: fetched part by part
      * it would evict its own first parts before they are read */
-    if (end > c->limit || parts_of(c, o, end) != 0)
+    if (end > c->limit || parts_of(c, o) != 0)
         return;
     if (end > o->advised)
         o->advised = end;

@@ -552,28 +552,27 @@ int pcr_views_stats_json(const struct pcr_views *vs, const char *head, char **ou
     }
     /* a store in object storage: its requests and cache (pcrfs/backend.h) */
     if (pcr_http_stats(&hs) == 0)
-        pcr_json_printf(
-            &b,
-            "  \"http\": {\"requests\": %llu, \"gets\": %llu, \"prefix_fetches\": "
-            "%llu, \"bytes\": %llu, \"retries\": %llu, \"errors\": %llu, "
-            "\"timeouts\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, "
-            "\"cache_bytes\": %llu, \"cache_limit\": %llu, \"evictions\": %llu, "
-            "\"throttled\": %llu, \"backoff_ms\": %llu, \"fetch_concurrency\": %llu, "
-            "\"concurrency_cuts\": %llu, \"held_fails\": %llu, \"refetches\": %llu, "
-            "\"heals\": %llu, \"index_refetches\": %llu, \"fetch_bytes\": %llu, "
-            "\"direct_bytes\": %llu, \"front_pushes\": %llu, \"ramp_objects\": %llu},\n",
-            (unsigned long long)hs.requests, (unsigned long long)hs.gets,
-            (unsigned long long)hs.prefix_fetches, (unsigned long long)hs.bytes,
-            (unsigned long long)hs.retries, (unsigned long long)hs.errors,
-            (unsigned long long)hs.timeouts, (unsigned long long)hs.cache_hits,
-            (unsigned long long)hs.cache_misses, (unsigned long long)hs.cache_bytes,
-            (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions,
-            (unsigned long long)hs.throttled, (unsigned long long)hs.backoff_ms,
-            (unsigned long long)hs.fetch_concurrency, (unsigned long long)hs.concurrency_cuts,
-            (unsigned long long)st->held_fails, (unsigned long long)hs.refetches,
-            (unsigned long long)st->heals, (unsigned long long)hs.index_refetches,
-            (unsigned long long)hs.fetch_bytes, (unsigned long long)hs.direct_bytes,
-            (unsigned long long)hs.front_pushes, (unsigned long long)hs.ramp_objects);
+        pcr_json_printf(&b,
+                        "  \"http\": {\"requests\": %llu, \"gets\": %llu, \"prefix_fetches\": "
+                        "%llu, \"bytes\": %llu, \"retries\": %llu, \"errors\": %llu, "
+                        "\"timeouts\": %llu, \"cache_hits\": %llu, \"cache_misses\": %llu, "
+                        "\"cache_bytes\": %llu, \"cache_limit\": %llu, \"evictions\": %llu, "
+                        "\"throttled\": %llu, \"backoff_ms\": %llu, \"fetch_concurrency\": %llu, "
+                        "\"concurrency_cuts\": %llu, \"held_fails\": %llu, \"refetches\": %llu, "
+                        "\"heals\": %llu, \"index_refetches\": %llu, \"fetch_bytes\": %llu, "
+                        "\"direct_bytes\": %llu, \"front_pushes\": %llu},\n",
+                        (unsigned long long)hs.requests, (unsigned long long)hs.gets,
+                        (unsigned long long)hs.prefix_fetches, (unsigned long long)hs.bytes,
+                        (unsigned long long)hs.retries, (unsigned long long)hs.errors,
+                        (unsigned long long)hs.timeouts, (unsigned long long)hs.cache_hits,
+                        (unsigned long long)hs.cache_misses, (unsigned long long)hs.cache_bytes,
+                        (unsigned long long)hs.cache_limit, (unsigned long long)hs.evictions,
+                        (unsigned long long)hs.throttled, (unsigned long long)hs.backoff_ms,
+                        (unsigned long long)hs.fetch_concurrency,
+                        (unsigned long long)hs.concurrency_cuts, (unsigned long long)st->held_fails,
+                        (unsigned long long)hs.refetches, (unsigned long long)st->heals,
+                        (unsigned long long)hs.index_refetches, (unsigned long long)hs.fetch_bytes,
+                        (unsigned long long)hs.direct_bytes, (unsigned long long)hs.front_pushes);
     /* an s3:// store's credentials: where from and when they expire, no secret */
     if (pcr_http_creds_json(creds, sizeof(creds)) == 0)
         pcr_json_printf(&b, "  \"credentials\": %s,\n", creds);
