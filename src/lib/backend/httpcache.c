@@ -700,6 +700,46 @@ static int pread_all(int fd, void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+/* The parts of an object under ranges, in order: for (struct part_iter it =
+ * parts_under(o, r, n); part_next(&it);) sees it.p, each part that holds bytes of
+ * @r[0..n), with it.end the end of its range and it.need the bytes of it.p that
+ * range needs (a part under two ranges comes twice). */
+struct part_iter {
+    const struct pcr_object *o;
+    const struct pcr_range *r;
+    unsigned n, k, i;
+    struct http_part *p;
+    uint64_t end, need;
+};
+
+static struct part_iter parts_under(const struct pcr_object *o, const struct pcr_range *r,
+                                    unsigned n)
+{
+    struct part_iter it = {.o = o, .r = r, .n = o->parts ? n : 0, .i = UINT32_MAX};
+
+    return it;
+}
+
+static bool part_next(struct part_iter *it)
+{
+    const struct pcr_object *o = it->o;
+
+    for (; it->k < it->n; it->k++, it->i = UINT32_MAX) {
+        const struct pcr_range *r = &it->r[it->k];
+        uint64_t end = r->off + r->len;
+        if (!r->len)
+            continue;
+        it->i = it->i == UINT32_MAX ? (unsigned)(r->off / o->psize) : it->i + 1;
+        if (it->i < o->nparts && o->parts[it->i].off < end) {
+            it->p = &o->parts[it->i];
+            it->end = end;
+            it->need = part_need(it->p, end);
+            return true;
+        }
+    }
+    return false;
+}
+
 enum { HAVE, WAIT, DIRECT };
 
 /* Whether the ranges @r[0..n) of @o are in the cache file (HAVE), on their way
@@ -721,38 +761,25 @@ static int lookup(struct http_cache *c, struct pcr_object *o, const struct pcr_r
 
     if (!o->parts)
         return DIRECT;
-    for (unsigned k = 0; k < n; k++) {
-        uint64_t end = r[k].off + r[k].len;
-        if (!r[k].len)
+    for (struct part_iter it = parts_under(o, r, n); part_next(&it);) {
+        const struct http_part *p = it.p;
+        if (p->got >= it.need || p->state == PART_FETCHING ||
+            (p->state == PART_QUEUED && p->demand) || p == last)
             continue;
-        for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
-             i++) {
-            const struct http_part *p = &o->parts[i];
-            if (p->got >= part_need(p, end) || p->state == PART_FETCHING ||
-                (p->state == PART_QUEUED && p->demand) || p == last)
-                continue;
-            if (!(p->state == PART_QUEUED || (advised && end <= o->advised)))
-                return DIRECT;
-            last = p; /* (the ranges come in order: a part shared is counted once) */
-            fresh++;
-        }
+        if (!(p->state == PART_QUEUED || (advised && it.end <= o->advised)))
+            return DIRECT;
+        last = p; /* (the ranges come in order: a part shared is counted once) */
+        fresh++;
     }
     if (fresh && c->demand_queued + fresh > c->allowed)
         return DIRECT;
-    for (unsigned k = 0; k < n; k++) {
-        uint64_t end = r[k].off + r[k].len;
-        if (!r[k].len)
+    for (struct part_iter it = parts_under(o, r, n); part_next(&it);) {
+        struct http_part *p = it.p;
+        if (p->got >= it.need)
             continue;
-        for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
-             i++) {
-            struct http_part *p = &o->parts[i];
-            uint64_t need = part_need(p, end);
-            if (p->got >= need)
-                continue;
-            if (part_ask(c, p, p->want > need ? p->want : need, true) != ASK_OK)
-                return DIRECT;
-            waiting = true;
-        }
+        if (part_ask(c, p, p->want > it.need ? p->want : it.need, true) != ASK_OK)
+            return DIRECT;
+        waiting = true;
     }
     return waiting ? WAIT : HAVE;
 }
@@ -760,12 +787,10 @@ static int lookup(struct http_cache *c, struct pcr_object *o, const struct pcr_r
 /* Whether range @r of @o is whole in the cache file (under the lock). */
 static bool have(const struct pcr_object *o, const struct pcr_range *r)
 {
-    uint64_t end = r->off + r->len;
-
     if (!o->parts || o->fd < 0)
         return false;
-    for (unsigned i = (unsigned)(r->off / o->psize); i < o->nparts && o->parts[i].off < end; i++)
-        if (o->parts[i].got < part_need(&o->parts[i], end))
+    for (struct part_iter it = parts_under(o, r, 1); part_next(&it);)
+        if (it.p->got < it.need)
             return false;
     return true;
 }
@@ -776,15 +801,9 @@ static bool failed(const struct pcr_object *o, const struct pcr_range *r, unsign
 {
     if (!o->fetch_err || http_now_ms() >= o->retry_after)
         return false;
-    for (unsigned k = 0; k < n; k++) {
-        uint64_t end = r[k].off + r[k].len;
-        if (!r[k].len)
-            continue;
-        for (unsigned i = (unsigned)(r[k].off / o->psize); i < o->nparts && o->parts[i].off < end;
-             i++)
-            if (o->parts[i].state == PART_IDLE && o->parts[i].got < part_need(&o->parts[i], end))
-                return true;
-    }
+    for (struct part_iter it = parts_under(o, r, n); part_next(&it);)
+        if (it.p->state == PART_IDLE && it.p->got < it.need)
+            return true;
     return false;
 }
 
@@ -862,7 +881,7 @@ void http_cache_throttled(struct http_cache *c)
 
 void http_cache_drop(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t len)
 {
-    uint64_t end = off + len;
+    struct pcr_range r = {.off = off, .len = (size_t)len};
     bool any = false;
 
     pthread_mutex_lock(&c->lock);
@@ -871,9 +890,8 @@ void http_cache_drop(struct http_cache *c, struct pcr_object *o, uint64_t off, u
      * prefix of up to 100 MB fetched again for one bad block). A part on its way is
      * left alone. A reader preading a forgotten part meanwhile gets the old bytes or
      * the new, and its own check decides. */
-    for (unsigned i = o->parts && len ? (unsigned)(off / o->psize) : o->nparts;
-         i < o->nparts && o->parts[i].off < end; i++) {
-        struct http_part *p = &o->parts[i];
+    for (struct part_iter it = parts_under(o, &r, 1); part_next(&it);) {
+        struct http_part *p = it.p;
         if (p->state != PART_IDLE || !p->held)
             continue;
         c->used -= p->held;
