@@ -69,6 +69,36 @@ def median(xs):
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
+class Timeline:
+    """/.pcrfs/stats of @mnt every TICK seconds while a run reads, in a thread: rows of
+    [seconds, bytes fetched (parts and direct GETs), bytes served by the views], so
+    that the start, the steady rate and the end of a run can be told apart."""
+    TICK = 0.5
+
+    def __init__(self, bench, mnt):
+        import threading
+        self.bench, self.mnt, self.rows, self.done = bench, mnt, [], threading.Event()
+        self.t0 = time.monotonic()
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def loop(self):
+        while not self.done.wait(self.TICK):
+            try:
+                st = self.bench.pcrfs_stats(self.mnt)
+            except (OSError, ValueError):
+                continue
+            h = st.get("http", {})
+            self.rows.append([round(time.monotonic() - self.t0, 2),
+                              h.get("fetch_bytes", 0) + h.get("direct_bytes", 0),
+                              sum(v.get("bytes", 0) for v in st.get("views", {}).values())])
+
+    def stop(self):
+        self.done.set()
+        self.th.join(timeout=10)
+        return self.rows
+
+
 class NodeBench(s3.Bench):
     def __init__(self, a):
         super().__init__(a)
@@ -245,6 +275,8 @@ class NodeBench(s3.Bench):
         # (the rate once RecordSampler's first window, 8 records, was read)
         args = [root, order or "--sampler", "--threads", str(a.readers), "--timeout",
                 str(a.window), "--after", str(8 * a.per_record), "--cpu-pids", pids]
+        if a.prefetch_ahead is not None and not order:
+            args[2:2] = ["--prefetch-ahead", str(a.prefetch_ahead)]
         show = ["/usr/bin/python3", os.path.join(HERE, "order_read.py")] + args[:-1] + [
             "daemon=PID,proxy=PID,s3rver=PID"]
         return self.pyjson("order_read.py", args, timeout=a.window + 300, show=show)
@@ -266,8 +298,13 @@ class NodeBench(s3.Bench):
         try:
             before = self.pcrfs_stats(mnt)
             self.proxy_cmd(ctl, "reset")
-            r = self.read(os.path.join(mnt, view), None if a.hints else order,
-                          self.mounts[mnt].proc.pid)
+            tl = Timeline(self, mnt)
+            try:
+                r = self.read(os.path.join(mnt, view), None if a.hints else order,
+                              self.mounts[mnt].proc.pid)
+            finally:
+                r_tl = tl.stop()
+            r["timeline"] = r_tl
             r["proxy"] = self.proxy_cmd(ctl, "stats")
             after = self.pcrfs_stats(mnt)
         finally:
@@ -327,7 +364,7 @@ class NodeBench(s3.Bench):
                "cap_mbps": a.cap_mbps, "rtt_ms": a.rtt_ms, "connect_ms": a.connect_ms,
                "readers": a.readers, "window": a.window, "part_size": a.part_size,
                "cache_size": a.cache_size,
-               "hints": a.hints,
+               "hints": a.hints, "prefetch_ahead": a.prefetch_ahead,
                "s3fs_opts": S3FS_OPTS,
                "s3fs": subprocess.run(["dpkg-query", "-W", "-f=${Version}", "s3fs"],
                                       capture_output=True, text=True).stdout.strip()}
@@ -401,6 +438,8 @@ def main():
     ap.add_argument("--no-hints", dest="hints", action="store_false",
                     help="pcrfs read in RecordSampler's order from a file, without its "
                     "prefetch hints (default: RecordSampler(prefetch=True) drawn as read)")
+    ap.add_argument("--prefetch-ahead", type=int, default=None,
+                    help="RecordSampler's prefetch_ahead (default: the sampler's own)")
     ap.add_argument("--window", type=float, default=15.0,
                     help="seconds each run reads (it stops earlier at the end of the order)")
     ap.add_argument("--walk-timeout", type=float, default=120.0)

@@ -94,7 +94,7 @@ def r_label(label, invs):
     acc = ", ".join("`-o %s` %s" % (k, "accepted" if v else "**not accepted**")
                     for k, v in sorted(last["accepted"].items()))
     out.append("**%s**: %d invocation(s): %s. Settings: each connection capped at %s MB/s, "
-               "RTT %g ms, %g ms per new connection, %d reader threads, %g s per run; %s; "
+               "RTT %g ms, %g ms per new connection, %d reader threads, %g s per run%s; %s; "
                "s3fs %s with `-o %s`." % (
                    label, len(invs),
                    "; ".join("%s at %s, load %s → %s, %.1f min" % (
@@ -102,7 +102,9 @@ def r_label(label, invs):
                        " ".join("%.1f" % x for x in i["load_end"]), i["seconds"] / 60)
                        for i in invs),
                    n1(last["cap_mbps"]), last["rtt_ms"], last["connect_ms"], last["readers"],
-                   last["window"], acc, last["s3fs"], last["s3fs_opts"]))
+                   last["window"], "" if last.get("prefetch_ahead") is None else
+                   ", `RecordSampler(prefetch_ahead=%d)`" % last["prefetch_ahead"],
+                   acc, last["s3fs"], last["s3fs_opts"]))
     e = last["expected"]
     out.append("")
     out.append("Store: %s images in %d record objects of %s MB on average; %s kB per image "

@@ -4,6 +4,7 @@ bench/node_throughput.py).
 
     order_read.py ROOT ORDER|--sampler [--decode] [--timeout S] [--threads N]
                   [--cpu-pids NAME=PID,...] [--list] [--after N] [--limit N]
+                  [--prefetch-ahead K]
 
 ORDER is a file of relative paths, one a line (the order an ImageFolder with a
 given sampler would open them). Each file is read as ImageFolder's loaders read
@@ -12,7 +13,8 @@ it: open(p, 'rb', buffering=0).read(); with --decode, Pillow then decodes it
 take the next path of the order in turn, as DataLoader workers take the next
 batch, so up to N files are being read at once. With --sampler instead of ORDER,
 the order is drawn as it is read from pcrfs.RecordSampler(ImageFolder(ROOT), seed=0,
-prefetch=True) (ROOT on a pcrfs mount), which names the records coming next to the
+prefetch=True) (ROOT on a pcrfs mount; --prefetch-ahead K: its prefetch_ahead, default
+the sampler's), which names the records coming next to the
 mount as a DataLoader's sampler would (the same order as without hints). Prints one
 JSON object: files, bytes, seconds, files_per_s, mb_per_s, timed_out, and cpu.
 
@@ -62,13 +64,14 @@ class sampled:
     """The paths of RecordSampler(ImageFolder(@root), prefetch=True)'s order, drawn
     from the sampler as they are indexed (the hints go out as the readers advance)."""
 
-    def __init__(self, root):
+    def __init__(self, root, ahead=None):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
             os.path.abspath(__file__))), "python"))
         import pcrfs
         from torchvision.datasets import ImageFolder
         self.ds = ImageFolder(root)
-        self.it = iter(pcrfs.RecordSampler(self.ds, seed=0, prefetch=True))
+        kw = {} if ahead is None else {"prefetch_ahead": ahead}
+        self.it = iter(pcrfs.RecordSampler(self.ds, seed=0, prefetch=True, **kw))
         self.got = []
 
     def __len__(self):
@@ -98,9 +101,10 @@ def main():
     limit = max(0, int(opt("--limit", 0)))
     decode = "--decode" in sys.argv
     after = int(opt("--after", 0))
+    ahead = opt("--prefetch-ahead", None)
     if "--sampler" in sys.argv:
         (root,) = [x for x in sys.argv[1:] if not x.startswith("--")]
-        paths = sampled(root)
+        paths = sampled(root, None if ahead is None else int(ahead))
     else:
         root, order = [x for x in sys.argv[1:] if not x.startswith("--")]
         with open(order) as f:
