@@ -3,12 +3,12 @@
 its own pcrfs mount and cache of one s3:// store, train one torch.distributed job.
 
 The test builds its own network: a switch namespace holding a bridge, and veth pairs
-from it to a server namespace (s3rver, behind a small logging proxy of the test's own
-that records each request with the client's address) and to three node namespaces
-(10.231.0.0/24 inside those namespaces only: nothing is added to the host's network).
-The pcrfs daemons and the training processes run in their node's network namespace
-(nsenter --net) and in the host's mount namespace, so each node's mount lies under its
-own directory and is visible to its training process and to the test.
+from it to a server namespace (s3rver, behind the tests' proxy httpproxy.py run there
+as a program, which logs each request with the client's address) and to three node
+namespaces (10.231.0.0/24 inside those namespaces only: nothing is added to the host's
+network). The pcrfs daemons and the training processes run in their node's network
+namespace (nsenter --net) and in the host's mount namespace, so each node's mount lies
+under its own directory and is visible to its training process and to the test.
 
 One job, gloo backend, one rank per node, init_method tcp:// over the bridge, trains a
 tiny model (DDP) for 2 epochs over scan5/ with pcrfs.RecordSampler(rank=,
@@ -63,6 +63,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import httpproxy  # noqa: E402  (the logging proxy in the server's namespace)
 import mount_util as mu  # noqa: E402
 import test_s3 as s3t  # noqa: E402  (s3rver(), its bucket and keys, files_of_record)
 
@@ -81,84 +82,6 @@ WORLD_TIMEOUT = 150  # the whole training job, seconds
 def node_ip(n):
     return SUBNET + str(11 + n)
 
-
-# A logging TCP proxy in the server namespace: forwards to s3rver on its loopback and
-# writes one line per HTTP request it sees from a client: "monotonic client method
-# path range". Request bodies (Content-Length) are skipped, never parsed.
-PROXY = r"""
-import socket, sys, threading, time
-host, port, up, logpath = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-log = open(logpath, "a", buffering=1)
-lock = threading.Lock()
-
-def pump(src, dst, seen=None):
-    try:
-        while True:
-            d = src.recv(65536)
-            if not d:
-                break
-            dst.sendall(d)
-            if seen:
-                seen(d)
-    except OSError:
-        pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-class Requests:
-    # the request heads in a client's byte stream, one log line each
-    def __init__(self, ip):
-        self.ip, self.buf, self.body = ip, b"", 0
-
-    def __call__(self, d):
-        self.buf += d
-        while True:
-            if self.body:
-                k = min(self.body, len(self.buf))
-                self.buf, self.body = self.buf[k:], self.body - k
-                if self.body:
-                    return
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buf) > 65536:  # no request head is this long: not HTTP
-                    self.buf = b""
-                return
-            lines = self.buf[:end].decode("latin-1").split("\r\n")
-            self.buf = self.buf[end + 4:]
-            req = (lines[0].split(" ") + ["-", "-"])[:2]
-            hdr = {}
-            for ln in lines[1:]:
-                k, _, v = ln.partition(":")
-                hdr[k.strip().lower()] = v.strip()
-            try:
-                self.body = max(0, int(hdr.get("content-length", "0")))
-            except ValueError:
-                self.body = 0
-            with lock:
-                log.write("%.6f %s %s %s %s\n" % (time.monotonic(), self.ip, req[0], req[1],
-                                                  hdr.get("range", "-").replace(" ", "")))
-
-def serve(c, ip):
-    try:
-        u = socket.create_connection(("127.0.0.1", up), timeout=10)
-        u.settimeout(None)
-    except OSError:
-        c.close()
-        return
-    threading.Thread(target=pump, args=(u, c), daemon=True).start()
-    pump(c, u, Requests(ip))
-
-ls = socket.socket()
-ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind((host, port))
-ls.listen(64)
-while True:
-    c, addr = ls.accept()
-    threading.Thread(target=serve, args=(c, addr[0]), daemon=True).start()
-"""
 
 # One rank of the job, in its node's namespace: argv rank, world, master address,
 # the mount's scan5/. Prints, on rank 0, one JSON line per epoch with every rank's
@@ -242,29 +165,16 @@ def sh(argv, timeout=60, ok=True):
     return p
 
 
-def read_log(path):
-    """The proxy's log: [(time, client, method, path, range)]."""
-    out = []
-    try:
-        with open(path) as f:
-            for ln in f:
-                parts = ln.split()
-                if len(parts) == 5:
-                    out.append((float(parts[0]), parts[1], parts[2], parts[3], parts[4]))
-    except OSError:
-        pass
-    return out
-
-
 def record_gets(log, prefix):
-    """[(time, client, record number)] of the GETs of record objects in @log."""
+    """[(time, client, record number)] of the GETs of record objects in @log (the
+    proxy's Requests)."""
     stem = "/%s/%s/records/" % (s3t.BUCKET, prefix)
     out = []
-    for t, ip, method, path, _ in log:
-        path = path.split("?")[0]
-        if method == "GET" and path.startswith(stem) and path.endswith(".pcr"):
+    for r in log:
+        path = r.path.split("?")[0]
+        if r.method == "GET" and path.startswith(stem) and path.endswith(".pcr"):
             try:
-                out.append((t, ip, int(path[len(stem):-4])))
+                out.append((r.t, r.client, int(path[len(stem):-4])))
             except ValueError:
                 pass
     return out
@@ -377,8 +287,10 @@ class MultiNode(unittest.TestCase):
                           "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-o", os.devnull,
                           "-T", p, "%s%s/%s" % (up, s3t.BUCKET, key)], timeout=90)
         cls.log = os.path.join(cls.tmp, "requests.log")
-        cls.start(srv + [mu.PYTHON, "-c", PROXY, SERVER_IP, str(PROXY_PORT), str(S3RVER_PORT),
-                         cls.log], stdout=cls.s3log, stderr=cls.s3log)
+        cls.start(srv + [mu.PYTHON, os.path.join(HERE, "httpproxy.py"), "--listen",
+                         "%s:%d" % (SERVER_IP, PROXY_PORT), "--upstream",
+                         "127.0.0.1:%d" % S3RVER_PORT, "--log", cls.log],
+                  stdout=cls.s3log, stderr=cls.s3log)
         endpoint = "http://%s:%d" % (SERVER_IP, PROXY_PORT)
         # each node reaches the server through the bridge
         for n in range(NODES):
@@ -530,7 +442,7 @@ class MultiNode(unittest.TestCase):
             self.assertLessEqual(max(len(ranks) for ranks in split.values()), 2)
 
     def test_fetched_by_one_node(self):
-        gets = record_gets(read_log(self.log), "ds")
+        gets = record_gets(httpproxy.read_log(self.log), "ds")
         ip_rank = {node_ip(n): n for n in range(NODES)}
         starts = [min(r["t0"] for r in ep["ranks"]) for ep in self.epochs]
         bounds = starts + [self.final["end"]]
@@ -573,7 +485,7 @@ class MultiNode(unittest.TestCase):
         """The node that fetched the fewest records reads the first 2 files of every
         record in scan5/, its cached records first; its link is cut after its first 2
         reads, and then the other nodes read the same files while it fails."""
-        gets = record_gets(read_log(self.log), "ds")
+        gets = record_gets(httpproxy.read_log(self.log), "ds")
         ip_rank = {node_ip(n): n for n in range(NODES)}
         had = collections.defaultdict(set)
         for _, ip, rec in gets:
@@ -637,7 +549,7 @@ class MultiNode(unittest.TestCase):
                     self.assertEqual(s3t.read(os.path.join(self.mnt[n], "scan5", f)),
                                      s3t.read(os.path.join(self.local, "scan5", f)), (n, f))
         # the other nodes reached the server while the victim's link was down
-        after = {ip_rank[ip] for t, ip, _ in record_gets(read_log(self.log), "ds")
+        after = {ip_rank[ip] for t, ip, _ in record_gets(httpproxy.read_log(self.log), "ds")
                  if t >= cut_at}
         self.assertNotIn(victim, after)
         self.assertTrue(after, "no other node fetched anything after the cut")

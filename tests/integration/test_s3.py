@@ -53,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import mount_util as mu  # noqa: E402
+from httpproxy import Proxy  # noqa: E402
 
 
 def skip_library_if_sanitized(test):
@@ -728,60 +729,6 @@ def fetched(st):
     return st["http"]["fetch_bytes"] + st["http"]["direct_bytes"]
 
 
-class LogProxy:
-    """A TCP forwarder on 127.0.0.1 to 127.0.0.1:@upstream that logs each request the
-    client sends, in the order it passes: (request line, Range header or None)."""
-
-    def __init__(self, upstream):
-        import threading
-        self.upstream, self.log, self.lock = upstream, [], threading.Lock()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        import threading
-        while True:
-            try:
-                c, _ = self.sock.accept()
-                u = socket.create_connection(("127.0.0.1", self.upstream), timeout=30)
-            except OSError:
-                return
-            u.settimeout(None)
-            threading.Thread(target=self.pipe, args=(c, u, True), daemon=True).start()
-            threading.Thread(target=self.pipe, args=(u, c, False), daemon=True).start()
-
-    def pipe(self, a, b, requests):
-        buf = b""
-        try:
-            while True:
-                d = a.recv(65536)
-                if not d:
-                    break
-                if requests:  # (GET and HEAD only: no bodies to skip)
-                    buf += d
-                    while b"\r\n\r\n" in buf:
-                        head, buf = buf.split(b"\r\n\r\n", 1)
-                        lines = head.decode("latin-1").split("\r\n")
-                        rng = [ln.split(":", 1)[1].strip() for ln in lines[1:]
-                               if ln.lower().startswith("range:")]
-                        with self.lock:
-                            self.log.append((lines[0], rng[0] if rng else None))
-                b.sendall(d)
-        except OSError:
-            pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def close(self):
-        self.sock.close()
-
-
 class Parts(Fixture, unittest.TestCase):
     """Issue 19: prefixes as parts over many connections, no read amplification,
     prefetch hints through /.pcrfs/prefetch/."""
@@ -942,7 +889,7 @@ class Parts(Fixture, unittest.TestCase):
         fetched part by part across them, A0 B0 A1 B1 ..., as the GETs a proxy
         sees show at one connection; before, record after record (A0 A1 ... B0),
         and a window's last record waited behind the others' last parts."""
-        proxy = LogProxy(self.server.port)
+        proxy = Proxy(self.server.port)
         self.addCleanup(proxy.close)
         env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % proxy.port)
         m = mu.Mount(self.url(), os.path.join(self.tmp, "interleave"), "-o",
@@ -963,14 +910,12 @@ class Parts(Fixture, unittest.TestCase):
         def parts():
             """The records of the part GETs, in the order sent."""
             out = []
-            with proxy.lock:
-                for line, rng in proxy.log:
-                    if not line.startswith("GET ") or not rng or "/records/" not in line:
-                        continue
-                    k = int(line.split("/records/")[1][:6])
-                    a, b = (int(x) for x in rng.split("=")[1].split("-"))
-                    if a % 64000 == 0 and (b + 1 - a == 64000 or b + 1 == sizes[k]):
-                        out.append(k)
+            for r in proxy.requests(lambda r: r.method == "GET" and r.range and
+                                    "/records/" in r.path):
+                k = int(r.path.split("/records/")[1][:6])
+                a, b = (int(x) for x in r.range.split("=")[1].split("-"))
+                if a % 64000 == 0 and (b + 1 - a == 64000 or b + 1 == sizes[k]):
+                    out.append(k)
             return out
         end, seen = time.monotonic() + 60, -1
         while time.monotonic() < end:  # until no part is sent for a second

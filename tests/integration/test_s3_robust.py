@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Object storage that misbehaves (issue 25, Must 4-6): a proxy of our own on
-127.0.0.1 in front of s3rver (tests/integration/test_s3.py's fixture) answers
-503 SlowDown with Retry-After, trickles bodies, hangs, ignores Range, or flips a
-byte of a record prefix in transit; the cache directory is poisoned.
+"""Object storage that misbehaves (issue 25, Must 4-6): the tests' proxy
+(httpproxy.py) on 127.0.0.1 in front of s3rver (test_s3.py's fixture) answers 503
+SlowDown with Retry-After, trickles bodies, hangs, ignores Range, or flips a byte of a
+record prefix in transit; the cache directory is poisoned.
 
 What each test asserts, and would be false if the feature broke:
   test_slowdown_storm     a 2.5 s storm of 503 SlowDown (Retry-After: 1) on every
@@ -58,8 +58,6 @@ Run by hand: MKPCRFS=... PCRINFO=... PCRFS=... /usr/bin/python3 test_s3_robust.p
 
 import errno
 import glob
-import http.client
-import http.server
 import os
 import signal
 import sqlite3
@@ -72,6 +70,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import mount_util as mu  # noqa: E402
+from httpproxy import Proxy  # noqa: E402
 from test_s3 import BUCKET, READER, Fixture, files_of_record, read, stats  # noqa: E402
 
 TIMEOUT = 1.0   # -o http_timeout for these mounts
@@ -131,173 +130,14 @@ def note(msg):
     sys.stderr.write("  [%s]\n" % msg)
 
 
-SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
-            b'<Message>Please reduce your request rate.</Message></Error>')
+STORE = "/%s/ds" % BUCKET  # the store's path on the server
 
 
-class Proxy:
-    """An HTTP proxy on 127.0.0.1 in front of s3rver; what it does to requests for
-    records/ is set by its attributes. Every handler ends within 60 s."""
-
-    def __init__(self, upstream_port):
-        self.upstream = upstream_port
-        self.lock = threading.Lock()
-        self.log = []          # (monotonic time, method, path, status)
-        self.storm_until = 0.0
-        self.retry_after = None
-        self.mode = "pass"     # pass, trickle, hang, norange, corrupt, badsize, cap
-        self.cap_bps = 64 * 1024  # mode "cap": each response's body at this rate
-        self.corrupt_left = 0
-        self.corrupt_min = 65536  # mode "corrupt": only bodies longer than this
-        self.delay = 0.0       # every GET of records/ waits this long before its answer
-        self.inflight = 0      # GETs of records/ that arrived and are not answered yet
-        self.max_inflight = 0  # ... the most at once
-        self.sent = {}         # path: body bytes sent for GETs of it
-        self.release = threading.Event()
-        proxy = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                proxy.handle(self, head=False)
-
-            def do_HEAD(self):
-                proxy.handle(self, head=True)
-
-        class Server(http.server.ThreadingHTTPServer):
-            # a read sends a GET per range at once: with the default backlog of 5
-            # a connect beyond it waited for the SYN's retransmission (1 s)
-            request_queue_size = 128
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, prefix="ds"):
-        return "http://127.0.0.1:%d/%s/%s" % (self.port, BUCKET, prefix)
-
-    def note(self, req, status):
-        with self.lock:
-            self.log.append((time.monotonic(), req.command, req.path, status))
-
-    def handle(self, req, head):
-        if head or "/records/" not in req.path:
-            self.answer(req, head)
-            return
-        # in flight: from its arrival until its answer starts (after the delay), so a
-        # client that sends the next GET once it has the last byte of one is never
-        # counted twice, whenever this thread gets to run after the write
-        with self.lock:
-            self.inflight += 1
-            self.max_inflight = max(self.max_inflight, self.inflight)
-        try:
-            if self.delay:
-                self.release.wait(self.delay)
-        finally:
-            with self.lock:
-                self.inflight -= 1
-        self.answer(req, head)
-
-    def answer(self, req, head):
-        rec = "/records/" in req.path
-        if rec and time.monotonic() < self.storm_until:
-            self.note(req, 503)
-            req.send_response(503)
-            req.send_header("Content-Type", "application/xml")
-            if self.retry_after is not None:
-                req.send_header("Retry-After", str(self.retry_after))
-            req.send_header("Content-Length", str(len(SLOWDOWN)))
-            req.end_headers()
-            if not head:
-                req.wfile.write(SLOWDOWN)
-            return
-        if rec and self.mode == "hang":
-            self.note(req, 0)
-            self.release.wait(60)
-            return
-        hdrs = {k: v for k, v in req.headers.items() if k.lower() in ("range", "if-match")}
-        if self.mode == "norange":
-            hdrs.pop("Range", None)
-            hdrs.pop("range", None)
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.upstream, timeout=30)
-            conn.request(req.command, req.path, headers=hdrs)
-            r = conn.getresponse()
-            data = r.read()
-            conn.close()
-        except OSError:
-            self.note(req, -1)
-            return  # the connection just closes: "connection lost"
-        self.note(req, r.status)
-        if (rec and self.mode == "corrupt" and self.corrupt_left and r.status == 206 and
-                len(data) > self.corrupt_min):
-            self.corrupt_left -= 1
-            data = bytearray(data)
-            data[len(data) // 2] ^= 0x5A
-            data = bytes(data)
-        req.send_response(r.status)
-        for k, v in r.getheaders():
-            if head and k.lower() == "content-length" and rec and self.mode == "badsize":
-                v = str(int(v) + 1)  # a HEAD that disagrees with the index
-            if k.lower() in ("content-type", "content-range", "etag", "last-modified",
-                             "accept-ranges") or (head and k.lower() == "content-length"):
-                req.send_header(k, v)
-        if not head:
-            req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        if head:
-            return
-        with self.lock:
-            self.sent[req.path] = self.sent.get(req.path, 0) + len(data)
-        try:
-            if rec and self.mode == "trickle":
-                end = time.monotonic() + 30
-                for i in range(0, len(data), 8):
-                    if self.release.is_set() or time.monotonic() > end:
-                        return
-                    req.wfile.write(data[i:i + 8])
-                    req.wfile.flush()
-                    time.sleep(0.25)
-            elif rec and self.mode == "cap":
-                # as one stream to S3: a rate per connection (a handler serves one)
-                end = time.monotonic() + 60
-                for i in range(0, len(data), 8192):
-                    if self.release.is_set() or time.monotonic() > end:
-                        return
-                    req.wfile.write(data[i:i + 8192])
-                    req.wfile.flush()
-                    time.sleep(min(8192, len(data) - i) / self.cap_bps)
-            else:
-                req.wfile.write(data)
-        except OSError:
-            pass
-
-    def requests(self, pred=lambda e: True):
-        with self.lock:
-            return [e for e in self.log if pred(e)]
-
-    def reset(self):
-        with self.lock:
-            self.log.clear()
-            self.sent.clear()
-            self.max_inflight = self.inflight
-        self.delay = 0.0
-        self.mode = "pass"
-        self.corrupt_min = 65536
-        self.storm_until = 0.0
-        self.retry_after = None
-        self.release.set()
-        time.sleep(0.05)
-        self.release.clear()
-
-    def close(self):
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def make_proxy(upstream_port):
+    """The proxy (httpproxy.py) in front of s3rver, its faults acting on the record
+    objects, its count in flight on their GETs."""
+    return Proxy(upstream_port, target=lambda r: "/records/" in r.path,
+                 counted=lambda r: r.method == "GET" and "/records/" in r.path)
 
 
 class Robust(Fixture, unittest.TestCase):
@@ -305,7 +145,7 @@ class Robust(Fixture, unittest.TestCase):
     @classmethod
     def make(cls):
         super().make()
-        cls.proxy = Proxy(cls.server.port)
+        cls.proxy = make_proxy(cls.server.port)
         cls.index = os.path.join(cls.store, "index.db")
 
     @classmethod
@@ -319,7 +159,7 @@ class Robust(Fixture, unittest.TestCase):
 
     def mount_proxy(self, name, *extra):
         opts = "%s,http_timeout=%g,http_retries=2" % (self.cache(name), TIMEOUT)
-        return self.mount(self.proxy.url(), name, "-o", opts, *extra)
+        return self.mount(self.proxy.url(STORE), name, "-o", opts, *extra)
 
     def unmount_last(self):
         m = self.mounts.pop()
@@ -374,16 +214,16 @@ class Robust(Fixture, unittest.TestCase):
         res = self.reader(paths)
         bad = [r for r in res if not r[0]]
         note("storm: %d files, %d x 503, %d EIO, slowest read %.2f s, all in %.1f s" % (
-            len(res), len(self.proxy.requests(lambda e: e[3] == 503)), len(bad),
+            len(res), len(self.proxy.requests(lambda e: e.status == 503)), len(bad),
             max(r[2] for r in res), time.monotonic() - start))
         self.assertEqual(bad, [], "EIO during a SlowDown storm shorter than the budget")
         self.assert_right(mnt, "scan5", paths)
-        slow = self.proxy.requests(lambda e: e[3] == 503)
+        slow = self.proxy.requests(lambda e: e.status == 503)
         self.assertTrue(slow, "the storm answered nothing")
         # Retry-After: 1 honoured: the requests for one object are >= 0.9 s apart
         by_path = {}
-        for t, _, path, status in self.proxy.requests(lambda e: "/records/" in e[2]):
-            by_path.setdefault(path, []).append((t, status))
+        for e in self.proxy.requests(lambda e: "/records/" in e.path):
+            by_path.setdefault(e.path, []).append((e.t, e.status))
         gaps = [b[0] - a[0] for ts in by_path.values() for a, b in zip(ts, ts[1:])
                 if a[1] == 503]
         self.assertTrue(gaps, by_path)
@@ -400,18 +240,18 @@ class Robust(Fixture, unittest.TestCase):
     def test_jitter_per_process(self):
         """Two daemons throttled alike (no Retry-After) retry at different times:
         the jitter's generator is seeded per process."""
-        other = Proxy(self.server.port)
+        other = make_proxy(self.server.port)
         try:
             seqs = []
             for name, proxy in (("jit1", self.proxy), ("jit2", other)):
-                mnt = self.mount(proxy.url(), name, "-o", "%s,http_timeout=%g,http_retries=2"
+                mnt = self.mount(proxy.url(STORE), name, "-o", "%s,http_timeout=%g,http_retries=2"
                                  % (self.cache(name), TIMEOUT))
                 paths = self.record_paths(mnt, "scan1", 1, 1)
                 start = time.monotonic()
                 proxy.storm_until = start + 2.0
                 res = self.reader(paths)
                 self.assertTrue(res[0][0], res)
-                ts = [e[0] for e in proxy.requests(lambda e: "/records/" in e[2])]
+                ts = [e.t for e in proxy.requests(lambda e: "/records/" in e.path)]
                 seqs.append([round(b - a, 3) for a, b in zip(ts, ts[1:])][:4])
                 self.unmount_last()
             self.assertGreaterEqual(min(len(q) for q in seqs), 2, seqs)
@@ -423,10 +263,14 @@ class Robust(Fixture, unittest.TestCase):
             other.close()
 
     def test_norange_refused(self):
-        self.proxy.mode = "norange"
+        # a server that ignores Range on every object, index.db too: a proxy whose
+        # faults act on every request
+        proxy = Proxy(self.server.port)
+        self.addCleanup(proxy.close)
+        proxy.mode = "norange"
         mnt = os.path.join(self.tmp, "norange")
         os.makedirs(mnt)
-        p = mu.run([mu.program("PCRFS"), self.proxy.url(), mnt, "-o",
+        p = mu.run([mu.program("PCRFS"), proxy.url(STORE), mnt, "-o",
                     self.cache("norange")], timeout=60)
         err = p.stderr.decode()
         self.assertEqual(p.returncode, 1, err)
@@ -515,8 +359,9 @@ class Robust(Fixture, unittest.TestCase):
         self.proxy.cap_bps = 32 * 1024
         part = 64 * 1024
         secs = part / self.proxy.cap_bps  # one part's GET
-        mnt = self.mount(self.proxy.url(), "starve", "-o", "%s,http_timeout=20,http_retries=2,"
-                         "http_part_size=64k,http_connections=1" % self.cache("starve"))
+        mnt = self.mount(self.proxy.url(STORE), "starve", "-o",
+                         "%s,http_timeout=20,http_retries=2,http_part_size=64k,"
+                         "http_connections=1" % self.cache("starve"))
         # a file of full/ has bytes in every group of its record: in every part of
         # it (a record is ~4 parts here); 4 readers on each record
         paths = self.record_paths(mnt, "full", 1)[::50] + self.record_paths(mnt, "full", 2)[::50]
@@ -566,8 +411,9 @@ class Robust(Fixture, unittest.TestCase):
         self.proxy.mode = "cap"
         self.proxy.cap_bps = 32 * 1024
         part = 64000  # http_part_size=64k: k is 1000
-        mnt = self.mount(self.proxy.url(), "depth", "-o", "%s,http_timeout=20,http_retries=2,"
-                         "http_part_size=64k,http_connections=2" % self.cache("depth"))
+        mnt = self.mount(self.proxy.url(STORE), "depth", "-o",
+                         "%s,http_timeout=20,http_retries=2,http_part_size=64k,"
+                         "http_connections=2" % self.cache("depth"))
         sizes = [os.path.getsize(os.path.join(self.store, "records", "%06d.pcr" % r))
                  for r in (1, 2)]
         self.assertGreaterEqual(sum(-(-n // part) for n in sizes), 6,
@@ -606,16 +452,17 @@ class Robust(Fixture, unittest.TestCase):
         rels = sorted(files_of_record(self.index, 1))
         for n, rel in ((1, rels[7]), (2, rels[150])):
             name = "direct%d" % n
-            mnt = self.mount(self.proxy.url(), name, "-o", "%s,http_timeout=10,http_retries=2,"
-                             "http_connections=%d" % (self.cache(name), n))
+            mnt = self.mount(self.proxy.url(STORE), name, "-o",
+                             "%s,http_timeout=10,http_retries=2,http_connections=%d"
+                             % (self.cache(name), n))
             path = os.path.join(mnt, "full", rel)
             os.stat(path)
             with self.proxy.lock:  # the mount's own requests (the index) are done
                 self.proxy.max_inflight = self.proxy.inflight
             t0 = time.monotonic()
             self.assertEqual(read(path), read(os.path.join(self.local, "full", rel)), rel)
-            gets = self.proxy.requests(lambda e: e[0] >= t0 and e[1] == "GET" and
-                                       e[2].endswith("/records/000001.pcr"))
+            gets = self.proxy.requests(lambda e: e.t >= t0 and e.method == "GET" and
+                                       e.path.endswith("/records/000001.pcr"))
             note("one read of full/ at http_connections=%d: %d GETs, at most %d at once, "
                  "%.2f s" % (n, len(gets), self.proxy.max_inflight, time.monotonic() - t0))
             # (the record's header is one GET before the file's own)
@@ -683,7 +530,7 @@ class Robust(Fixture, unittest.TestCase):
         for mode in ("trickle", "hang"):
             self.proxy.reset()
             name = "midfetch-" + mode
-            mnt = self.mount(self.proxy.url(), name, "-o", "%s,http_timeout=10,"
+            mnt = self.mount(self.proxy.url(STORE), name, "-o", "%s,http_timeout=10,"
                              "http_retries=2,http_part_size=64k,http_connections=4"
                              % self.cache(name))
             self.open_one(mnt)
@@ -697,10 +544,10 @@ class Robust(Fixture, unittest.TestCase):
                 pass
             end = time.monotonic() + 10
             while time.monotonic() < end and not self.proxy.requests(
-                    lambda e: e[0] >= t0 and e[1] == "GET" and "/records/" in e[2]):
+                    lambda e: e.t >= t0 and e.method == "GET" and "/records/" in e.path):
                 time.sleep(0.05)
             time.sleep(0.5)  # the parts' GETs under way
-            fetching = len(self.proxy.requests(lambda e: e[0] >= t0 and e[1] == "GET"))
+            fetching = len(self.proxy.requests(lambda e: e.t >= t0 and e.method == "GET"))
             self.assertGreater(fetching, 0, "no part GET under way")
             m = self.mounts.pop()
             t1 = time.monotonic()
@@ -753,7 +600,7 @@ class Robust(Fixture, unittest.TestCase):
     def refused(self, name, cache, want):
         mnt = os.path.join(self.tmp, name)
         os.makedirs(mnt, exist_ok=True)
-        p = mu.run([mu.program("PCRFS"), self.proxy.url(), mnt, "-o", "cache=" + cache],
+        p = mu.run([mu.program("PCRFS"), self.proxy.url(STORE), mnt, "-o", "cache=" + cache],
                    timeout=60)
         err = p.stderr.decode()
         self.assertEqual(p.returncode, 1, err)
