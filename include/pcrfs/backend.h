@@ -81,6 +81,11 @@ struct pcr_backend_ops {
      * cache whose bytes failed the store's checksum there): the next read of them
      * asks the source again; the rest stays. */
     void (*drop)(struct pcr_backend *b, struct pcr_object *o, uint64_t off, uint64_t len);
+    /* Optional: every object is about to be closed and the backend destroyed (the
+     * store closes): stop fetching ahead and abort the transfers in flight, all at
+     * once, so that the close() calls that follow do not each wait for their own.
+     * Nothing but close() and destroy() is called after it. */
+    void (*stop)(struct pcr_backend *b);
     /* A record whose open or read failed on the network (a dead or trickling
      * server) is held as failing this long (ms): its other files fail at once with
      * EIO, then the next use probes it again. 0: never held (local files). */

@@ -559,6 +559,52 @@ class Robust(Fixture, unittest.TestCase):
             self.assertLess(took, 6.0, m.stderr())  # (a hung GET: ~1 s per record)
             self.assertNotIn("fetching bytes", m.stderr())  # an abort is no error to log
 
+    def test_unmount_stops_all_at_once(self):
+        """fusermount3 -u while a part GET of each of 15 records hangs: the store
+        stops its backend's transfers together before it closes the records, so
+        the daemon exits within a few seconds. Before, each record's close aborted
+        and waited for its own GETs in turn (a hung GET hears of it within about a
+        second): ~1 s per record, 15 s here."""
+        store = os.path.join(self.tmp, "store-16")
+        if not os.path.exists(store):
+            mu.run([mu.program("MKPCRFS"), "-q", "-n", "25", os.path.join(self.tmp, "src"),
+                    store], check=0)
+            self.server.upload(store, "ds16")
+        index = os.path.join(store, "index.db")
+        nrec = len(os.listdir(os.path.join(store, "records")))
+        self.assertGreaterEqual(nrec, 15, nrec)
+        mnt = self.mount(self.proxy.url("/%s/ds16" % BUCKET), "stopall", "-o",
+                         "%s,http_timeout=10,http_retries=2,http_part_size=64k,"
+                         "http_connections=16" % self.cache("stopall"))
+        for k in range(1, nrec + 1):  # every record opened (its HEAD), the level known
+            read(os.path.join(mnt, "full", sorted(files_of_record(index, k))[0]))
+        self.proxy.mode = "hang"
+        t0 = time.monotonic()
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch",
+                                 ",".join(str(k) for k in range(1, nrec + 1))))
+        except FileNotFoundError:
+            pass
+
+        def hung():
+            """The records with a part GET sent since the hint (all hang)."""
+            return {e.path for e in self.proxy.requests(
+                lambda e: e.t >= t0 and e.method == "GET" and "/records/" in e.path)}
+        end = time.monotonic() + 10
+        while time.monotonic() < end and len(hung()) < 15:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        self.assertGreaterEqual(len(hung()), 15, sorted(hung()))
+        m = self.mounts.pop()
+        t1 = time.monotonic()
+        rc = m.unmount(timeout=90)
+        took = time.monotonic() - t1
+        note("unmount with part GETs of %d records hung: the daemon ended in %.2f s" % (
+            len(hung()), took))
+        self.assertEqual(rc, 0, m.stderr())
+        self.assertLess(took, 5.0, m.stderr())
+        self.assertNotIn("fetching bytes", m.stderr())
+
     def test_corrupt_part_heals_alone(self):
         """A byte flipped in one part of 64 KiB: the checksum mismatch drops just the
         part(s) holding the bad bytes, not the record (before: the whole record

@@ -306,6 +306,11 @@ static void http_drop(struct pcr_backend *b, struct pcr_object *o, uint64_t off,
         http_cache_drop(hb->cache, o, off, len);
 }
 
+static void http_stop(struct pcr_backend *b)
+{
+    http_cache_stop(((struct http_backend *)b)->cache);
+}
+
 static void http_destroy(struct pcr_backend *b)
 {
     struct http_backend *hb = (struct http_backend *)b;
@@ -329,6 +334,7 @@ static const struct pcr_backend_ops http_ops = {
     .close = http_close,
     .destroy = http_destroy,
     .drop = http_drop,
+    .stop = http_stop,
     .fail_hold_ms = HTTP_FAIL_HOLD_MS,
 };
 

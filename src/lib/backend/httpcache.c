@@ -564,7 +564,7 @@ int http_cache_new(struct http_transport *hb, const char *dir, uint64_t limit,
     return 0;
 }
 
-void http_cache_free(struct http_cache *c)
+void http_cache_stop(struct http_cache *c)
 {
     if (!c)
         return;
@@ -572,7 +572,17 @@ void http_cache_free(struct http_cache *c)
     __atomic_store_n(&c->stop, true, __ATOMIC_RELAXED); /* (read by fetch_cancelled()) */
     pthread_cond_broadcast(&c->progress);
     pthread_mutex_unlock(&c->lock);
-    pcr_workq_free(&c->q); /* running parts are aborted (fetch_cancelled()) */
+    /* running parts are aborted together (fetch_cancelled()), each within about a
+     * second of a hung server; one object at a time (http_cache_remove()) that was
+     * a second per record with parts in flight */
+    pcr_workq_free(&c->q);
+}
+
+void http_cache_free(struct http_cache *c)
+{
+    if (!c)
+        return;
+    http_cache_stop(c); /* (again: nothing left to do after a store's stop()) */
     while (c->objs)
         http_cache_remove(c, c->objs);
     pthread_mutex_destroy(&c->lock);

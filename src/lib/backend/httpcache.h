@@ -43,6 +43,9 @@ struct http_cache;
 int http_cache_new(struct http_transport *tp, const char *dir, uint64_t limit,
                    struct http_cache **out);
 void http_cache_free(struct http_cache *c);
+/* Abort every part GET in flight, drop the queued ones and wait for the fetch threads
+ * to end: the closes that follow wait for nothing (a store closing: unmount). */
+void http_cache_stop(struct http_cache *c);
 void http_cache_add(struct http_cache *c, struct pcr_object *o);
 void http_cache_remove(struct http_cache *c, struct pcr_object *o);
 /* advise(): queue the parts of @o that hold [off, off + len) and are not cached. */
