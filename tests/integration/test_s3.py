@@ -501,7 +501,8 @@ class RecordOrder(Fixture, unittest.TestCase):
         st = stats(mnt)["http"]
         # the start-up: index.db at mount (counted with the GETs), a header and the
         # first two files read directly (a GET per scan group: 5 each, 1 to spare),
-        # then the records' parts (one each: these records are < 8 MiB)
+        # then the records' parts (one each: these prefixes are under 1 MiB, the
+        # smallest part at the default 8M)
         self.assertLessEqual(st0["gets"] - st0["prefix_fetches"], 2 + 1 + 2 * 5, st0)
         # from then on: the records' parts, nothing per image (0.02 per image at most,
         # as on ImageNet-sized records: 6-13 parts per 1,024 images)
@@ -928,6 +929,60 @@ class Parts(Fixture, unittest.TestCase):
         self.assertGreaterEqual(n, 3, (got, proxy.log))  # (records of several parts each)
         # alternating while both have parts left
         self.assertEqual(got[:2 * n], [1, 2] * n, got)
+
+    def test_prefix_in_eight_parts(self):
+        """A record prefix is fetched in 8 parts (of at most http_part_size, at least
+        an eighth of it), so that its parts run side by side: at 512k, a record of
+        ~0.7 MB (100 images of 256 pixels) in 8 part GETs of about 1/8 each. Before,
+        in parts of http_part_size: two, 512,000 bytes and the rest."""
+        src = os.path.join(self.tmp, "src-256")
+        store = os.path.join(self.tmp, "store-256")
+        if not os.path.exists(store):
+            mu.run([mu.PYTHON, MKDATASET, "--out", src, "--classes", "1", "--per-class",
+                    "100", "--seed", "7", "--size", "256"], check=0)
+            mu.run([mu.program("MKPCRFS"), "-q", "-n", "100", src, store], check=0)
+            self.server.upload(store, "ds256")
+        size = os.path.getsize(os.path.join(store, "records", "000001.pcr"))
+        self.assertGreater(size, 512000, size)  # (more than one part: else no test)
+        proxy = Proxy(self.server.port)
+        self.addCleanup(proxy.close)
+        env = dict(os.environ, AWS_ENDPOINT_URL="http://127.0.0.1:%d" % proxy.port)
+        m = mu.Mount(self.url("ds256"), os.path.join(self.tmp, "eight"), "-o",
+                     self.cache("eight") + ",http_part_size=512k,http_connections=4", env=env)
+        self.mounts.append(m)
+        m.start(timeout=60)
+        mnt = m.mnt
+        index = os.path.join(store, "index.db")
+        names = sorted(files_of_record(index, 1))
+        read(os.path.join(mnt, "full", names[0]))  # the level (its own GETs)
+        t0 = time.monotonic()
+        try:
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "1"))
+        except FileNotFoundError:
+            pass
+
+        def parts():
+            """The lengths of the GETs of the record since the hint, in order."""
+            out = []
+            for r in proxy.requests(lambda r: r.t >= t0 and r.method == "GET" and r.range and
+                                    "/records/" in r.path):
+                a, b = (int(x) for x in r.range.split("=")[1].split("-"))
+                out.append(b + 1 - a)
+            return out
+        end, seen = time.monotonic() + 60, None
+        while time.monotonic() < end:  # until no part is sent for a second
+            time.sleep(1)
+            if parts() == seen:
+                break
+            seen = parts()
+        got = sorted(parts(), reverse=True)
+        self.assertEqual(len(got), 8, got)
+        self.assertLessEqual(got[0], (size + 7) // 8, got)
+        self.assertEqual(len(set(got[:-1])), 1, got)  # equal parts, the last the rest
+        local = self.mount(store, "eight-local")
+        for rel in names:  # and the bytes are right
+            self.assertEqual(read(os.path.join(mnt, "full", rel)),
+                             read(os.path.join(local, "full", rel)), rel)
 
     def test_prefetch_keeps_unread(self):
         """Prefetch does not evict what it fetched ahead and nobody read yet: with a

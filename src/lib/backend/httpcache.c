@@ -2,9 +2,9 @@
  *
  * PCR's property: one sequential read of a record's prefix holds every image of
  * the record at level K. advise() (called by the store when a reader goes record by
- * record, or was told the next records: store/read.c) queues the prefix as parts of
- * http_part_size bytes; up to http_connections part GETs run at once (one work
- * queue, common/workq.h, one job per part), each written as it arrives into the
+ * record, or was told the next records: store/read.c) queues the prefix as parts
+ * (PREFIX_PARTS of them, of at most http_part_size bytes); up to http_connections part GETs run at
+ * once (one work queue, common/workq.h, one job per part), each written as it arrives into the
  * record's cache file at its own offset, and every read inside the prefix is then a
  * pread() of that file. One stream to S3 carries tens of MB/s; many parts at once
  * are what fills a node's link (issue 19). A reader waits only for the parts that
@@ -93,6 +93,17 @@
  * prefetch: the records of a window being read are read every few reads (8 of them
  * side by side: about every 8th), the ones of a window read to its end stop. */
 #define PREFETCH_EVICT_AGE 1024
+/* A prefix is fetched in at least this many parts (of at most http_part_size, at
+ * least an eighth of it): the parts of one record run side by side, so a record
+ * arrives in 1/8 of the time one connection would take, and a window of the sampler
+ * (8 records) spreads over up to 64 connections whatever the level. With whole
+ * 8 MiB parts, a scan5/ prefix (~14 MB of a 43 MB record) was 2 parts: a window
+ * held 16 connections, each part took 4.2 s at 2 MB/s, and 64 connections read a
+ * 0.9 GB view at 0.68x their limit where 2 MiB parts gave 0.82x (BENCHMARKS.md §22,
+ * "epoch"). GETs per image stay PREFIX_PARTS / images per record: 0.016 at 512,
+ * 0.008 at ImageNet's 1,024. */
+#define PREFIX_PARTS 8
+#define PART_MIN     64000 /* the smallest -o http_part_size */
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -292,15 +303,27 @@ static uint64_t part_need(const struct http_part *p, uint64_t end)
     return (end < p->off + p->len ? end : p->off + p->len) - p->off;
 }
 
-/* @o's parts, set up on first use (under the lock). @return 0 or -ENOMEM. */
-static int parts_of(struct http_cache *c, struct pcr_object *o)
+/* The part size of an object whose first @end bytes are asked for: @end in
+ * PREFIX_PARTS parts, at most http_part_size, at least an eighth of it (and 64 kB). */
+static uint64_t part_size_for(const struct http_cache *c, uint64_t end)
 {
-    uint64_t ps = c->hb->part_size;
+    uint64_t ps = c->hb->part_size, lo = ps / 8 > PART_MIN ? ps / 8 : PART_MIN;
+    uint64_t want = (end + PREFIX_PARTS - 1) / PREFIX_PARTS;
+
+    return want > ps ? ps : want < lo ? (lo < ps ? lo : ps) : want;
+}
+
+/* @o's parts, set up on first use for its first @end bytes (under the lock).
+ * @return 0 or -ENOMEM. */
+static int parts_of(struct http_cache *c, struct pcr_object *o, uint64_t end)
+{
+    uint64_t ps;
 
     if (o->parts)
         return 0;
     if (o->size == 0)
         return -ENOMEM;
+    ps = part_size_for(c, end < o->size ? end : o->size);
     if (o->size / ps >= MAX_PARTS)
         ps = o->size / (MAX_PARTS - 1);
     o->psize = ps;
@@ -640,7 +663,7 @@ static void advise_one(struct http_cache *c, struct pcr_object *o, uint64_t end,
 {
     /* a prefix the cache cannot hold whole is read directly: fetched part by part
      * it would evict its own first parts before they are read */
-    if (end > c->limit || parts_of(c, o) != 0)
+    if (end > c->limit || parts_of(c, o, end) != 0)
         return;
     if (end > o->advised)
         o->advised = end;
