@@ -95,6 +95,16 @@ NOTES = {
     "try: prefetch_ahead=16":
         "RecordSampler(prefetch_ahead=16) against the default 4: no rate moved (the "
         "mount's own bound on parts in flight, not the hints, decides how far it fetches).",
+    "epoch: each run reads the whole view from a fresh mount (at most 90 s)":
+        "The daemon of 9714c70: each record prefix in parts of 8 MiB (a `scan5/` prefix "
+        "of 14 MB in 2, a `full/` one of 43 MB in 6).",
+    "epoch, parts of 2 MiB (-o http_part_size=2M)":
+        "The same daemon (9714c70) with smaller parts: `scan5/` at 64 connections from "
+        "0.68x to 0.82x. A view of ~110 parts of 8 MiB is two rounds of 4.2 s over 64 "
+        "connections, the second 70% full; this led to 59da2fa (a prefix in 8 parts).",
+    "epoch, 8 parts per prefix: each run reads the whole view from a fresh mount (at most 90 s)":
+        "59da2fa on: a record prefix is fetched in 8 parts (of at most 8 MiB, at least "
+        "1 MiB): 1.75 MB at `scan5/`, 5.4 MB at `full/` (pcrfs(1), `http_part_size`).",
     "try: timeline":
         "One run to read its timeline (bench/node_throughput.py's Timeline): see the text "
         "after the tables.",
