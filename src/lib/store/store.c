@@ -514,7 +514,7 @@ void pcr_store_close(struct pcr_store *s)
     /* the backend's transfers stop at once, not one record's close at a time (a
      * store in object storage whose server hangs: ~1 s per record with parts in
      * flight) */
-    if (!s->parent && s->base->ops->stop)
+    if (!s->parent && s->base && s->base->ops->stop)
         s->base->ops->stop(s->base);
     for (uint64_t i = 0; s->recs && i < s->nrecs; i++)
         if (s->recs[i].obj)
