@@ -511,14 +511,18 @@ void pcr_store_close(struct pcr_store *s)
 {
     if (!s)
         return;
-    /* the backend's transfers stop at once, not one record's close at a time (a
-     * store in object storage whose server hangs: ~1 s per record with parts in
-     * flight) */
-    if (!s->parent && s->base && s->base->ops->stop)
-        s->base->ops->stop(s->base);
-    for (uint64_t i = 0; s->recs && i < s->nrecs; i++)
-        if (s->recs[i].obj)
-            s->base->ops->close(s->base, s->recs[i].obj);
+    /* (no backend: the open failed before it existed, e.g. a 0-byte index.db; then
+     * no record was opened either) */
+    if (s->base) {
+        /* the backend's transfers stop at once, not one record's close at a time (a
+         * store in object storage whose server hangs: ~1 s per record with parts in
+         * flight) */
+        if (!s->parent && s->base->ops->stop)
+            s->base->ops->stop(s->base);
+        for (uint64_t i = 0; s->recs && i < s->nrecs; i++)
+            if (s->recs[i].obj)
+                s->base->ops->close(s->base, s->recs[i].obj);
+    }
     store_free_tree(s);
     if (!s->parent) {
         pcr_index_close(s->idx);
