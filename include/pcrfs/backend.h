@@ -140,7 +140,8 @@ void pcr_backend_bwlimit_set(struct pcr_backend *shim, uint64_t bytes_per_sec);
  * with full jitter seeded per process. So a dead or slow server fails the reads of
  * its files (-EIO, -ETIMEDOUT) in bounded time, never hangs them, and the store
  * then fails the other files of that record at once for fail_hold_ms. advise() fetches the record
- * prefix a level needs into an on-disk cache (LRU by record prefix) as parts (part_size) over
+ * prefix a level needs into an on-disk cache (LRU by record prefix) as 8 parts (of at most
+ * part_size, at least an eighth of it) over
  * many connections (connections), from which the reads of every file of the record are then
  * served; readers of a prefix being fetched wait for
  * those bytes instead of asking again. A cache that cannot be written falls back to direct GETs
@@ -173,7 +174,7 @@ struct pcr_http_opts {
     const char *profile;   /* of the shared files (then the environment's keys are
                               not used) */
     const char *ca_bundle; /* PEM CA certificates for https (also http(s):// URLs) */
-    uint64_t part_size;    /* bytes of one GET of a prefix fetch; 0: 8 MiB */
+    uint64_t part_size;    /* most bytes of one GET of a prefix fetch; 0: 8 MiB */
     unsigned connections;  /* part GETs in flight at once; 0: 32 */
 };
 

@@ -3,9 +3,10 @@
  * PCR's property: one sequential read of a record's prefix holds every image of
  * the record at level K. advise() (called by the store when a reader goes record by
  * record, or was told the next records: store/read.c) queues the prefix as parts
- * (PREFIX_PARTS of them, of at most http_part_size bytes); up to http_connections part GETs run at
- * once (one work queue, common/workq.h, one job per part), each written as it arrives into the
- * record's cache file at its own offset, and every read inside the prefix is then a
+ * (PREFIX_PARTS of them, of at most http_part_size bytes); up to http_connections
+ * part GETs run at once (one work queue, common/workq.h, one job per part), each
+ * written as it arrives into the record's cache file at its own offset, and every
+ * read inside the prefix is then a
  * pread() of that file. One stream to S3 carries tens of MB/s; many parts at once
  * are what fills a node's link (issue 19). A reader waits only for the parts that
  * hold its bytes, and within a part only for the bytes it needs (streaming); a
@@ -93,8 +94,9 @@
  * prefetch: the records of a window being read are read every few reads (8 of them
  * side by side: about every 8th), the ones of a window read to its end stop. */
 #define PREFETCH_EVICT_AGE 1024
-/* A prefix is fetched in at least this many parts (of at most http_part_size, at
- * least an eighth of it): the parts of one record run side by side, so a record
+/* A prefix is fetched in this many parts, as far as their bounds allow (at most
+ * http_part_size, at least an eighth of it: a larger prefix gets more parts, a
+ * smaller one fewer): the parts of one record run side by side, so a record
  * arrives in 1/8 of the time one connection would take, and a window of the sampler
  * (8 records) spreads over up to 64 connections whatever the level. With whole
  * 8 MiB parts, a scan5/ prefix (~14 MB of a 43 MB record) was 2 parts: a window
@@ -103,7 +105,7 @@
  * "epoch"). GETs per image stay PREFIX_PARTS / images per record: 0.016 at 512,
  * 0.008 at ImageNet's 1,024. */
 #define PREFIX_PARTS 8
-#define PART_MIN     64000 /* the smallest -o http_part_size */
+#define PART_MIN     64000 /* the smallest -o http_part_size (store/opts.c) */
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -310,7 +312,9 @@ static uint64_t part_size_for(const struct http_cache *c, uint64_t end)
     uint64_t ps = c->hb->part_size, lo = ps / 8 > PART_MIN ? ps / 8 : PART_MIN;
     uint64_t want = (end + PREFIX_PARTS - 1) / PREFIX_PARTS;
 
-    return want > ps ? ps : want < lo ? (lo < ps ? lo : ps) : want;
+    if (lo > ps)
+        lo = ps;
+    return want < lo ? lo : want > ps ? ps : want;
 }
 
 /* @o's parts, set up on first use for its first @end bytes (under the lock).
