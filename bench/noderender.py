@@ -93,8 +93,9 @@ NOTES = {
         "Tried and reverted (33cefe3): the first file came sooner, no rate moved, and GETs "
         "per image rose past 0.02 at the default 32 connections.",
     "try: prefetch_ahead=16":
-        "RecordSampler(prefetch_ahead=16) against the default 4: no rate moved (the "
-        "mount's own bound on parts in flight, not the hints, decides how far it fetches).",
+        "RecordSampler(prefetch_ahead=16) against the default 4, on the ramp-up daemon "
+        "(c5b3f6d, reverted): no rate moved against the 'ramp' runs (one run; why was not "
+        "measured).",
     "epoch: each run reads the whole view from a fresh mount (at most 90 s)":
         "The daemon of 9714c70: each record prefix in parts of 8 MiB (a `scan5/` prefix "
         "of 14 MB in 2, a `full/` one of 43 MB in 6).",
@@ -106,8 +107,11 @@ NOTES = {
         "59da2fa on: a record prefix is fetched in 8 parts (of at most 8 MiB, at least "
         "1 MiB): 1.75 MB at `scan5/`, 5.4 MB at `full/` (pcrfs(1), `http_part_size`).",
     "try: timeline":
-        "One run to read its timeline (bench/node_throughput.py's Timeline): see the text "
-        "after the tables.",
+        "One run to read its timeline (bench/node_throughput.py's Timeline, in the results "
+        "file), on the ramp-up daemon (c5b3f6d, reverted; 39 records in parts of 2 MiB, "
+        "the rest of 8 MiB): nothing was fetched in the first 1.5 s (the listing), 8 MB by "
+        "2.7 s, all 879 MB by 11.2 s (103 MB/s from 2.7 s, 0.81 of the limit), served by "
+        "12.2 s; the fetch came in steps as parts ended.",
 }
 
 
