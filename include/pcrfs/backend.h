@@ -245,6 +245,11 @@ struct pcr_store_opts {
      * given); what they may hold is checked when the store is opened (url.c) */
     char *endpoint, *region, *profile, *ca_bundle;
 };
+/* The bounds of http_part_size= and http_connections=: store/opts.c refuses a value
+ * outside them, and the object-storage backend relies on them (the smallest part it
+ * cuts a prefix into, the size of its handle pool). */
+#define PCR_HTTP_PART_SIZE_MIN   UINT64_C(64000) /* "64k" */
+#define PCR_HTTP_CONNECTIONS_MAX 256
 #define PCR_STORE_OPTS_INIT                                                                        \
     {                                                                                              \
         .http_retries = -1                                                                         \

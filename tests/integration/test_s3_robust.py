@@ -602,7 +602,9 @@ class Robust(Fixture, unittest.TestCase):
         note("unmount with part GETs of %d records hung: the daemon ended in %.2f s" % (
             len(hung()), took))
         self.assertEqual(rc, 0, m.stderr())
-        self.assertLess(took, 5.0, m.stderr())
+        # 0.67-0.72 s measured (plain and ASan builds); 9.7 s before, in turn: a
+        # bound of 2.5 s fails a close that still waits for a few records in turn
+        self.assertLess(took, 2.5, m.stderr())
         self.assertNotIn("fetching bytes", m.stderr())
 
     def test_corrupt_part_heals_alone(self):

@@ -105,7 +105,6 @@
  * "epoch"). GETs per image stay PREFIX_PARTS / images per record: 0.016 at 512,
  * 0.008 at ImageNet's 1,024. */
 #define PREFIX_PARTS 8
-#define PART_MIN     64000 /* the smallest -o http_part_size (store/opts.c) */
 
 enum { PART_IDLE, PART_QUEUED, PART_FETCHING };
 
@@ -309,9 +308,11 @@ static uint64_t part_need(const struct http_part *p, uint64_t end)
  * PREFIX_PARTS parts, at most http_part_size, at least an eighth of it (and 64 kB). */
 static uint64_t part_size_for(const struct http_cache *c, uint64_t end)
 {
-    uint64_t ps = c->hb->part_size, lo = ps / 8 > PART_MIN ? ps / 8 : PART_MIN;
+    uint64_t ps = c->hb->part_size, lo = ps / 8;
     uint64_t want = (end + PREFIX_PARTS - 1) / PREFIX_PARTS;
 
+    if (lo < PCR_HTTP_PART_SIZE_MIN)
+        lo = PCR_HTTP_PART_SIZE_MIN;
     if (lo > ps)
         lo = ps;
     return want < lo ? lo : want > ps ? ps : want;

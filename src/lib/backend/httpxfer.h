@@ -22,7 +22,7 @@
 
 #define HTTP_MAX_URL             2048
 #define HTTP_MAX_RANGE           (1ULL << 40)
-#define HTTP_MAX_CONNECTIONS     256 /* -o http_connections: the largest (store/opts.c) */
+#define HTTP_MAX_CONNECTIONS     PCR_HTTP_CONNECTIONS_MAX /* -o http_connections: the largest */
 #define HTTP_DEFAULT_CONNECTIONS 32
 #define HTTP_DEFAULT_PART_SIZE   (8ULL << 20)
 

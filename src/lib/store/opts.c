@@ -13,10 +13,8 @@
 #define MAX_BWLIMIT      UINT64_C(1000000000000)    /* 10^12 bytes/s, as pcrfs(1) */
 #define MAX_CACHE_SIZE   UINT64_C(1000000000000000) /* 10^15 bytes */
 #define MAX_HTTP_TIMEOUT 86400.0
-#define MAX_HTTP_RETRIES 20              /* the cap of backend/httpxfer.c */
-#define MIN_PART_SIZE    UINT64_C(64000) /* "64k" */
+#define MAX_HTTP_RETRIES 20 /* the cap of backend/httpxfer.c */
 #define MAX_PART_SIZE    (UINT64_C(1) << 30)
-#define MAX_CONNECTIONS  256 /* the handle pool of backend/httpxfer.c */
 
 /* The string options, each kept as given and non-empty (what it may hold is checked
  * where it is used: cache= by the cache, the others by url.c when the store opens). */
@@ -87,10 +85,10 @@ int pcr_store_opt(struct pcr_store_opts *o, const char *name, const char *val, c
         return rc;
     }
     if (!strcmp(name, "http_part_size"))
-        return pcr_opt_size(name, val, MIN_PART_SIZE, MAX_PART_SIZE, "bytes", &o->http_part_size,
-                            msg, len);
+        return pcr_opt_size(name, val, PCR_HTTP_PART_SIZE_MIN, MAX_PART_SIZE, "bytes",
+                            &o->http_part_size, msg, len);
     if (!strcmp(name, "http_connections")) {
-        rc = pcr_opt_uint(name, val, 1, MAX_CONNECTIONS, NULL, &v, msg, len);
+        rc = pcr_opt_uint(name, val, 1, PCR_HTTP_CONNECTIONS_MAX, NULL, &v, msg, len);
         o->http_connections = rc == 0 ? (unsigned)v : o->http_connections;
         return rc;
     }
