@@ -174,7 +174,8 @@ struct pcr_http_opts {
     const char *profile;   /* of the shared files (then the environment's keys are
                               not used) */
     const char *ca_bundle; /* PEM CA certificates for https (also http(s):// URLs) */
-    uint64_t part_size;    /* most bytes of one GET of a prefix fetch; 0: 8 MiB */
+    uint64_t part_size;    /* most bytes of one GET of a prefix fetch (at least
+                              PCR_HTTP_PART_SIZE_MIN); 0: 8 MiB */
     unsigned connections;  /* part GETs in flight at once; 0: 32 */
 };
 

@@ -3,7 +3,7 @@
  * PCR's property: one sequential read of a record's prefix holds every image of
  * the record at level K. advise() (called by the store when a reader goes record by
  * record, or was told the next records: store/read.c) queues the prefix as parts
- * (PREFIX_PARTS of them, of at most http_part_size bytes); up to http_connections
+ * (about PREFIX_PARTS of them, of at most http_part_size bytes); up to http_connections
  * part GETs run at once (one work queue, common/workq.h, one job per part), each
  * written as it arrives into the record's cache file at its own offset, and every
  * read inside the prefix is then a
@@ -312,9 +312,7 @@ static uint64_t part_size_for(const struct http_cache *c, uint64_t end)
     uint64_t want = (end + PREFIX_PARTS - 1) / PREFIX_PARTS;
 
     if (lo < PCR_HTTP_PART_SIZE_MIN)
-        lo = PCR_HTTP_PART_SIZE_MIN;
-    if (lo > ps)
-        lo = ps;
+        lo = PCR_HTTP_PART_SIZE_MIN; /* (part_size is at least that: http_xfer_init()) */
     return want < lo ? lo : want > ps ? ps : want;
 }
 

@@ -698,9 +698,12 @@ int http_xfer_init(struct http_transport *tp, const struct pcr_http_opts *o)
                   : o->retries > MAX_RETRIES ? MAX_RETRIES
                                              : (unsigned)o->retries;
     tp->nconn = o && o->connections ? o->connections : HTTP_DEFAULT_CONNECTIONS;
-    if (tp->nconn > HTTP_MAX_CONNECTIONS)
-        tp->nconn = HTTP_MAX_CONNECTIONS;
+    if (tp->nconn > PCR_HTTP_CONNECTIONS_MAX)
+        tp->nconn = PCR_HTTP_CONNECTIONS_MAX;
+    /* (store/opts.c refuses less; a library caller's smaller size is raised) */
     tp->part_size = o && o->part_size ? o->part_size : HTTP_DEFAULT_PART_SIZE;
+    if (tp->part_size < PCR_HTTP_PART_SIZE_MIN)
+        tp->part_size = PCR_HTTP_PART_SIZE_MIN;
     pthread_mutex_init(&tp->pool_lock, NULL);
     for (unsigned i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&tp->share_lock[i], NULL);

@@ -22,7 +22,6 @@
 
 #define HTTP_MAX_URL             2048
 #define HTTP_MAX_RANGE           (1ULL << 40)
-#define HTTP_MAX_CONNECTIONS     PCR_HTTP_CONNECTIONS_MAX /* -o http_connections: the largest */
 #define HTTP_DEFAULT_CONNECTIONS 32
 #define HTTP_DEFAULT_PART_SIZE   (8ULL << 20)
 
@@ -65,7 +64,7 @@ struct http_transport {
     CURLSH *share;
     pthread_mutex_t share_lock[CURL_LOCK_DATA_LAST];
     pthread_mutex_t pool_lock;
-    CURL *pool[HTTP_MAX_CONNECTIONS]; /* idle easy handles, reused (and their connections) */
+    CURL *pool[PCR_HTTP_CONNECTIONS_MAX]; /* idle easy handles, reused (and their connections) */
     unsigned npool;
     unsigned nconn;     /* part GETs in flight at once (-o http_connections): the pool
                            and the connection cache hold that many and more */
