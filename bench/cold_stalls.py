@@ -2,7 +2,7 @@
 """Where a cold pass of a local mount waits: per-file read times, interleaved rounds.
 
     cold_stalls.py --pcrfs BIN --store STORE --plain DIR --order FILE --view VIEW
-                   [--rounds N] [--dump DIR] KIND...
+                   [--rounds N] [--warm] [--dump DIR] KIND...
 
 Each round reads, for plain files (DIR: `pcrinfo --extract` of STORE at VIEW's
 level) and then for each KIND, the files of ORDER (relative paths, one a line, as
@@ -10,7 +10,12 @@ bench/s3.py writes order-record.txt) whole and in order, one thread,
 open(p, 'rb', buffering=0).read() to the end, right after `sync; echo 3 >
 /proc/sys/vm/drop_caches`; each KIND on a fresh mount of STORE. A KIND is
 LABEL=[VAR=VALUE ...] [pcrfs options], e.g. ra=-o readahead=record, or with
-environment variables for a patched daemon: idle=PCRFS_X=3 -o readahead=record.
+environment variables for a patched daemon: idle=PCRFS_X=3 -o readahead=record. The
+variable CPU=N is not passed on: it pins the reader and every thread of the daemon
+to CPU N for that kind's passes (os.sched_setaffinity, as taskset(1) does).
+With --warm nothing is dropped: before each pass the record files and the plain
+files are read once, so the pass measures the mount's cost per file with its bytes
+in the page cache (still a fresh mount, so every file still has its LOOKUP).
 
 Per run it prints the pass's seconds and files/s, the median, 99th percentile and
 largest per-file time, how many files took over 1 ms and their sum (the stalls), and
@@ -22,9 +27,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "integration"))
+import mount_util as mu  # noqa: E402  (the one mount helper of the tests and benches)
 
 
 def drop_caches():
@@ -33,8 +41,25 @@ def drop_caches():
         f.write("3\n")
 
 
-def read_pass(root, paths):
-    drop_caches()
+def read_all(root, paths):
+    for p in paths:
+        with open(os.path.join(root, p), "rb", buffering=0) as f:
+            while f.read(1 << 20):
+                pass
+
+
+def prepare(a, paths):
+    """Cold: drop the page cache. Warm: read the records and the plain files once."""
+    if not a.warm:
+        drop_caches()
+        return
+    records = os.path.join(a.store, "records")
+    read_all(records, sorted(os.listdir(records)))
+    read_all(a.plain, paths)
+
+
+def read_pass(a, root, paths):
+    prepare(a, paths)
     lat = []
     t0 = time.monotonic()
     for p in paths:
@@ -46,22 +71,35 @@ def read_pass(root, paths):
     return time.monotonic() - t0, lat
 
 
+def pin(pid, cpu):
+    """Every thread of @pid on CPU @cpu (threads started later inherit it)."""
+    for tid in os.listdir("/proc/%d/task" % pid):
+        os.sched_setaffinity(int(tid), {cpu})
+
+
 def mounted_pass(a, spec, paths):
     words = spec.split()
     env = dict(os.environ)
+    cpu = None
     while words and "=" in words[0] and not words[0].startswith("-"):
         k, v = words.pop(0).split("=", 1)
-        env[k] = v
-    mnt = a.mountpoint
-    os.makedirs(mnt, exist_ok=True)
-    subprocess.run([a.pcrfs, a.store, mnt] + words, check=True, env=env,
-                   stderr=subprocess.DEVNULL, timeout=60)
+        if k == "CPU":
+            cpu = int(v)
+        else:
+            env[k] = v
+    os.makedirs(a.mountpoint, exist_ok=True)
+    m = mu.Mount(a.store, a.mountpoint, *words, pcrfs=a.pcrfs, env=env,
+                 errpath=a.mountpoint.rstrip("/") + ".log")
+    mine = os.sched_getaffinity(0)
     try:
-        time.sleep(0.2)
-        return read_pass(os.path.join(mnt, a.view), paths)
+        m.start(timeout=60)
+        if cpu is not None:
+            pin(m.proc.pid, cpu)
+            os.sched_setaffinity(0, {cpu})
+        return read_pass(a, os.path.join(a.mountpoint, a.view), paths)
     finally:
-        subprocess.run(["fusermount3", "-u", mnt], timeout=60)
-        time.sleep(0.2)
+        os.sched_setaffinity(0, mine)
+        m.stop()
 
 
 def main():
@@ -73,6 +111,8 @@ def main():
     ap.add_argument("--view", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--mountpoint", default="/tmp/pcrfs-cold-stalls")
+    ap.add_argument("--warm", action="store_true",
+                    help="records and plain files in the page cache, not dropped")
     ap.add_argument("--dump")
     ap.add_argument("kinds", nargs="+", metavar="KIND")
     a = ap.parse_args()
@@ -84,7 +124,7 @@ def main():
     res = {k: [] for k, _ in kinds}
     for r in range(a.rounds):
         for label, spec in kinds:
-            t, lat = read_pass(a.plain, paths) if spec is None else mounted_pass(a, spec, paths)
+            t, lat = read_pass(a, a.plain, paths) if spec is None else mounted_pass(a, spec, paths)
             res[label].append(t)
             s = sorted(lat)
             slow = [x for x in lat if x > 0.001]
