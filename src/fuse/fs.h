@@ -36,6 +36,25 @@ struct open_file {
     unsigned flags; /* pcrfs_file_flags() */
 };
 
+/* dirahead.c: a directory's entries read ahead of its LOOKUPs (-o dirahead=). */
+struct da_dir;
+#define PCRFS_DA_QUEUE 1024
+struct dirahead {
+    bool on;              /* set before the session starts */
+    _Atomic pid_t tid;    /* the listing thread's, once it runs (ops.c tells its requests) */
+    pthread_mutex_t lock; /* everything below but the counters */
+    pthread_cond_t cond;  /* queue not empty, or stop */
+    struct da_dir **tab;  /* directories reached by a lookup, by inode number */
+    size_t cap, n;
+    unsigned char root_state;
+    fuse_ino_t queue[PCRFS_DA_QUEUE]; /* directories waiting to be listed */
+    unsigned qhead, qlen;
+    pthread_t thread;
+    bool started, stop;
+    bool no_clone; /* open_tree(2) refused: list through the mount's path (dirahead.c) */
+    _Atomic uint64_t listed, entries, failed; /* for /.pcrfs/stats */
+};
+
 struct pcrfs {
     pcrfs_store *store;
     unsigned features;   /* pcrfs_features() */
@@ -59,7 +78,20 @@ struct pcrfs {
     pthread_mutex_t open_lock;   /* guards open_files */
     struct open_file open_files; /* list head (ops.c) */
     struct snaps snaps;          /* /.pcrfs/stats snapshots (inode.h) */
+    int readdirplus;             /* -o readdirplus=: 0 no (default), 1 yes, 2 auto */
+    struct dirahead dirahead;    /* dirahead.c */
 };
+
+/* dirahead.c: init before the session (@on: -o dirahead=); the lookup handler notes
+ * each directory it finds (@name in @parent) and each directory a file was found in;
+ * ops.c answers the lister's requests with attributes; stop after
+ * fuse_session_unmount() (which fails a request the thread still waits for), before
+ * the store is closed. */
+void pcrfs_dirahead_init(struct pcrfs *fs, bool on);
+void pcrfs_dirahead_note_dir(struct pcrfs *fs, fuse_ino_t parent, const char *name, fuse_ino_t ino);
+void pcrfs_dirahead_note_file(struct pcrfs *fs, fuse_ino_t parent);
+bool pcrfs_dirahead_is_lister(struct pcrfs *fs, fuse_req_t req);
+void pcrfs_dirahead_stop(struct pcrfs *fs);
 
 /* bdi.c: set the kernel's readahead for the files of the fuse mount at @mountpoint
  * (absolute) to @kb. @return 0; -ENOENT no such mount; -EACCES etc. (not root). */

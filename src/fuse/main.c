@@ -56,6 +56,8 @@ struct cli {
     char *logfile;     /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
+    int readdirplus;      /* its value: 0 no, 1 yes, 2 auto (struct pcrfs) */
+    int dirahead;         /* -o dirahead=: -1 not given (then as -o readahead=record) */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -69,6 +71,7 @@ enum {
     KEY_FSNAME,
     KEY_SUBTYPE,
     KEY_READDIRPLUS,
+    KEY_DIRAHEAD,
     KEY_TIMEOUT,
     KEY_LOGFILE,
     KEY_READ_AHEAD_KB,
@@ -95,6 +98,7 @@ static const struct fuse_opt cli_own[] = {
     FUSE_OPT_KEY("fsname=", KEY_FSNAME),
     FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
     FUSE_OPT_KEY("readdirplus=", KEY_READDIRPLUS),
+    FUSE_OPT_KEY("dirahead=", KEY_DIRAHEAD),
 };
 
 /* cli_own, then "NAME=" for every option of the library, then the end. The
@@ -173,6 +177,7 @@ static int cli_lib(struct cli *c, const char *name, const char *val, char *msg, 
 static int cli_value(struct cli *c, int key, const char *arg)
 {
     static const char *const rdp_words[] = {"yes", "no", "auto", NULL};
+    static const char *const yesno_words[] = {"yes", "no", NULL};
     const char *eq = strchr(arg, '='), *val = eq + 1;
     char name[32], msg[512] = "";
     uint64_t v = 0;
@@ -211,6 +216,11 @@ static int cli_value(struct cli *c, int key, const char *arg)
         keep = 1;
         rc = pcr_opt_word(name, val, rdp_words, &w, msg, sizeof(msg));
         c->has_readdirplus = true;
+        c->readdirplus = rc == 0 ? (int)(w == 0 ? 1 : w == 1 ? 0 : 2) : c->readdirplus;
+        break;
+    case KEY_DIRAHEAD:
+        rc = pcr_opt_word(name, val, yesno_words, &w, msg, sizeof(msg));
+        c->dirahead = rc == 0 ? w == 0 : c->dirahead;
         break;
     case KEY_FSNAME:
     case KEY_SUBTYPE:
@@ -441,7 +451,7 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1};
+    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1, .dirahead = -1};
     static struct pcrfs fs; /* lives as long as the process */
     struct fuse_opt cli_spec[96];
     char lib_opt_names[CLI_LIB_OPTS_MAX][32];
@@ -449,6 +459,7 @@ int main(int argc, char *argv[])
     char *lib_strs[CLI_LIB_OPTS_MAX] = {0};
     struct timespec now;
     bool want_write;
+    int dirahead;
     char *store_abs = NULL;
     bool nonempty;
     int ret = 1, rc;
@@ -649,6 +660,14 @@ int main(int argc, char *argv[])
         fs.want_no_open = false;
     fs.debug = opts.debug;
     fs.readdirplus_opt = cli.has_readdirplus;
+    fs.readdirplus = cli.readdirplus;
+    /* a directory's names read ahead of its lookups (dirahead.c): asked for, or with
+     * the records (-o readahead=record: a reader of whole datasets) */
+    dirahead = cli.dirahead;
+    for (unsigned i = 0; dirahead < 0 && i < cli.nlib; i++)
+        if (!strcmp(cli.lib[i].name, "readahead"))
+            dirahead = !strcmp(cli.lib[i].val, "record");
+    pcrfs_dirahead_init(&fs, dirahead > 0);
     /* one READ per image rather than one per 128 kB (bdi.c), where root may */
     fs.read_ahead_kb = cli.read_ahead_kb < 0 ? DEFAULT_READ_AHEAD_KB : (unsigned)cli.read_ahead_kb;
     fs.read_ahead_given = cli.read_ahead_kb > 0;
@@ -729,6 +748,7 @@ int main(int argc, char *argv[])
 
 out_unmount:
     fuse_session_unmount(se);
+    pcrfs_dirahead_stop(&fs); /* its request, if any, failed with the session's end */
 out_signals:
     fuse_remove_signal_handlers(se);
 out_session:

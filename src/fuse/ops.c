@@ -104,13 +104,14 @@ static double entry_timeout(const struct pcrfs *fs, unsigned flags)
  * the kernel caches it for the entry timeout, and probing for absent files (as
  * loaders that look for optional sidecar files do) stays in the kernel. */
 static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
-                     struct fuse_entry_param *e)
+                     struct fuse_entry_param *e, unsigned *pflags)
 {
     uint64_t node = 0, ino;
     unsigned flags;
     int rc;
 
     memset(e, 0, sizeof(*e));
+    *pflags = 0;
     rc = pcrfs_node_lookup(fs->store, pcrfs_ino_node(&fs->snaps, parent), name, &node);
     if (rc < 0)
         return rc;
@@ -136,6 +137,7 @@ static int do_lookup(struct pcrfs *fs, fuse_ino_t parent, const char *name,
     e->ino = ino;
     e->entry_timeout = entry_timeout(fs, flags);
     e->attr_timeout = attr_timeout(fs, flags);
+    *pflags = flags;
     return 0;
 }
 
@@ -200,7 +202,7 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
     size_t used = 0, need;
     uint64_t idx;
     unsigned flags;
-    bool is_dir;
+    bool is_dir, names_only = false;
     char *buf;
     int rc;
 
@@ -212,6 +214,13 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
     buf = pcrfs_tls_buf(size);
     if (!buf)
         return -ENOMEM;
+    /* With -o dirahead the kernel asks READDIRPLUS of every listing; only the
+     * directory reader's (dirahead.c) and those -o readdirplus= asks for ("auto": the
+     * first batch, as the kernel's own auto does) get the attributes, the others the
+     * names alone, as plain READDIR would */
+    if (plus && fs->dirahead.on && !pcrfs_dirahead_is_lister(fs, req) &&
+        !(fs->readdirplus == 1 || (fs->readdirplus == 2 && off == 0)))
+        names_only = true;
     for (idx = (uint64_t)off;; idx++) {
         rc = dir_entry(fs, dir, da.parent, &idx, &name, &child, &is_dir, namebuf);
         if (rc == -ENOENT)
@@ -222,11 +231,11 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
             return rc;
         }
         memset(&e, 0, sizeof(e));
-        if (plus && child == fs->snaps.stats_node) {
+        if (plus && (names_only || child == fs->snaps.stats_node)) {
             /* no node (ino 0): the kernel then just lists the name, and a stat of
-             * it is a LOOKUP that takes a snapshot (inode.h) */
+             * it is a LOOKUP (for the stats node one that takes a snapshot: inode.h) */
             e.attr.st_ino = child;
-            e.attr.st_mode = S_IFREG | 0444;
+            e.attr.st_mode = is_dir ? S_IFDIR | 0555 : S_IFREG | 0444;
             need = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, (off_t)(idx + 1));
         } else if (plus) {
             rc = pcrfs_node_attr(fs, child, &e.attr, &flags);
@@ -443,6 +452,14 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
         fuse_apply_conn_info_opts(fs->conn_opts, conn);
     if (!(conn->want & FUSE_CAP_READDIRPLUS)) /* readdirplus=no leaves "auto" offered */
         conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    /* -o dirahead: READDIRPLUS for every listing, the attributes only where wanted
+     * (do_readdir); without it from the kernel nothing can be read ahead */
+    if (fs->dirahead.on && (conn->capable & FUSE_CAP_READDIRPLUS)) {
+        conn->want |= FUSE_CAP_READDIRPLUS;
+        conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+    } else {
+        fs->dirahead.on = false;
+    }
     /* the kernel's first request: the mount serves, the waiting parent may exit 0 */
     pcrfs_daemon_ready();
 }
@@ -469,13 +486,23 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct fuse_entry_param e;
     int rc;
 
-    first_request(fs_of(req));
-    rc = do_lookup(fs_of(req), parent, name, &e);
+    struct pcrfs *fs = fs_of(req);
+    unsigned flags;
 
-    if (rc)
+    first_request(fs);
+    rc = do_lookup(fs, parent, name, &e, &flags);
+
+    if (rc) {
         fuse_reply_err(req, -rc);
-    else if (fuse_reply_entry(req, &e) != 0)
-        pcrfs_snaps_forget(&fs_of(req)->snaps, e.ino, 1); /* the kernel did not take it */
+    } else if (fuse_reply_entry(req, &e) != 0) {
+        pcrfs_snaps_forget(&fs->snaps, e.ino, 1); /* the kernel did not take it */
+    } else if (e.ino && e.entry_timeout > 0 && fs->dirahead.on) {
+        /* after the reply: the reader goes on while the directory is queued */
+        if (flags & PCRFS_NODE_DIR)
+            pcrfs_dirahead_note_dir(fs, parent, name, e.ino);
+        else if (flags & PCRFS_NODE_PAGES)
+            pcrfs_dirahead_note_file(fs, parent);
+    }
 }
 
 /* Only stats nodes have anything to forget (inode.h). */
@@ -512,7 +539,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     }
     /* e.g. a cached listing of dynamic/ would carry the inodes of an old level */
     if (!(a.flags & PCRFS_NODE_NO_LISTINGS)) {
-        fi->cache_readdir = 1;
+        /* the directory reader (dirahead.c) wants READDIRPLUS, not the cached listing,
+         * and must not drop it either */
+        fi->cache_readdir = !pcrfs_dirahead_is_lister(fs_of(req), req);
         fi->keep_cache = 1;
     }
     fuse_reply_open(req, fi);

@@ -194,6 +194,7 @@ FIVE_ROWS = (
     + five("http_part_size", "8MiB")
     + five("http_connections", "32x")
     + five("readdirplus", "on")
+    + five("dirahead", "on")
     + five("max_threads", "4k")
     + five("max_idle_threads", "2k")
     + five("max_readahead", "128k")

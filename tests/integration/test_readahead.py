@@ -123,6 +123,121 @@ class Readahead(StoreFixture, unittest.TestCase):
                 os.stat(os.path.join(self.mnt, ".pcrfs", "prefetch", ",".join(map(str, rest))))
             self.assertEqual(self.advised_after(recs[first][:1]), len(rest))
 
+    # ---- -o dirahead: a directory's names ahead of its lookups (src/fuse/dirahead.c) ----
+
+    def lookups(self, m):
+        """LOOKUP requests the daemon (-d) has logged so far, less one per read of
+        /.pcrfs/stats (a snapshot, looked up at every open: pcrfs(1)), and less the
+        LOOKUP of /.pcrfs itself."""
+        return m.stderr().count("opcode: LOOKUP") - self.polls - (self.polls > 0)
+
+    def stats(self):
+        self.polls += 1
+        with open(os.path.join(self.mnt, ".pcrfs", "stats"), "rb") as f:
+            return json.load(f)
+
+    def dir_files(self):
+        """(a class directory, [its files]) of the fixture, bytes."""
+        by_dir = {}
+        for rel in sorted(self.files):
+            by_dir.setdefault(os.path.dirname(rel), []).append(rel)
+        d = sorted(by_dir)[0]
+        self.assertGreaterEqual(len(by_dir[d]), 4)
+        return d, by_dir[d]
+
+    def first_read_then_stats(self, *options):
+        """Mount with @options (and -d), read one file of a directory, let a listing
+        ahead finish, then stat and read the directory's other files: the LOOKUPs those
+        sent, and the mount's dirahead stats."""
+        d, files = self.dir_files()
+        mnt = os.fsencode(os.path.join(self.tmp, "mnt-" + self._testMethodName))
+        self.mnt = os.fsdecode(mnt)
+        self.polls = 0
+        with mu.Mount(self.store, self.mnt, "-d", *options) as m:
+            with open(os.path.join(mnt, b"full", files[0]), "rb") as f:
+                self.assertEqual(f.read(), self.oracle(files[0], "full"))
+            want = 1 if self.stats()["dirahead"]["on"] else 0
+            self.assertTrue(mu.wait_for(lambda: self.stats()["dirahead"]["listed"] >= want, 10))
+            before = self.lookups(m)
+            for rel in files[1:]:
+                p = os.path.join(mnt, b"full", rel)
+                self.assertEqual(os.stat(p).st_size, len(self.oracle(rel, "full")), rel)
+                with open(p, "rb") as f:
+                    self.assertEqual(f.read(), self.oracle(rel, "full"), rel)
+            sent = self.lookups(m) - before
+            stats = self.stats()["dirahead"]
+        return sent, len(files) - 1, stats
+
+    def test_dirahead_saves_the_lookups_of_a_directory(self):
+        """With -o readahead=record the first file found in a directory has the daemon
+        list it through the mount with attributes (READDIRPLUS): the directory's other
+        files are then stat'ed and read without a LOOKUP each, with the right sizes and
+        bytes. With -o dirahead=no every one of them sends its LOOKUP (and that is what
+        fails without the listing ahead)."""
+        sent, n, stats = self.first_read_then_stats("-o", "readahead=record")
+        self.assertEqual(stats["on"], True)
+        self.assertEqual((stats["listed"], stats["failed"]), (1, 0), stats)
+        self.assertGreaterEqual(stats["entries"], n + 1)
+        self.assertEqual(sent, 0)
+        sent, n, stats = self.first_read_then_stats("-o", "readahead=record", "-o",
+                                                    "dirahead=no")
+        self.assertEqual((stats["on"], stats["listed"]), (False, 0), stats)
+        self.assertEqual(sent, n)
+        # asked for alone, without the records' readahead
+        sent, n, stats = self.first_read_then_stats("-o", "dirahead=yes")
+        self.assertEqual((stats["on"], stats["listed"], sent), (True, 1, 0), stats)
+        # and off by default
+        sent, n, stats = self.first_read_then_stats()
+        self.assertEqual((stats["on"], sent), (False, n), stats)
+
+    def test_dirahead_leaves_other_listings_as_readdirplus_says(self):
+        """The connection asks READDIRPLUS for every listing once dirahead is on, but a
+        user's listing keeps -o readdirplus='s answer: by default names only (the kernel
+        enters no file, so the first stat after it is a LOOKUP, which then lists the
+        directory ahead), with readdirplus=yes the attributes (no LOOKUP at all). Names
+        and sizes are the same either way."""
+        d, files = self.dir_files()
+        names = sorted(os.path.basename(f) for f in files)
+        for extra, want in (((), 1), (("-o", "readdirplus=yes"), 0)):
+            mnt = os.fsencode(os.path.join(self.tmp, "mnt-rdp"))
+            self.mnt = os.fsdecode(mnt)
+            self.polls = 0
+            with mu.Mount(self.store, self.mnt, "-d", "-o", "readahead=record", *extra) as m:
+                top = os.path.join(mnt, b"full", d)
+                self.assertEqual(sorted(os.listdir(top)), names, extra)
+                before = self.lookups(m)
+                for i, rel in enumerate(files):
+                    self.assertEqual(os.stat(os.path.join(mnt, b"full", rel)).st_size,
+                                     len(self.oracle(rel, "full")), rel)
+                    if i == 0 and want:  # (that LOOKUP queued the listing ahead)
+                        self.assertTrue(mu.wait_for(
+                            lambda: self.stats()["dirahead"]["listed"] == 1, 10))
+                self.assertEqual(self.lookups(m) - before, want, extra)
+                # the user's listing, cached by the kernel, is still whole
+                self.assertEqual(sorted(os.listdir(top)), names, extra)
+
+    def test_dirahead_unmounts_cleanly_right_after_a_read(self):
+        """A read and at once fusermount3 -u, 60 times: the listing ahead it started
+        neither makes the unmount fail nor keeps the daemon from exiting 0 (root: the
+        listing holds a detached copy of the mount, not the mount). Fails with the
+        directory opened through the mount's path: 1 to 3 in 20 failed with EBUSY."""
+        d, files = self.dir_files()
+        mnt = os.path.join(self.tmp, "mnt-quick")
+        busy = 0
+        for i in range(60):
+            m = mu.Mount(self.store, mnt, "-o", "readahead=record").start()
+            try:
+                rel = files[i % len(files)]
+                with open(os.path.join(os.fsencode(mnt), b"full", rel), "rb") as f:
+                    self.assertEqual(f.read(), self.oracle(rel, "full"))
+                p = mu.run([mu.FUSERMOUNT, "-u", mnt])
+                busy += p.returncode != 0
+                if p.returncode == 0:
+                    self.assertEqual(m.proc.wait(15), 0, m.stderr())
+            finally:
+                m.stop()
+        self.assertEqual(busy, 0, "fusermount3 -u failed (EBUSY) %d of 60 times" % busy)
+
     def test_reader_spread_over_records_gets_nothing_read_ahead(self):
         """One file of each of 12 records in turn (a shuffle over the store), in
         reverse id order within each: no record holds 6 of the last opens, nothing is
