@@ -489,20 +489,21 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct pcrfs *fs = fs_of(req);
     unsigned flags;
 
+    bool ahead;
+
     first_request(fs);
     rc = do_lookup(fs, parent, name, &e, &flags);
-
-    if (rc) {
+    ahead = rc == 0 && e.ino && e.entry_timeout > 0 && fs->dirahead.on;
+    /* a directory's name before the reply: once the kernel has it, a lookup inside it
+     * can reach another thread before this one goes on */
+    if (ahead && (flags & PCRFS_NODE_DIR))
+        pcrfs_dirahead_note_dir(fs, parent, name, e.ino);
+    if (rc)
         fuse_reply_err(req, -rc);
-    } else if (fuse_reply_entry(req, &e) != 0) {
+    else if (fuse_reply_entry(req, &e) != 0)
         pcrfs_snaps_forget(&fs->snaps, e.ino, 1); /* the kernel did not take it */
-    } else if (e.ino && e.entry_timeout > 0 && fs->dirahead.on) {
-        /* after the reply: the reader goes on while the directory is queued */
-        if (flags & PCRFS_NODE_DIR)
-            pcrfs_dirahead_note_dir(fs, parent, name, e.ino);
-        else if (flags & PCRFS_NODE_PAGES)
-            pcrfs_dirahead_note_file(fs, parent);
-    }
+    else if (ahead && (flags & PCRFS_NODE_PAGES))
+        pcrfs_dirahead_note_file(fs, parent); /* after the reply: the reader goes on */
 }
 
 /* Only stats nodes have anything to forget (inode.h). */
