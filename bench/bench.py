@@ -153,10 +153,8 @@ class Bench:
     def drop_caches(self):
         if not self.can_drop:
             return False
-        self.record("sync; echo 3 > /proc/sys/vm/drop_caches")
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
+        self.record(mu.DROP_CACHES)
+        mu.drop_caches()
         self.my_drops += 1
         return True
 

@@ -35,12 +35,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import mount_util as mu  # noqa: E402  (the one mount helper of the tests and benches)
 
 
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
-
 def read_all(root, paths):
     for p in paths:
         with open(os.path.join(root, p), "rb", buffering=0) as f:
@@ -51,7 +45,7 @@ def read_all(root, paths):
 def prepare(a, paths):
     """Cold: drop the page cache. Warm: read the records and the plain files once."""
     if not a.warm:
-        drop_caches()
+        mu.drop_caches()
         return
     records = os.path.join(a.store, "records")
     read_all(records, sorted(os.listdir(records)))

@@ -141,10 +141,8 @@ class Bench:
         return json.loads(p.stdout.strip().splitlines()[-1])
 
     def drop_caches(self):
-        self.record("sync; echo 3 > /proc/sys/vm/drop_caches")
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
+        self.record(mu.DROP_CACHES)
+        mu.drop_caches()
 
     # ---- servers and mounts ------------------------------------------------------------
 
