@@ -36,6 +36,9 @@ struct open_file {
     unsigned flags; /* pcrfs_file_flags() */
 };
 
+/* -o readdirplus=: not given (plain READDIR), no, yes, auto. */
+enum { RDP_UNSET = -1, RDP_NO, RDP_YES, RDP_AUTO };
+
 /* dirahead.c: a directory's entries read ahead of its LOOKUPs (-o dirahead=). */
 struct da_dir;
 #define PCRFS_DA_QUEUE 1024
@@ -68,7 +71,6 @@ struct pcrfs {
     int64_t mtime;                         /* every node's times: the store's build time */
     int64_t started;                       /* CLOCK_MONOTONIC seconds at mount, for stats */
     struct fuse_conn_info_opts *conn_opts; /* -o max_readahead=... etc. (libfuse's) */
-    bool readdirplus_opt;                  /* -o readdirplus= given: conn_opts decide */
     /* the kernel's readahead for the mount's files, kB (0: leave it; bdi.c), set by the
      * first LOOKUP or GETATTR (ops.c, first_request) */
     unsigned read_ahead_kb;
@@ -78,7 +80,7 @@ struct pcrfs {
     pthread_mutex_t open_lock;   /* guards open_files */
     struct open_file open_files; /* list head (ops.c) */
     struct snaps snaps;          /* /.pcrfs/stats snapshots (inode.h) */
-    int readdirplus;             /* -o readdirplus=: 0 no (default), 1 yes, 2 auto */
+    int readdirplus;             /* -o readdirplus=: RDP_* (given: conn_opts decide) */
     struct dirahead dirahead;    /* dirahead.c */
 };
 

@@ -55,9 +55,8 @@ struct cli {
     char *remote_only; /* the message refusing the last object-storage option for a local STORE */
     char *logfile;     /* -o logfile=PATH */
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
-    bool has_readdirplus; /* -o readdirplus=...: libfuse's option, noted (ops.c, op_init) */
-    int readdirplus;      /* its value: 0 no, 1 yes, 2 auto (struct pcrfs) */
-    int dirahead;         /* -o dirahead=: -1 not given (then as -o readahead=record) */
+    int readdirplus;   /* -o readdirplus= (libfuse's option, kept for it): RDP_* */
+    int dirahead;      /* -o dirahead=: -1 not given (then as -o readahead=record) */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -215,8 +214,10 @@ static int cli_value(struct cli *c, int key, const char *arg)
     case KEY_READDIRPLUS: /* kept for fuse_parse_conn_info_opts() */
         keep = 1;
         rc = pcr_opt_word(name, val, rdp_words, &w, msg, sizeof(msg));
-        c->has_readdirplus = true;
-        c->readdirplus = rc == 0 ? (int)(w == 0 ? 1 : w == 1 ? 0 : 2) : c->readdirplus;
+        c->readdirplus = rc == 0 ? (int)(w == 0   ? RDP_YES
+                                         : w == 1 ? RDP_NO
+                                                  : RDP_AUTO)
+                                 : c->readdirplus;
         break;
     case KEY_DIRAHEAD:
         rc = pcr_opt_word(name, val, yesno_words, &w, msg, sizeof(msg));
@@ -451,7 +452,8 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {.timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1, .dirahead = -1};
+    struct cli cli = {
+        .timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1, .readdirplus = RDP_UNSET, .dirahead = -1};
     static struct pcrfs fs; /* lives as long as the process */
     struct fuse_opt cli_spec[96];
     char lib_opt_names[CLI_LIB_OPTS_MAX][32];
@@ -659,7 +661,6 @@ int main(int argc, char *argv[])
     if (fs.features & PCRFS_FEATURE_NEEDS_OPEN)
         fs.want_no_open = false;
     fs.debug = opts.debug;
-    fs.readdirplus_opt = cli.has_readdirplus;
     fs.readdirplus = cli.readdirplus;
     /* a directory's names read ahead of its lookups (dirahead.c): asked for, or with
      * the records (-o readahead=record: a reader of whole datasets) */

@@ -219,7 +219,7 @@ static int do_readdir(struct pcrfs *fs, fuse_req_t req, fuse_ino_t dir, size_t s
      * first batch, as the kernel's own auto does) get the attributes, the others the
      * names alone, as plain READDIR would */
     if (plus && fs->dirahead.on && !pcrfs_dirahead_is_lister(fs, req) &&
-        !(fs->readdirplus == 1 || (fs->readdirplus == 2 && off == 0)))
+        !(fs->readdirplus == RDP_YES || (fs->readdirplus == RDP_AUTO && off == 0)))
         names_only = true;
     for (idx = (uint64_t)off;; idx++) {
         rc = dir_entry(fs, dir, da.parent, &idx, &name, &child, &is_dir, namebuf);
@@ -436,7 +436,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
      * option is given both bits are offered here and the option then takes away what
      * it does not want. */
     conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
-    if (fs->readdirplus_opt && (conn->capable & FUSE_CAP_READDIRPLUS))
+    if (fs->readdirplus != RDP_UNSET && (conn->capable & FUSE_CAP_READDIRPLUS))
         conn->want |= FUSE_CAP_READDIRPLUS | (conn->capable & FUSE_CAP_READDIRPLUS_AUTO);
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
