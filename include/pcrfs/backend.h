@@ -49,7 +49,9 @@ struct pcr_backend_ops {
     /* Read every range completely (the ranges may come in any order and must not
      * overlap their buffers). A range past the end of the object is an error.
      * @return 0; -ENODATA (a range lies past the end: the object was truncated),
-     *         -EIO (a failed read), -ETIMEDOUT, -ENOMEM. */
+     *         -EIO (a failed read), -ETIMEDOUT, -ENOMEM; -EAGAIN in an operation
+     *         that takes local bytes only (pcr_backend_op_begin_local()) when a range
+     *         is not all local. */
     int (*read)(struct pcr_backend *b, struct pcr_object *o, const struct pcr_range *r, unsigned n);
     /* Optional (may be NULL): the reader is about to read [@off, @off + @len) of
      * @o in order — a record's scan groups up to the level it reads. The POSIX
@@ -100,6 +102,12 @@ struct pcr_backend_ops {
 uint64_t pcr_backend_op_start(void);
 void pcr_backend_op_begin(void);
 void pcr_backend_op_end(void);
+/* An operation that may read only bytes local already (a page cache, a backend's
+ * cache): read() then answers -EAGAIN where it would wait on a disk or a server, and
+ * reads nothing from the source. pcr_backend_op_local(): is the calling thread in
+ * one? (Files handed ahead to a kernel, store/ahead.c.) */
+void pcr_backend_op_begin_local(void);
+bool pcr_backend_op_local(void);
 
 /* Every backend starts with this; the rest of its struct is its own. */
 struct pcr_backend {

@@ -193,6 +193,18 @@ PCRFS_API int pcrfs_node_readdir(pcrfs_store *s, uint64_t dir, uint64_t *pos, ch
  * files): a read at offset 0 counts as an open in the stats. @return bytes, -errno. */
 PCRFS_API ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size_t len,
                                   uint64_t off);
+/* For a daemon that hands files to a kernel's page cache before they are read
+ * (pcrfs(1), -o push): the next file a reader going record by record will want, read
+ * whole into @buf (@cap bytes; larger files are skipped) from bytes that are local
+ * already (the page cache of a local store, the cache of one in object storage),
+ * never with a read of its own from the disk or a server. Its candidates: when
+ * pcrfs_node_read() opens (offset 0) a file of scanK/ or full/ whose record is being
+ * read ahead (a hint, -o readahead=record, a reader seen going record by record), the
+ * files of its directory in that record that no reader opened yet in this visit of
+ * the record. Each is handed once per visit and is not counted as read.
+ * @return 1 and *@node, *@len; 0 nothing to hand; -EAGAIN candidates whose bytes
+ *         are not local yet (call again soon); -EIO. */
+PCRFS_API int pcrfs_node_ahead(pcrfs_store *s, uint64_t *node, void *buf, size_t cap, size_t *len);
 /* Open file @node for reading (@for_write 0) or, a WRITABLE node, for writing.
  * Reads through the handle (pcrfs_file_read) see what its open chose (mix/'s pass,
  * refurb/'s version). @return 0; -EISDIR; -EROFS; -ENOENT; -EIO a damaged record. */

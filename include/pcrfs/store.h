@@ -216,6 +216,19 @@ int pcr_store_prefetch(struct pcr_store *s, const uint64_t *records, size_t n);
 #define PCR_PREFETCH_MAX 256
 int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len);
 
+/* Files handed ahead (store/ahead.c; pcrfs_node_ahead()). A reader opened @f at
+ * @level, through what the caller calls @tag (a view): if @f's record is read ahead
+ * that far, the files of @f's directory in that record that no reader opened become
+ * candidates. */
+void pcr_store_ahead_note(struct pcr_store *s, const struct pcr_file *f, unsigned level,
+                          unsigned tag);
+/* The next candidate whose bytes are local already, read into @buf (@cap bytes; a
+ * larger file is skipped) without any read from the disk or a server: its id, size
+ * and tag. @return 1 one; 0 none; -EAGAIN candidates whose bytes are not local yet
+ * (ask again soon: the readahead brings them). */
+int pcr_store_ahead_next(struct pcr_store *s, void *buf, size_t cap, uint64_t *id, size_t *len,
+                         unsigned *tag);
+
 /* Counters since open, for /.pcrfs/stats. level[K] counts reads at level K
  * (1..L); bytes are bytes read from record files. */
 struct pcr_stats {

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "pcrfs/pcrfs.h"
 #include "pcrfs/writer.h"
+#include "nodewalk.h"
 
 #define LEVELS 3
 
@@ -104,19 +105,6 @@ static int build(const char *path, char *err, size_t errlen)
     snprintf(err, errlen, "%s", pcr_writer_error(w));
     pcr_writer_abort(w);
     return ret;
-}
-
-/* The node of @path, one lookup per component from the root. 0: none. */
-static uint64_t walk(pcrfs_store *s, const char *path)
-{
-    char buf[256], *save = NULL, *c;
-    uint64_t n = PCRFS_NODE_ROOT;
-
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save))
-        if (pcrfs_node_lookup(s, n, c, &n) != 1)
-            return 0;
-    return n;
 }
 
 static void test_nodes(const char *path)

@@ -586,6 +586,30 @@ static ssize_t ctl_read(struct inst *in, uint64_t id, void *buf, size_t len, uin
     return (ssize_t)n;
 }
 
+/* Whether the files of @v may be handed ahead (pcrfs_node_ahead()): the store's own
+ * files at one level, the same bytes at every read (scanK/, full/). Not dynamic/ or
+ * mix/ (a name leads elsewhere as the level moves), q90/ (a level per file: not yet),
+ * refurb/ (bytes per open) or tokens/ (rendered, not a record's prefix). */
+static bool hands_ahead(const struct pcr_view *v)
+{
+    return v->ops == &pcr_view_store_ops && v->desc->tree == PCR_TREE_IMAGES &&
+           v->desc->level_rule == PCR_LEVEL_FIXED && !v->desc->needs_open && v->desc->cache.pages;
+}
+
+int pcrfs_node_ahead(pcrfs_store *s, uint64_t *node, void *buf, size_t cap, size_t *len)
+{
+    struct inst *in;
+    unsigned tag;
+    uint64_t id;
+    int rc;
+
+    PCRFS_INST(in, s);
+    rc = pcr_store_ahead_next(in->store, buf, cap, &id, len, &tag);
+    if (rc == 1 && !(*node = node_make(tag, true, id)))
+        return -EIO; /* (cannot be: the tag is a view number, the id a file's) */
+    return rc;
+}
+
 /* Reads without an open: for the store's views pcr_store_pread() at the view's level,
  * no allocation. A read at offset 0 is what stands for an open in the counters. */
 ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size_t len, uint64_t off)
@@ -619,8 +643,11 @@ ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size_t len, ui
     if (rc)
         return rc;
     n = v->ops->read(v, f, NULL, buf, len, off);
-    if (n >= 0 && off == 0)
+    if (n >= 0 && off == 0) {
         pcr_view_count(&v->ctr->opens, 1);
+        if (hands_ahead(v))
+            pcr_store_ahead_note(v->store, f, v->level, v->number);
+    }
     /* A kernel follows a failed readahead READ with a READ of the same page: one
      * failure of one file, counted once (as the failed open it replaces was). */
     if (n < 0 && atomic_exchange_explicit(&in->last_err_node, node, memory_order_relaxed) == node)
@@ -815,6 +842,8 @@ ssize_t pcrfs_file_read(pcrfs_file *f, void *buf, size_t len, uint64_t off)
     if (f->ctl)
         return ctl_file_read(f, buf, len, off);
     n = pcr_view_read(f->v, NULL, f->state, buf, len, off);
+    if (n >= 0 && off == 0 && f->f && hands_ahead(f->v))
+        pcr_store_ahead_note(f->v->store, f->f, f->v->level, f->v->number);
     return n < 0 ? api_fail((int)n, "%s", strerror((int)-n)) : n;
 }
 

@@ -218,6 +218,8 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
         if (r[i].off > o->size || r[i].len > o->size - r[i].off)
             return -ENODATA;
     }
+    if (pcr_backend_op_local()) /* what the cache holds, or nothing */
+        return hb->cache ? http_cache_read_local(hb->cache, o, r, n) : -EAGAIN;
     if (hb->cache && o->whole)
         http_cache_advise(hb->cache, o, 0, o->size);
     /* the ranges of one read go to the cache together: it decides for all of

@@ -843,6 +843,31 @@ static bool failed(const struct pcr_object *o, const struct pcr_range *r, unsign
     return false;
 }
 
+int http_cache_read_local(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
+                          unsigned n)
+{
+    int ret = 0, fd;
+
+    pthread_mutex_lock(&c->lock);
+    for (unsigned k = 0; k < n && !ret; k++)
+        if (r[k].len && !have(o, &r[k]))
+            ret = -EAGAIN;
+    if (ret) {
+        pthread_mutex_unlock(&c->lock);
+        return ret;
+    }
+    fd = o->fd;
+    o->users++; /* (held open: not evicted under the reads) */
+    pthread_mutex_unlock(&c->lock);
+    for (unsigned k = 0; k < n && !ret; k++)
+        if (r[k].len && pread_all(fd, r[k].buf, r[k].len, r[k].off) != 0)
+            ret = -EAGAIN; /* a cache file that fails: not local after all */
+    pthread_mutex_lock(&c->lock);
+    o->users--;
+    pthread_mutex_unlock(&c->lock);
+    return ret;
+}
+
 int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
                     unsigned n, bool *hit)
 {

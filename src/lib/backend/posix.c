@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -55,6 +56,9 @@ struct pcr_object {
     struct pcr_job ra_job;
     uint64_t ra_off, ra_end;
     int closing; /* close() waits for the job: stop at the next piece (atomic) */
+    /* a read-only map of the whole object, only to ask mincore(2) which pages are
+     * cached (read_local()); mapped at the first such read (atomic; NULL: not yet) */
+    void *map;
 };
 
 /* The O_PATH fd of subdirectory @name of the store, opened once. A symbolic link is
@@ -191,10 +195,84 @@ static int read_scattered(int fd, const struct pcr_range *r, unsigned n)
     return 0;
 }
 
+/* Whether every page of @r[0..n) is in the page cache (mincore(2) over a map of the
+ * object that is never touched). Asked before the read because a read that misses,
+ * even with RWF_NOWAIT, starts the kernel's readahead there: a read of its own. */
+static bool cached(struct pcr_object *o, const struct pcr_range *r, unsigned n)
+{
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[256];
+    uint8_t *map = __atomic_load_n(&o->map, __ATOMIC_ACQUIRE);
+
+    if (!map) {
+        void *m = o->size ? mmap(NULL, o->size, PROT_READ, MAP_SHARED, o->fd, 0) : MAP_FAILED;
+        void *none = NULL;
+
+        if (m == MAP_FAILED)
+            return false;
+        if (!__atomic_compare_exchange_n(&o->map, &none, m, false, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE)) {
+            munmap(m, o->size); /* another reader mapped it first */
+            m = none;
+        }
+        map = m;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t at = r[i].off & ~(page - 1), end = r[i].off + r[i].len;
+
+        if (!r[i].len)
+            continue;
+        if (end > o->size)
+            return false;
+        while (at < end) {
+            uint64_t pages = (end - at + page - 1) / page;
+            if (pages > sizeof(vec))
+                pages = sizeof(vec);
+            if (mincore(map + at, pages * page < o->size - at ? pages * page : o->size - at, vec) !=
+                0)
+                return false;
+            for (uint64_t k = 0; k < pages; k++)
+                if (!(vec[k] & 1))
+                    return false;
+            at += pages * page;
+        }
+    }
+    return true;
+}
+
+/* Every range from the page cache, or -EAGAIN, with no read from the disk: the pages
+ * are asked for first (cached()), then read with RWF_NOWAIT (evicted in between: a
+ * miss, -EAGAIN). A file system without RWF_NOWAIT (tmpfs, some FUSE) is read
+ * plainly: its pages were just seen cached. */
+static int read_local(struct pcr_object *o, const struct pcr_range *r, unsigned n)
+{
+    if (!cached(o, r, n))
+        return -EAGAIN;
+    for (unsigned i = 0; i < n; i++) {
+        struct iovec iov = {.iov_base = r[i].buf, .iov_len = r[i].len};
+        ssize_t got;
+
+        do
+            got = preadv2(o->fd, &iov, 1, (off_t)r[i].off, RWF_NOWAIT);
+        while (got < 0 && errno == EINTR);
+        if (got < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
+            int rc = read_full(o->fd, r[i].buf, r[i].len, r[i].off);
+            if (rc)
+                return rc;
+            continue;
+        }
+        if (got != (ssize_t)r[i].len)
+            return -EAGAIN; /* evicted since, or only part of it */
+    }
+    return 0;
+}
+
 static int posix_read(struct pcr_backend *b, struct pcr_object *o, const struct pcr_range *r,
                       unsigned n)
 {
     (void)b;
+    if (pcr_backend_op_local())
+        return read_local(o, r, n);
     if (n > 1 && n <= NOWAIT_RANGES && !__atomic_load_n(&nowait_broken, __ATOMIC_RELAXED)) {
         int rc = read_scattered(o->fd, r, n);
         if (rc <= 0)
@@ -384,6 +462,8 @@ static void posix_close(struct pcr_backend *b, struct pcr_object *o)
         /* drop @o's queued advice and wait until the readahead thread let go of it */
         __atomic_store_n(&o->closing, 1, __ATOMIC_RELAXED);
         pcr_workq_cancel(&((struct posix_backend *)b)->ra, o);
+        if (o->map)
+            munmap(o->map, o->size);
         close(o->fd);
         free(o);
     }

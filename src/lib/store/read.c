@@ -512,6 +512,8 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
     }
     if (np) {
         ret = b->ops->read(b, r->obj, rg, np);
+        if (ret == -EAGAIN)
+            return ret; /* (local bytes only: store_pread_local()) */
         if (ret && (ret == -EIO || ret == -ETIMEDOUT))
             store_rec_failed(s, r);
         if (ret)
@@ -532,6 +534,8 @@ static ssize_t read_plan(struct pcr_store *s, const struct pcr_file *f, struct r
                     s->base->ops->drop(s->base, r->obj, rg[k].off, rg[k].len);
             healed = true;
             ret = b->ops->read(b, r->obj, rg, np);
+            if (ret == -EAGAIN)
+                return ret;
             if (ret && (ret == -EIO || ret == -ETIMEDOUT))
                 store_rec_failed(s, r);
             if (ret)
@@ -664,14 +668,6 @@ out:
 #define SEQ_AHEAD   2 /* records fetched ahead of a scan in order */
 #define SEQ_DENSE   6 /* of the last PCR_SEQ_DENSE_WINDOW opens: a record read now */
 
-/* The prefix of record @r at @level (level 0: the top). */
-static uint64_t rec_prefix(const struct pcr_store *s, const struct rec *r, unsigned level)
-{
-    if (!level || level >= s->levels || level >= r->ngroups)
-        return r->goff[r->ngroups];
-    return r->goff[level];
-}
-
 static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix)
 {
     struct pcr_backend *b = backend(s);
@@ -679,6 +675,7 @@ static void advise(struct pcr_store *s, struct rec *r, uint64_t prefix)
 
     if (b->ops->advise && o && r->valid && prefix) {
         b->ops->advise(b, o, 0, prefix);
+        store_ahead_visit(r, prefix);
         pcr_count(&s->stats.advised, 1);
     }
 }
@@ -719,6 +716,7 @@ static void advise_hint(struct pcr_store *s, const uint64_t *ids, size_t n, unsi
             if (!prefix)
                 continue;
             o[k] = __atomic_load_n(&r->obj, __ATOMIC_ACQUIRE);
+            store_ahead_visit(r, prefix);
             len[k++] = prefix;
         }
         pcr_count(&s->stats.advised, k); /* (as advise() counts one) */
@@ -1043,6 +1041,25 @@ static ssize_t store_pread(struct pcr_store *s, const struct pcr_file *f, unsign
         seq_note(s, f, r, level, p.prefix);
     }
     return read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, off);
+}
+
+ssize_t store_pread_local(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                          size_t len)
+{
+    struct rec *r = &s->recs[f->record - 1];
+    struct plan p;
+    ssize_t n;
+
+    /* a record is opened and checked by its first reader, never here: that reads */
+    if (f->kind == PCR_KIND_TOKENS || __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != REC_OK ||
+        __atomic_load_n(&r->fail_until, __ATOMIC_ACQUIRE) ||
+        !__atomic_load_n(&r->obj, __ATOMIC_ACQUIRE))
+        return -EAGAIN;
+    plan_make(s, f, r, level, &p);
+    pcr_backend_op_begin_local();
+    n = read_plan(s, f, r, p.seg, p.n, p.size, p.level, buf, len, 0);
+    pcr_backend_op_end();
+    return n;
 }
 
 /* ---- one deadline per operation ----

@@ -2,8 +2,10 @@
  * none of them: each includes it, and it calls none of them):
  *   store.c  open and close, the record table, holding records open, counters;
  *   tree.c   the directory table and the lazy loading of each directory's files;
- *   read.c   chunk arithmetic, the read plan, handles and the one read routine.
- * Their own calls run one way: store.c -> tree.c, read.c -> store.c.
+ *   read.c   chunk arithmetic, the read plan, handles and the one read routine;
+ *   ahead.c  the files a reader will want next, read from local bytes only.
+ * Their own calls run one way: store.c -> tree.c, read.c -> store.c, ahead.c -> read.c
+ * and tree.c.
  *
  * Ownership and lifetime (the cache essay). Everything a store hands out lives until
  * pcr_store_close(): nothing is ever evicted, because the store is immutable and the
@@ -76,6 +78,10 @@ struct rec {
     uint64_t hint_group; /* ...together with the records of the same hint (rec_lock) */
     uint64_t fail_until; /* ms (monotonic): failed on the network, its files
                             fail at once until then (atomic; 0: not) */
+    uint64_t advised;    /* the prefix last advised to the backend (atomic; 0: none):
+                            its files are worth handing ahead (ahead.c) */
+    uint8_t visit;       /* advice so far, 1..255 then 1 again (atomic; 0: none): a
+                            visit of the record hands its files once (ahead.c) */
 };
 
 struct pcr_file {
@@ -93,6 +99,8 @@ struct pcr_file {
     uint8_t kind, nchunks, components, levels;
     uint8_t trailer; /* 1: the last chunk is served after the EOI, top level only */
     uint8_t damaged; /* a checksum failed: the file fails with EIO (atomic) */
+    uint8_t served;  /* the visit of its record it was opened or handed ahead in
+                        (atomic; ahead.c) */
 };
 
 struct dirfiles {
@@ -166,6 +174,11 @@ struct pcr_store {
     /* readahead=record (pcr_store_set_readahead(); atomic): the rule of the record
      * most recent opens lie in applies (read.c, seq_note()) */
     bool readahead;
+    /* files to hand ahead (ahead.c): AHEAD_TASKS slots, allocated at first use */
+    pthread_mutex_t ahead_lock;
+    struct ahead_task *ahead;
+    unsigned ahead_turn;
+    uint64_t ahead_gen;
 };
 
 static inline void pcr_count(uint64_t *ctr, uint64_t n)
@@ -194,6 +207,15 @@ static inline void chunk_next(struct chunk_iter *it, uint64_t *off, uint64_t *le
     it->left -= k;
 }
 
+/* The bytes of record @r a reader at @level needs: its prefix (level 0 or the top:
+ * the whole record). */
+static inline uint64_t rec_prefix(const struct pcr_store *s, const struct rec *r, unsigned level)
+{
+    if (!level || level >= s->levels || level >= r->ngroups)
+        return r->goff[r->ngroups];
+    return r->goff[level];
+}
+
 /* tree.c */
 /* Make room for element @n of an array filled as rows arrive, so that memory follows
  * the rows an index holds, never a count or an id it merely claims. */
@@ -208,6 +230,17 @@ void store_free_tree(struct pcr_store *s);
 struct rec *store_record(struct pcr_store *s, const struct pcr_file *f, unsigned level);
 /* Free the calling thread's read scratch and token cache (thread exit). */
 void store_thread_done(void);
+/* All of @f at @level (@len bytes, its size there) from bytes that are local already,
+ * without counting it as a reader's (no open, no record-by-record rule). @return the
+ * bytes; -EAGAIN some are not local (nothing was read from the source: the record
+ * not checked yet, held as failing, or its bytes not cached), -EIO a checksum. */
+ssize_t store_pread_local(struct pcr_store *s, const struct pcr_file *f, unsigned level, void *buf,
+                          size_t len);
+
+/* ahead.c */
+void store_ahead_free(struct pcr_store *s);
+/* A new visit of @r (its prefix advised): its files may be handed ahead again. */
+void store_ahead_visit(struct rec *r, uint64_t prefix);
 
 /* store.c */
 /* Open (through the backend) the object of record @r, once. */

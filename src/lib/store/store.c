@@ -342,6 +342,7 @@ static struct pcr_store *store_alloc(void)
         s->gen = __atomic_add_fetch(&generation, 1, __ATOMIC_RELAXED);
         pthread_mutex_init(&s->lock, NULL);
         pthread_mutex_init(&s->rec_lock, NULL);
+        pthread_mutex_init(&s->ahead_lock, NULL);
         for (unsigned i = 0; i < PCR_CARRY_SLOTS; i++)
             pthread_mutex_init(&s->carry[i].lock, NULL);
     }
@@ -535,6 +536,8 @@ void pcr_store_close(struct pcr_store *s)
     free(s->recs);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->rec_lock);
+    store_ahead_free(s);
+    pthread_mutex_destroy(&s->ahead_lock);
     for (unsigned i = 0; i < PCR_CARRY_SLOTS; i++) {
         pthread_mutex_destroy(&s->carry[i].lock);
         free(s->carry[i].data);
