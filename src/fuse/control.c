@@ -17,23 +17,32 @@ int pcrfs_stats_render(struct pcrfs *fs, char **out, size_t *len)
 {
     struct timespec now;
     const struct dirahead *da = &fs->dirahead;
-    char head[256];
+    const struct push *pu = &fs->push;
+    char head[512];
     ssize_t n;
 
     clock_gettime(CLOCK_MONOTONIC, &now);
     /* no_open: "opens" counts READs at offset 0 (ops.c); dirahead: directories
      * listed ahead of their lookups, the entries they brought, and those that could
-     * not be listed (dirahead.c) */
+     * not be listed (dirahead.c); push: files handed to the kernel's page cache, their
+     * bytes, those of inodes it did not know, and those it refused (push.c) */
     snprintf(head, sizeof(head),
              "  \"uptime_s\": %lld,\n  \"no_open\": %s,\n"
              "  \"dirahead\": {\"on\": %s, \"listed\": %llu, \"entries\": %llu, "
+             "\"failed\": %llu},\n"
+             "  \"push\": {\"on\": %s, \"files\": %llu, \"bytes\": %llu, \"unknown\": %llu, "
              "\"failed\": %llu},\n",
              (long long)(now.tv_sec - fs->started),
              atomic_load_explicit(&fs->no_open, memory_order_relaxed) ? "true" : "false",
              da->on ? "true" : "false",
              (unsigned long long)atomic_load_explicit(&da->listed, memory_order_relaxed),
              (unsigned long long)atomic_load_explicit(&da->entries, memory_order_relaxed),
-             (unsigned long long)atomic_load_explicit(&da->failed, memory_order_relaxed));
+             (unsigned long long)atomic_load_explicit(&da->failed, memory_order_relaxed),
+             pu->on ? "true" : "false",
+             (unsigned long long)atomic_load_explicit(&pu->files, memory_order_relaxed),
+             (unsigned long long)atomic_load_explicit(&pu->bytes, memory_order_relaxed),
+             (unsigned long long)atomic_load_explicit(&pu->unknown, memory_order_relaxed),
+             (unsigned long long)atomic_load_explicit(&pu->failed, memory_order_relaxed));
     n = pcrfs_stats_json_ex(fs->store, head, out);
     if (n < 0)
         return (int)n;

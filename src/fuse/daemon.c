@@ -109,3 +109,15 @@ bool pcrfs_daemon_is_up(void)
 {
     return atomic_load(&up);
 }
+
+int pcrfs_daemon_thread(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+    int rc;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}

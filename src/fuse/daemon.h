@@ -10,6 +10,7 @@
 #ifndef PCRFS_DAEMON_H
 #define PCRFS_DAEMON_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 /* Detach (unless @foreground): fork; the parent waits as above and never returns;
@@ -26,5 +27,9 @@ void pcrfs_daemon_ready(void);
 
 /* Whether pcrfs_daemon_ready() has run: before it, messages go to the terminal. */
 bool pcrfs_daemon_is_up(void);
+
+/* Start a helper thread of the session (dirahead.c, push.c) that takes no signal:
+ * they are the session loop's (SIGTERM ends it). @return pthread_create()'s. */
+int pcrfs_daemon_thread(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif

@@ -30,7 +30,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +37,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "fs.h"
 
 #define DA_DIRS_MAX   (1u << 18) /* directories remembered: ImageNet's views have ~10,000 */
@@ -124,15 +124,7 @@ void pcrfs_dirahead_note_file(struct pcrfs *fs, fuse_ino_t parent)
     if (*state != DA_NEW || da->stop || da->qlen == DA_QUEUE)
         goto out;
     if (!da->started) {
-        sigset_t all, old;
-        int rc;
-
-        /* the thread takes no signal: they are the session loop's (SIGTERM ends it) */
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        rc = pthread_create(&da->thread, NULL, da_main, fs);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (rc != 0) {
+        if (pcrfs_daemon_thread(&da->thread, da_main, fs) != 0) {
             da->stop = true; /* no thread: nothing is read ahead */
             goto out;
         }

@@ -58,6 +58,18 @@ struct dirahead {
     _Atomic uint64_t listed, entries, failed; /* for /.pcrfs/stats */
 };
 
+/* push.c: files handed to the kernel's page cache before they are read (-o push=). */
+struct push {
+    bool on;              /* set before the session starts */
+    pthread_mutex_t lock; /* started, thread; the condition's */
+    pthread_cond_t cond;  /* kicked, or stop */
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    atomic_bool kicked;                             /* a reader opened a file since */
+    _Atomic uint64_t files, bytes, unknown, failed; /* for /.pcrfs/stats */
+};
+
 struct pcrfs {
     pcrfs_store *store;
     unsigned features;   /* pcrfs_features() */
@@ -82,6 +94,8 @@ struct pcrfs {
     struct snaps snaps;          /* /.pcrfs/stats snapshots (inode.h) */
     int readdirplus;             /* -o readdirplus=: RDP_* (given: conn_opts decide) */
     struct dirahead dirahead;    /* dirahead.c */
+    struct push push;            /* push.c */
+    struct fuse_session *se;     /* set before the session is mounted */
 };
 
 /* dirahead.c: init before the session (@on: -o dirahead=); the lookup handler notes
@@ -94,6 +108,13 @@ void pcrfs_dirahead_note_dir(struct pcrfs *fs, fuse_ino_t parent, const char *na
 void pcrfs_dirahead_note_file(struct pcrfs *fs, fuse_ino_t parent);
 bool pcrfs_dirahead_is_lister(struct pcrfs *fs, fuse_req_t req);
 void pcrfs_dirahead_stop(struct pcrfs *fs);
+
+/* push.c: init before the session (@on: -o push=); a reader's READ at offset 0
+ * kicks the thread (which starts at the first); stop after fuse_session_unmount(),
+ * before the store is closed. */
+void pcrfs_push_init(struct pcrfs *fs, bool on);
+void pcrfs_push_kick(struct pcrfs *fs);
+void pcrfs_push_stop(struct pcrfs *fs);
 
 /* bdi.c: set the kernel's readahead for the files of the fuse mount at @mountpoint
  * (absolute) to @kb. @return 0; -ENOENT no such mount; -EACCES etc. (not root). */

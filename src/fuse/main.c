@@ -57,6 +57,7 @@ struct cli {
     int read_ahead_kb; /* -o read_ahead_kb=N: -1 not given (bdi.c) */
     int readdirplus;   /* -o readdirplus= (libfuse's option, kept for it): RDP_* */
     int dirahead;      /* -o dirahead=: -1 not given (then as -o readahead=record) */
+    int push;          /* -o push=: -1 not given (then as -o readahead=record) */
     bool has_ro, has_rw, has_defperm, has_fsname, has_subtype;
 };
 
@@ -71,6 +72,7 @@ enum {
     KEY_SUBTYPE,
     KEY_READDIRPLUS,
     KEY_DIRAHEAD,
+    KEY_PUSH,
     KEY_TIMEOUT,
     KEY_LOGFILE,
     KEY_READ_AHEAD_KB,
@@ -98,6 +100,7 @@ static const struct fuse_opt cli_own[] = {
     FUSE_OPT_KEY("subtype=", KEY_SUBTYPE),
     FUSE_OPT_KEY("readdirplus=", KEY_READDIRPLUS),
     FUSE_OPT_KEY("dirahead=", KEY_DIRAHEAD),
+    FUSE_OPT_KEY("push=", KEY_PUSH),
 };
 
 /* cli_own, then "NAME=" for every option of the library, then the end. The
@@ -220,8 +223,10 @@ static int cli_value(struct cli *c, int key, const char *arg)
                                  : c->readdirplus;
         break;
     case KEY_DIRAHEAD:
+    case KEY_PUSH:
         rc = pcr_opt_word(name, val, yesno_words, &w, msg, sizeof(msg));
-        c->dirahead = rc == 0 ? w == 0 : c->dirahead;
+        if (rc == 0)
+            *(key == KEY_PUSH ? &c->push : &c->dirahead) = w == 0;
         break;
     case KEY_FSNAME:
     case KEY_SUBTYPE:
@@ -452,8 +457,11 @@ int main(int argc, char *argv[])
     struct fuse_cmdline_opts opts;
     struct fuse_loop_config *loop_cfg = NULL;
     struct fuse_session *se = NULL;
-    struct cli cli = {
-        .timeout = DEFAULT_TIMEOUT, .read_ahead_kb = -1, .readdirplus = RDP_UNSET, .dirahead = -1};
+    struct cli cli = {.timeout = DEFAULT_TIMEOUT,
+                      .read_ahead_kb = -1,
+                      .readdirplus = RDP_UNSET,
+                      .dirahead = -1,
+                      .push = -1};
     static struct pcrfs fs; /* lives as long as the process */
     struct fuse_opt cli_spec[96];
     char lib_opt_names[CLI_LIB_OPTS_MAX][32];
@@ -461,7 +469,7 @@ int main(int argc, char *argv[])
     char *lib_strs[CLI_LIB_OPTS_MAX] = {0};
     struct timespec now;
     bool want_write;
-    int dirahead;
+    int dirahead, push;
     char *store_abs = NULL;
     bool nonempty;
     int ret = 1, rc;
@@ -665,10 +673,15 @@ int main(int argc, char *argv[])
     /* a directory's names read ahead of its lookups (dirahead.c): asked for, or with
      * the records (-o readahead=record: a reader of whole datasets) */
     dirahead = cli.dirahead;
-    for (unsigned i = 0; dirahead < 0 && i < cli.nlib; i++)
-        if (!strcmp(cli.lib[i].name, "readahead"))
-            dirahead = !strcmp(cli.lib[i].val, "record");
+    push = cli.push;
+    for (unsigned i = 0; i < cli.nlib; i++)
+        if (!strcmp(cli.lib[i].name, "readahead")) {
+            dirahead = cli.dirahead < 0 ? !strcmp(cli.lib[i].val, "record") : cli.dirahead;
+            push = cli.push < 0 ? !strcmp(cli.lib[i].val, "record") : cli.push;
+        }
     pcrfs_dirahead_init(&fs, dirahead > 0);
+    /* and the files of the records read ahead handed to the kernel (push.c): the same */
+    pcrfs_push_init(&fs, push > 0 && fs.keep_cache); /* (nokeep_cache: opens drop them) */
     /* one READ per image rather than one per 128 kB (bdi.c), where root may */
     fs.read_ahead_kb = cli.read_ahead_kb < 0 ? DEFAULT_READ_AHEAD_KB : (unsigned)cli.read_ahead_kb;
     fs.read_ahead_given = cli.read_ahead_kb > 0;
@@ -700,6 +713,7 @@ int main(int argc, char *argv[])
         goto out_store; /* libfuse said why (e.g. an unknown option) */
     if (fuse_set_signal_handlers(se) != 0)
         goto out_session;
+    fs.se = se;
     if (fuse_session_mount(se, opts.mountpoint) != 0)
         goto out_signals;
     /* after the fork (daemon.c), which would leave the workers behind; before the
@@ -750,6 +764,7 @@ int main(int argc, char *argv[])
 out_unmount:
     fuse_session_unmount(se);
     pcrfs_dirahead_stop(&fs); /* its request, if any, failed with the session's end */
+    pcrfs_push_stop(&fs);
 out_signals:
     fuse_remove_signal_handlers(se);
 out_session:

@@ -591,12 +591,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
     const char *buf = NULL;
     size_t len = 0;
-    int rc = do_read(fs_of(req), ino, fi, size, off, &buf, &len);
+    struct pcrfs *fs = fs_of(req);
+    int rc = do_read(fs, ino, fi, size, off, &buf, &len);
 
     if (rc)
         fuse_reply_err(req, -rc);
     else
         fuse_reply_buf(req, buf, len);
+    if (off == 0 && rc == 0)
+        pcrfs_push_kick(fs); /* after the reply: a reader opened a file (push.c) */
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,

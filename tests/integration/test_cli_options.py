@@ -195,6 +195,7 @@ FIVE_ROWS = (
     + five("http_connections", "32x")
     + five("readdirplus", "on")
     + five("dirahead", "on")
+    + five("push", "on")
     + five("max_threads", "4k")
     + five("max_idle_threads", "2k")
     + five("max_readahead", "128k")

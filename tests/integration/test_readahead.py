@@ -86,8 +86,8 @@ class Readahead(StoreFixture, unittest.TestCase):
         other two records) for 330 opens, so its count goes below 6 and back again and
         again, as a record of a RecordSampler window does (8 records: ~8 of 64): it is
         read ahead once, not at every crossing; the other two once each. Every read
-        reaches the daemon (its pages dropped after each: POSIX_FADV_DONTNEED). Fails
-        with the advice at each crossing: 27 advised."""
+        reaches the daemon (its pages dropped after each: POSIX_FADV_DONTNEED, and none
+        handed ahead: -o push=no). Fails with the advice at each crossing: 27 advised."""
         recs = self.by_record(self.store)
         a, b, c = sorted(recs)[:3]
         # (each record's files in reverse id order: the scan-in-order rule sees none)
@@ -99,7 +99,7 @@ class Readahead(StoreFixture, unittest.TestCase):
             for _ in range(10):
                 order.append(others[k % len(others)])
                 k += 1
-        with self.mount(self.store, "-o", "readahead=record"):
+        with self.mount(self.store, "-o", "readahead=record", "-o", "push=no"):
             for rel in order:
                 p = os.path.join(os.fsencode(self.mnt), b"scan1", os.fsencode(rel))
                 with open(p, "rb", buffering=0) as f:
@@ -237,6 +237,52 @@ class Readahead(StoreFixture, unittest.TestCase):
             finally:
                 m.stop()
         self.assertEqual(busy, 0, "fusermount3 -u failed (EBUSY) %d of 60 times" % busy)
+
+    # ---- -o push: files of a record read ahead handed to the page cache (src/fuse/push.c) ----
+
+    def push_then_opens(self, *options):
+        """Mount with @options, read the first three files of a directory in id order (the
+        scan-in-order rule then reads their record ahead), after its listing ahead; wait
+        for the daemon to hand files; then read the directory's other files: the READs at
+        offset 0 those sent (the view's "opens") and the mount's push stats."""
+        d, files = self.dir_files()
+        self.assertGreaterEqual(len(self.by_record(self.store)[1]), len(files))
+        mnt = os.fsencode(os.path.join(self.tmp, "mnt-" + self._testMethodName))
+        self.mnt = os.fsdecode(mnt)
+        self.polls = 0
+        with mu.Mount(self.store, self.mnt, *options):
+            for i, rel in enumerate(files[:3]):
+                with open(os.path.join(mnt, b"full", rel), "rb") as f:
+                    self.assertEqual(f.read(), self.oracle(rel, "full"), rel)
+                if i == 0:  # (the kernel knows the directory's files before any is handed)
+                    self.assertTrue(mu.wait_for(
+                        lambda: self.stats()["dirahead"]["listed"] >= 1, 10))
+            if self.stats()["push"]["on"]:
+                self.assertTrue(mu.wait_for(
+                    lambda: self.stats()["push"]["files"] >= len(files) - 3, 10),
+                    self.stats()["push"])
+            before = self.stats()["views"]["full"]["opens"]
+            for rel in files[3:]:
+                with open(os.path.join(mnt, b"full", rel), "rb") as f:
+                    self.assertEqual(f.read(), self.oracle(rel, "full"), rel)
+            stats = self.stats()
+        return stats["views"]["full"]["opens"] - before, len(files) - 3, stats["push"]
+
+    def test_push_hands_the_files_of_a_record_read_ahead(self):
+        """With -o readahead=record, once a record is read ahead the daemon hands the
+        files of the opened file's directory in it to the kernel: read afterwards, they
+        send no READ, and their bytes are the oracle's. With -o push=no each is a READ
+        (what fails without the handing)."""
+        sent, n, push = self.push_then_opens("-o", "readahead=record")
+        self.assertEqual(push["on"], True)
+        # (and the two opened before the record was read ahead, which a visit of the
+        # record does not count as its own: ahead.c)
+        self.assertEqual((push["files"], push["unknown"], push["failed"]), (n + 2, 0, 0), push)
+        self.assertGreater(push["bytes"], 0)
+        self.assertEqual(sent, 0)
+        sent, n, push = self.push_then_opens("-o", "readahead=record", "-o", "push=no")
+        self.assertEqual((push["on"], push["files"]), (False, 0), push)
+        self.assertEqual(sent, n)
 
     def test_reader_spread_over_records_gets_nothing_read_ahead(self):
         """One file of each of 12 records in turn (a shuffle over the store), in

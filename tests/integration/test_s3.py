@@ -885,6 +885,45 @@ class Parts(Fixture, unittest.TestCase):
         self.assertEqual(st["cache_misses"], st0["cache_misses"], (st0, st))
         self.assertGreaterEqual(st["cache_hits"] - st0["cache_hits"], 20, (st0, st))
 
+    def test_push_from_the_cache(self):
+        """-o push (the default with readahead=record): once a hinted record's parts are
+        in the cache, the files of a directory opened in it are handed to the kernel
+        from the cache, with no request of their own: read afterwards they send no READ
+        to the daemon and no GET, and every byte is right."""
+        mnt = self.mount(self.url(), "push", "-o", self.cache("push") + ",readahead=record")
+        index = os.path.join(self.store, "index.db")
+        rec2 = sorted(files_of_record(index, 2))
+        d = os.path.dirname(rec2[0])
+        in_d = [r for r in rec2 if os.path.dirname(r) == d]
+        self.assertGreater(len(in_d), 10)
+        rel1 = sorted(files_of_record(index, 1))[0]  # the level hints are fetched at
+        self.assertEqual(read(os.path.join(mnt, "full", rel1)),
+                         read(os.path.join(self.local, "full", rel1)))
+        with self.assertRaises(FileNotFoundError):
+            os.stat(os.path.join(mnt, ".pcrfs", "prefetch", "2"))
+        size = os.path.getsize(os.path.join(self.store, "records",
+                                            sorted(os.listdir(os.path.join(self.store,
+                                                                           "records")))[1]))
+        self.assertTrue(mu.wait_for(lambda: stats(mnt)["http"]["fetch_bytes"] >= size, 30),
+                        stats(mnt)["http"])
+        # the kernel knows the directory's files (its listing ahead) before any is handed
+        os.stat(os.path.join(mnt, "full", in_d[0]))
+        self.assertTrue(mu.wait_for(lambda: stats(mnt)["dirahead"]["listed"] >= 2, 10),
+                        stats(mnt)["dirahead"])
+        self.assertEqual(read(os.path.join(mnt, "full", in_d[0])),
+                         read(os.path.join(self.local, "full", in_d[0])))
+        self.assertTrue(mu.wait_for(
+            lambda: stats(mnt)["push"]["files"] >= len(in_d) - 1, 10), stats(mnt)["push"])
+        st0 = stats(mnt)
+        for rel in in_d[1:]:
+            self.assertEqual(read(os.path.join(mnt, "full", rel)),
+                             read(os.path.join(self.local, "full", rel)), rel)
+        st = stats(mnt)
+        self.assertEqual(st["views"]["full"]["opens"], st0["views"]["full"]["opens"])
+        self.assertEqual((st["http"]["cache_misses"], st["http"]["direct_bytes"]),
+                         (st0["http"]["cache_misses"], st0["http"]["direct_bytes"]))
+        self.assertEqual((st["push"]["unknown"], st["push"]["failed"]), (0, 0), st["push"])
+
     def test_hint_parts_interleaved(self):
         """The records of one hint (a window of the sampler, read side by side) are
         fetched part by part across them, A0 B0 A1 B1 ..., as the GETs a proxy
