@@ -37,7 +37,9 @@
 #include "state.h"
 
 #define AHEAD_TASKS   64
-#define AHEAD_IDLE_MS 2000u
+/* (long enough for a record queued behind others in object storage to bring its first
+ * part; the daemon then looks every few ms, a mincore(2) per waiting task) */
+#define AHEAD_IDLE_MS 10000u
 
 struct ahead_task {
     uint64_t dir;    /* 0: a free slot */
