@@ -96,6 +96,7 @@ static void *push_main(void *arg)
 void pcrfs_push_init(struct pcrfs *fs, bool on)
 {
     struct push *p = &fs->push;
+    pthread_condattr_t ca;
 
     p->on = on;
     p->started = false;
@@ -106,7 +107,12 @@ void pcrfs_push_init(struct pcrfs *fs, bool on)
     atomic_init(&p->unknown, 0);
     atomic_init(&p->failed, 0);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
+    /* the poll's deadline is on CLOCK_MONOTONIC (push_main): a condition on the
+     * default clock would take it for a time long past and never sleep */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cond, &ca);
+    pthread_condattr_destroy(&ca);
 }
 
 void pcrfs_push_kick(struct pcrfs *fs)
