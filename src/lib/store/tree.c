@@ -366,6 +366,7 @@ static int load_file(void *ctx, const struct pcr_index_file *row)
     f->sums = (const uint8_t *)arena_str(s, row->sums, row->sums_len);
     f->trailer = (uint8_t)row->trailer;
     f->damaged = 0;
+    f->served = 0;
     f->note = NULL;
     if (row->note && row->note[0]) {
         size_t nl = strnlen(row->note, MAX_NOTE);
