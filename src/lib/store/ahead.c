@@ -36,7 +36,7 @@
 #include <time.h>
 #include "state.h"
 
-#define AHEAD_TASKS   64
+#define AHEAD_TASKS 64
 /* (long enough for a record queued behind others in object storage to bring its first
  * part; the daemon then looks every few ms, a mincore(2) per waiting task) */
 #define AHEAD_IDLE_MS 10000u
