@@ -13,10 +13,11 @@
  * at K was advised, the files of F's directory that lie in R and that no reader has
  * opened yet become a task. Its files are read in id order (their bytes become local
  * in about that order: each lies further into every scan group) from local bytes
- * only (store_pread_local(): RWF_NOWAIT from the page cache, or the object-storage
- * cache), never from the disk's queue or a server: a file whose bytes are not local
- * yet waits, the task with it, and the caller is told to come back (-EAGAIN). So the
- * work follows the record readahead, and is never a read of its own.
+ * only (store_pread_local(): the page cache, asked with mincore(2) before an
+ * RWF_NOWAIT read, or the object-storage cache), never from the disk's queue or a
+ * server: a file whose bytes are not local yet waits, the task with it, and the
+ * caller is told to come back (-EAGAIN). So the work follows the record readahead,
+ * and is never a read of its own.
  *
  * Why a directory and a record, not a record alone: the index keeps no list of a
  * record's files (its rows are ordered by directory, pcrfs(5)); a directory's files
