@@ -469,7 +469,7 @@ int main(int argc, char *argv[])
     char *lib_strs[CLI_LIB_OPTS_MAX] = {0};
     struct timespec now;
     bool want_write;
-    int dirahead, push;
+    bool record = false; /* -o readahead=record */
     char *store_abs = NULL;
     bool nonempty;
     int ret = 1, rc;
@@ -672,16 +672,13 @@ int main(int argc, char *argv[])
     fs.readdirplus = cli.readdirplus;
     /* a directory's names read ahead of its lookups (dirahead.c): asked for, or with
      * the records (-o readahead=record: a reader of whole datasets) */
-    dirahead = cli.dirahead;
-    push = cli.push;
-    for (unsigned i = 0; i < cli.nlib; i++)
-        if (!strcmp(cli.lib[i].name, "readahead")) {
-            dirahead = cli.dirahead < 0 ? !strcmp(cli.lib[i].val, "record") : cli.dirahead;
-            push = cli.push < 0 ? !strcmp(cli.lib[i].val, "record") : cli.push;
-        }
-    pcrfs_dirahead_init(&fs, dirahead > 0);
-    /* and the files of the records read ahead handed to the kernel (push.c): the same */
-    pcrfs_push_init(&fs, push > 0 && fs.keep_cache); /* (nokeep_cache: opens drop them) */
+    for (unsigned i = 0; i < cli.nlib; i++) /* (the last one counts) */
+        if (!strcmp(cli.lib[i].name, "readahead"))
+            record = !strcmp(cli.lib[i].val, "record");
+    pcrfs_dirahead_init(&fs, cli.dirahead < 0 ? record : cli.dirahead > 0);
+    /* and the files of the records read ahead handed to the kernel (push.c): the same;
+     * never with nokeep_cache, whose opens drop them */
+    pcrfs_push_init(&fs, (cli.push < 0 ? record : cli.push > 0) && fs.keep_cache);
     /* one READ per image rather than one per 128 kB (bdi.c), where root may */
     fs.read_ahead_kb = cli.read_ahead_kb < 0 ? DEFAULT_READ_AHEAD_KB : (unsigned)cli.read_ahead_kb;
     fs.read_ahead_given = cli.read_ahead_kb > 0;

@@ -48,10 +48,15 @@ static void *push_main(void *arg)
         size_t len;
         int rc;
 
-        if (waiting && !atomic_load_explicit(&p->stop, memory_order_relaxed) &&
-            !atomic_load_explicit(&p->kicked, memory_order_relaxed)) {
+        /* until a reader's open, or PUSH_POLL_MS while files wait for their bytes */
+        while (!atomic_load_explicit(&p->stop, memory_order_relaxed) &&
+               !atomic_load_explicit(&p->kicked, memory_order_relaxed)) {
             struct timespec ts;
 
+            if (!waiting) {
+                pthread_cond_wait(&p->cond, &p->lock);
+                continue;
+            }
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_nsec += PUSH_POLL_MS * 1000000L;
             if (ts.tv_nsec >= 1000000000L) {
@@ -59,10 +64,8 @@ static void *push_main(void *arg)
                 ts.tv_nsec -= 1000000000L;
             }
             pthread_cond_timedwait(&p->cond, &p->lock, &ts);
+            break;
         }
-        while (!waiting && !atomic_load_explicit(&p->stop, memory_order_relaxed) &&
-               !atomic_load_explicit(&p->kicked, memory_order_relaxed))
-            pthread_cond_wait(&p->cond, &p->lock);
         if (atomic_load_explicit(&p->stop, memory_order_relaxed))
             break;
         atomic_store_explicit(&p->kicked, false, memory_order_relaxed);

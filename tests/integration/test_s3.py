@@ -906,6 +906,7 @@ class Parts(Fixture, unittest.TestCase):
                                                                            "records")))[1]))
         self.assertTrue(mu.wait_for(lambda: stats(mnt)["http"]["fetch_bytes"] >= size, 30),
                         stats(mnt)["http"])
+        fetched0 = stats(mnt)["http"]["direct_bytes"]
         # the kernel knows the directory's files (its listing ahead) before any is handed
         os.stat(os.path.join(mnt, "full", in_d[0]))
         self.assertTrue(mu.wait_for(lambda: stats(mnt)["dirahead"]["listed"] >= 2, 10),
@@ -923,6 +924,8 @@ class Parts(Fixture, unittest.TestCase):
         self.assertEqual((st["http"]["cache_misses"], st["http"]["direct_bytes"]),
                          (st0["http"]["cache_misses"], st0["http"]["direct_bytes"]))
         self.assertEqual((st["push"]["unknown"], st["push"]["failed"]), (0, 0), st["push"])
+        # and the thread that handed them asked the server for nothing
+        self.assertEqual(st["http"]["direct_bytes"], fetched0, st["http"])
 
     def test_hint_parts_interleaved(self):
         """The records of one hint (a window of the sampler, read side by side) are

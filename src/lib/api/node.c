@@ -605,8 +605,8 @@ int pcrfs_node_ahead(pcrfs_store *s, uint64_t *node, void *buf, size_t cap, size
 
     PCRFS_INST(in, s);
     rc = pcr_store_ahead_next(in->store, buf, cap, &id, len, &tag);
-    if (rc == 1 && !(*node = node_make(tag, true, id)))
-        return -EIO; /* (cannot be: the tag is a view number, the id a file's) */
+    if (rc == 1)
+        *node = node_make(tag, true, id); /* (the tag is the view number noted) */
     return rc;
 }
 

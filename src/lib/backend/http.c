@@ -211,6 +211,9 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
     struct http_backend *hb = (struct http_backend *)b;
     const struct pcr_range *miss[HTTP_MAX_BATCH];
     bool hit[HTTP_MAX_BATCH] = {false}; /* (set by the cache; without one: none) */
+    /* local bytes only (pcr_backend_op_begin_local()): what the cache holds, or
+     * -EAGAIN; no GET, no advice, and not counted as a reader's hit or miss */
+    bool local = pcr_backend_op_local();
     unsigned nmiss = 0;
     int ret;
 
@@ -218,9 +221,9 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
         if (r[i].off > o->size || r[i].len > o->size - r[i].off)
             return -ENODATA;
     }
-    if (pcr_backend_op_local()) /* what the cache holds, or nothing */
-        return hb->cache ? http_cache_read_local(hb->cache, o, r, n) : -EAGAIN;
-    if (hb->cache && o->whole)
+    if (local && !hb->cache)
+        return -EAGAIN;
+    if (!local && hb->cache && o->whole)
         http_cache_advise(hb->cache, o, 0, o->size);
     /* the ranges of one read go to the cache together: it decides for all of
      * them whether the read waits for parts or GETs its own bytes */
@@ -233,9 +236,12 @@ static int http_read(struct pcr_backend *b, struct pcr_object *o, const struct p
             if (r[at + i].len == 0)
                 continue;
             if (hb->cache && hit[i]) {
-                http_count(&hb->x.st.cache_hits, 1);
+                if (!local)
+                    http_count(&hb->x.st.cache_hits, 1);
                 continue;
             }
+            if (local)
+                return -EAGAIN;
             http_count(&hb->x.st.cache_misses, 1);
             if (nmiss == HTTP_MAX_BATCH) {
                 ret = read_direct(hb, o, miss, nmiss);

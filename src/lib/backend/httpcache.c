@@ -843,36 +843,14 @@ static bool failed(const struct pcr_object *o, const struct pcr_range *r, unsign
     return false;
 }
 
-int http_cache_read_local(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
-                          unsigned n)
-{
-    int ret = 0, fd;
-
-    pthread_mutex_lock(&c->lock);
-    for (unsigned k = 0; k < n && !ret; k++)
-        if (r[k].len && !have(o, &r[k]))
-            ret = -EAGAIN;
-    if (ret) {
-        pthread_mutex_unlock(&c->lock);
-        return ret;
-    }
-    fd = o->fd;
-    o->users++; /* (held open: not evicted under the reads) */
-    pthread_mutex_unlock(&c->lock);
-    for (unsigned k = 0; k < n && !ret; k++)
-        if (r[k].len && pread_all(fd, r[k].buf, r[k].len, r[k].off) != 0)
-            ret = -EAGAIN; /* a cache file that fails: not local after all */
-    pthread_mutex_lock(&c->lock);
-    o->users--;
-    pthread_mutex_unlock(&c->lock);
-    return ret;
-}
-
 int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
                     unsigned n, bool *hit)
 {
     struct http_transport *hb = c->hb;
     uint64_t since = http_now_ms();
+    /* local bytes only (pcr_backend_op_begin_local()): what the cache holds now; no
+     * wait, and nothing asked of the server (lookup() makes parts demand parts) */
+    bool local = pcr_backend_op_local();
     size_t len = 0;
     int ret = 0, fd;
 
@@ -881,7 +859,7 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr
         len += r[k].len;
     }
     pthread_mutex_lock(&c->lock);
-    for (;;) {
+    while (!local) {
         int how = c->stop ? DIRECT : lookup(c, o, r, n);
         if (how != WAIT)
             break;
@@ -911,7 +889,7 @@ int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr
     o->lru = ++c->tick;
     o->read_at = ++c->reads;
     /* prefetch waiting for room: the objects no longer read may make some */
-    if (c->cache_wait && c->reads % 64 == 0)
+    if (!local && c->cache_wait && c->reads % 64 == 0)
         prefetch_next(c);
     pthread_mutex_unlock(&c->lock);
     for (unsigned k = 0; k < n; k++)

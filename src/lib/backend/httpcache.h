@@ -57,15 +57,12 @@ int http_cache_advise_many(struct http_cache *c, struct pcr_object *const *o, co
                            size_t n);
 /* Serve the ranges @r[0..n) of one read from the cache, waiting for fetches in
  * flight that bring them (and for at most one part that has not started); @hit[k]
- * says whether @r[k] was served (the others: read them directly). @return 0, or a
- * negative errno (the fetch that was to bring them failed, the deadline passed). */
+ * says whether @r[k] was served (the others: read them directly). In an operation
+ * that takes local bytes only (pcr_backend_op_begin_local()) it serves what the
+ * cache holds now, without waiting or asking for a part. @return 0, or a negative
+ * errno (the fetch that was to bring them failed, the deadline passed). */
 int http_cache_read(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
                     unsigned n, bool *hit);
-/* The ranges @r[0..n) from the cache file if every byte of them is there, without
- * waiting and without a request (an operation that takes local bytes only,
- * pcr_backend_op_begin_local()). @return 0, or -EAGAIN (not all cached). */
-int http_cache_read_local(struct http_cache *c, struct pcr_object *o, const struct pcr_range *r,
-                          unsigned n);
 /* A part fetch wrote @n more bytes at offset @off of the object into the cache file
  * (through its request's on_progress). */
 void http_cache_progress(struct http_cache *c, struct pcr_object *o, uint64_t off, uint64_t n);

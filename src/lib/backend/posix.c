@@ -166,20 +166,30 @@ static int read_full(int fd, uint8_t *buf, size_t len, uint64_t off)
 #define NOWAIT_RANGES 80  /* more than a plan has (read.c, MAX_SEGS) */
 static int nowait_broken; /* RWF_NOWAIT refused (EOPNOTSUPP): plain reads (atomic) */
 
+/* Range @r with RWF_NOWAIT: whether it came whole from the page cache. A kernel or
+ * file system without it (tmpfs, some FUSE) sets nowait_broken. */
+static bool pread_nowait(int fd, const struct pcr_range *r)
+{
+    struct iovec iov = {.iov_base = r->buf, .iov_len = r->len};
+    ssize_t got;
+
+    do
+        got = preadv2(fd, &iov, 1, (off_t)r->off, RWF_NOWAIT);
+    while (got < 0 && errno == EINTR);
+    if (got < 0 && (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS))
+        __atomic_store_n(&nowait_broken, 1, __ATOMIC_RELAXED);
+    return got == (ssize_t)r->len; /* (EAGAIN, or only part cached: false) */
+}
+
 static int read_scattered(int fd, const struct pcr_range *r, unsigned n)
 {
     unsigned char miss[NOWAIT_RANGES];
     unsigned i, nmiss = 0;
 
     for (i = 0; i < n; i++) {
-        struct iovec iov = {.iov_base = r[i].buf, .iov_len = r[i].len};
-        ssize_t got = preadv2(fd, &iov, 1, (off_t)r[i].off, RWF_NOWAIT);
-
-        if (got < 0 && (errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)) {
-            __atomic_store_n(&nowait_broken, 1, __ATOMIC_RELAXED);
+        miss[i] = !pread_nowait(fd, &r[i]);
+        if (miss[i] && __atomic_load_n(&nowait_broken, __ATOMIC_RELAXED))
             return 1; /* the caller reads plainly */
-        }
-        miss[i] = got != (ssize_t)r[i].len; /* EAGAIN, or only part cached */
         nmiss += miss[i];
     }
     if (nmiss > 1)
@@ -242,27 +252,20 @@ static bool cached(struct pcr_object *o, const struct pcr_range *r, unsigned n)
 
 /* Every range from the page cache, or -EAGAIN, with no read from the disk: the pages
  * are asked for first (cached()), then read with RWF_NOWAIT (evicted in between: a
- * miss, -EAGAIN). A file system without RWF_NOWAIT (tmpfs, some FUSE) is read
- * plainly: its pages were just seen cached. */
+ * miss, -EAGAIN). A file system without RWF_NOWAIT is read plainly: its pages were
+ * just seen cached. */
 static int read_local(struct pcr_object *o, const struct pcr_range *r, unsigned n)
 {
     if (!cached(o, r, n))
         return -EAGAIN;
     for (unsigned i = 0; i < n; i++) {
-        struct iovec iov = {.iov_base = r[i].buf, .iov_len = r[i].len};
-        ssize_t got;
-
-        do
-            got = preadv2(o->fd, &iov, 1, (off_t)r[i].off, RWF_NOWAIT);
-        while (got < 0 && errno == EINTR);
-        if (got < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
-            int rc = read_full(o->fd, r[i].buf, r[i].len, r[i].off);
-            if (rc)
-                return rc;
+        if (pread_nowait(o->fd, &r[i]))
             continue;
-        }
-        if (got != (ssize_t)r[i].len)
+        if (!__atomic_load_n(&nowait_broken, __ATOMIC_RELAXED))
             return -EAGAIN; /* evicted since, or only part of it */
+        int rc = read_full(o->fd, r[i].buf, r[i].len, r[i].off);
+        if (rc)
+            return rc;
     }
     return 0;
 }
