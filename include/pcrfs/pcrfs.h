@@ -201,9 +201,7 @@ PCRFS_API ssize_t pcrfs_node_read(pcrfs_store *s, uint64_t node, void *buf, size
  * pcrfs_node_read() opens (offset 0) a file of scanK/ or full/ whose record is being
  * read ahead (a hint, -o readahead=record, a reader seen going record by record), the
  * files of its directory in that record that no reader opened yet in this visit of
- * the record. Each is handed once per visit and is not counted as read. Opens are
- * noted only once this was called on the store (the first call finds nothing): a
- * store no one takes files ahead from pays nothing per open.
+ * the record. Each is handed once per visit and is not counted as read.
  * @return 1 and *@node, *@len; 0 nothing to hand; -EAGAIN candidates whose bytes
  *         are not local yet (call again soon); -EINVAL no store; -EIO it could not
  *         be reopened in a forked child. */

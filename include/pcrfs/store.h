@@ -219,7 +219,7 @@ int pcr_store_prefetch_text(struct pcr_store *s, const char *buf, size_t len);
 /* Files handed ahead (store/ahead.c; pcrfs_node_ahead()). A reader opened @f at
  * @level, through what the caller calls @tag (a view): if @f's record is read ahead
  * that far, the files of @f's directory in that record that no reader opened become
- * candidates (only once pcr_store_ahead_next() was called: before, nothing). */
+ * candidates. */
 void pcr_store_ahead_note(struct pcr_store *s, const struct pcr_file *f, unsigned level,
                           unsigned tag);
 /* The next candidate whose bytes are local already, read into @buf (@cap bytes; a

@@ -133,17 +133,6 @@ int main(void)
     top = walk(s, "full/r1.JPEG");
     CHECK(xy && cmyk && onej && top, "the files' nodes");
 
-    /* a store nobody took files ahead from notes nothing: its opens make no task */
-    CHECK(pcrfs_prefetch(s, &one, 1) == 0 && pcrfs_node_read(s, xy, buf, sizeof(buf), 0) > 0 &&
-              pcrfs_node_read(s, cmyk, buf, sizeof(buf), 0) > 0,
-          "hint, and open two files of a/");
-    warm(fd);
-    CHECK(pcrfs_node_ahead(s, nodes, buf, sizeof(buf), &n) == 0,
-          "before the first call: nothing noted, nothing to hand");
-    pcrfs_close(s);
-    CHECK(pcrfs_open(path, NULL, &s) == 0, "open again: %s", pcrfs_errmsg());
-    if (!s)
-        return check_done("ahead");
     CHECK(pcrfs_node_ahead(s, nodes, buf, sizeof(buf), &n) == 0, "nothing opened: nothing");
     CHECK(pcrfs_node_read(s, xy, buf, sizeof(buf), 0) > 0, "open a file");
     CHECK(pcrfs_node_ahead(s, nodes, buf, sizeof(buf), &n) == 0,

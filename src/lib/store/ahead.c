@@ -26,10 +26,6 @@
  * what the reader reads there. A store whose records mix directories gets tasks for
  * the directories its reader reaches.
  *
- * Nothing is noted until someone asks for files ahead (the first
- * pcr_store_ahead_next()): a store read by a process that hands no pages (a mount
- * with -o push=no, a program of its own) pays no lock and no write per open.
- *
  * Bounds: AHEAD_TASKS tasks (the oldest is replaced), a task that made no progress
  * for AHEAD_IDLE_MS is dropped (its record was evicted or its reader moved on), and
  * a file is handed at most once per visit of its record (each advice of the record
@@ -75,8 +71,6 @@ void pcr_store_ahead_note(struct pcr_store *s, const struct pcr_file *f, unsigne
     const struct dir *d;
     struct ahead_task *t, *slot = NULL;
 
-    if (!__atomic_load_n(&s->ahead_wanted, __ATOMIC_RELAXED))
-        return; /* nobody takes files ahead: no lock, no write per open */
     advised = __atomic_load_n(&r->advised, __ATOMIC_ACQUIRE);
     visit = __atomic_load_n(&r->visit, __ATOMIC_ACQUIRE);
     __atomic_store_n(&((struct pcr_file *)f)->served, visit, __ATOMIC_RELAXED);
@@ -115,7 +109,6 @@ int pcr_store_ahead_next(struct pcr_store *s, void *buf, size_t cap, uint64_t *i
     bool waiting = false;
     int ret = 0;
 
-    __atomic_store_n(&s->ahead_wanted, true, __ATOMIC_RELAXED); /* notes from now on */
     pthread_mutex_lock(&s->ahead_lock);
     for (unsigned k = 0; s->ahead && k < AHEAD_TASKS && ret == 0; k++) {
         unsigned at = (s->ahead_turn + k) % AHEAD_TASKS;

@@ -174,9 +174,7 @@ struct pcr_store {
     /* readahead=record (pcr_store_set_readahead(); atomic): the rule of the record
      * most recent opens lie in applies (read.c, seq_note()) */
     bool readahead;
-    /* files to hand ahead (ahead.c): AHEAD_TASKS slots, allocated at first use, and
-     * noted only once someone asked for them (atomic) */
-    bool ahead_wanted;
+    /* files to hand ahead (ahead.c): AHEAD_TASKS slots, allocated at first use */
     pthread_mutex_t ahead_lock;
     struct ahead_task *ahead;
     unsigned ahead_turn;
